@@ -1,0 +1,29 @@
+"""ftw_jax: Follow the Winners, a critic-free policy-improvement method, in JAX."""
+
+from ftw_jax import losses, pool
+from ftw_jax.occupancy import (
+    expected_selection_counts,
+    rank_occupancy,
+    rank_occupancy_jax,
+    tied_occupancy,
+)
+from ftw_jax.pool import Pool, Trajectory
+from ftw_jax.selection import select_elites
+from ftw_jax.update import FTWState, UpdateConfig, make_update
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FTWState",
+    "Pool",
+    "Trajectory",
+    "UpdateConfig",
+    "expected_selection_counts",
+    "losses",
+    "make_update",
+    "pool",
+    "rank_occupancy",
+    "rank_occupancy_jax",
+    "select_elites",
+    "tied_occupancy",
+]

@@ -1,0 +1,62 @@
+"""Per-step losses on one trajectory: masked log-likelihood, exact categorical KL, entropy.
+
+Functions act on one trajectory ([T, A] logits); batch with `jax.vmap`. They return per-step values with
+masked steps set to zero and leave the averaging to the caller (the update).
+"""
+
+from __future__ import annotations
+
+import chex
+import jax
+import jax.numpy as jnp
+
+
+def log_likelihood(logits: jax.Array, actions: jax.Array, mask: jax.Array) -> jax.Array:
+    """log π(a_t | h_t) on the policy's own steps, 0 elsewhere.
+
+    Args:
+      logits: [T, A] policy logits.
+      actions: [T] int actions.
+      mask: [T] bool, True on the steps that count.
+
+    Returns:
+      [T] masked log-probabilities (the negative is the per-step cross-entropy).
+    """
+    chex.assert_rank(logits, 2)
+    chex.assert_shape((actions, mask), (logits.shape[0],))
+    log_probs = jax.nn.log_softmax(logits)
+    chosen = jnp.take_along_axis(log_probs, actions[:, None], axis=-1)[:, 0]
+    return jnp.where(mask, chosen, 0.0)
+
+
+def categorical_kl(p_logits: jax.Array, q_logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """Exact KL(p ‖ q) = Σ_a p(a) (log p(a) − log q(a)) per step, 0 on masked-out steps.
+
+    Both directions come from the argument order: KL(π ‖ π_ref) is `categorical_kl(policy, reference, m)`,
+    KL(π_ref ‖ π) is `categorical_kl(reference, policy, m)`. Actions with p(a) = 0 contribute 0.
+
+    Args:
+      p_logits: [T, A].
+      q_logits: [T, A].
+      mask: [T] bool.
+
+    Returns:
+      [T] non-negative KL per step.
+    """
+    chex.assert_rank(p_logits, 2)
+    chex.assert_equal_shape((p_logits, q_logits))
+    chex.assert_shape(mask, (p_logits.shape[0],))
+    log_p = jax.nn.log_softmax(p_logits)
+    log_q = jax.nn.log_softmax(q_logits)
+    p = jnp.exp(log_p)
+    kl = jnp.sum(jnp.where(p > 0, p * (log_p - log_q), 0.0), axis=-1)
+    return jnp.where(mask, kl, 0.0)
+
+
+def entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
+    """Policy entropy −Σ_a π(a) log π(a) per step, 0 on masked-out steps. [T, A] -> [T]."""
+    chex.assert_rank(logits, 2)
+    chex.assert_shape(mask, (logits.shape[0],))
+    log_p = jax.nn.log_softmax(logits)
+    value = -jnp.sum(jnp.where(log_p > -jnp.inf, jnp.exp(log_p) * log_p, 0.0), axis=-1)
+    return jnp.where(mask, value, 0.0)

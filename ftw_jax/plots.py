@@ -1,0 +1,32 @@
+"""Plots saved as PNG files (matplotlib's Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+
+
+def save_learning_curves(path, curves, labels, *, title: str, ylabel: str, xlabel: str = "iteration") -> pathlib.Path:
+    """One line per run (`curves` [S, I]) plus their mean; returns the path written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = np.asarray(curves)
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure, axes = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    many = len(curves) > 10
+    for curve, label in zip(curves, labels):
+        axes.plot(curve, lw=0.8, alpha=0.15 if many else 0.7, color="tab:blue" if many else None,
+                  label=None if many else label)
+    axes.plot(curves.mean(axis=0), lw=2.0, color="black", label=f"mean of {len(curves)}")
+    axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path
