@@ -164,7 +164,10 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
         return loss, terms
 
     def update(state: FTWState, pool: pool_lib.Pool, key: jax.Array):
-        chex.assert_shape(pool.added_at, (config.pool_capacity,))
+        # Runs while tracing, so a mismatch fails before any work.
+        if not isinstance(pool, pool_lib.Pool) or pool.capacity != config.pool_capacity:
+            capacity = pool.capacity if isinstance(pool, pool_lib.Pool) else type(pool).__name__
+            raise ValueError(f"the update was built for a pool of capacity {config.pool_capacity}, got {capacity}.")
         returns = pool.trajectories.episode_return
         elites = select_elites(
             key,
@@ -210,7 +213,7 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
             "elite_return_min": jnp.min(jnp.where(filled, elite_returns, jnp.inf)),
             "unique_elite_fraction": jnp.sum(counts > 0) / num_kept,
             "pool_size": pool.size,
-            "grad_norm": optax.global_norm(grads),
+            "grad_norm": optax.tree_utils.tree_norm(grads),
             "ready": ready,
             "nonfinite": ~finite,
             "applied": applied,

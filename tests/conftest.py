@@ -1,0 +1,29 @@
+"""Shared test set-up: key-reuse checking on, and small shared helpers."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from ftw_jax import Trajectory
+
+jax.config.update("jax_debug_key_reuse", True)
+
+
+def make_trajectories(batch, num_steps, *, returns=None, observation_size=3, seed=0):
+    """B random trajectories [B, T] with every step masked in; returns default to 0..B-1."""
+    key_observation, key_action = jax.random.split(jax.random.key(seed))
+    if returns is None:
+        returns = jnp.arange(batch, dtype=jnp.float32)
+    return Trajectory(
+        observation=jax.random.normal(key_observation, (batch, num_steps, observation_size)),
+        action=jax.random.randint(key_action, (batch, num_steps), 0, 2),
+        mask=jnp.ones((batch, num_steps), bool),
+        behaviour_logp=jnp.full((batch, num_steps), -0.5, jnp.float32),
+        behaviour_version=jnp.zeros((batch, num_steps), jnp.int32),
+        episode_return=jnp.asarray(returns, jnp.float32),
+    )
+
+
+@pytest.fixture
+def trajectories():
+    return make_trajectories

@@ -1,0 +1,121 @@
+"""Elite selection: frequencies match Eq. 5, ties are random, NaN and invalid entries are handled."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import ftw_jax
+
+
+def select(key, returns, valid, *, jit=True, **sizes):
+    fn = functools.partial(ftw_jax.select_elites, **sizes)
+    return np.asarray((jax.jit(fn) if jit else fn)(key, jnp.asarray(returns, jnp.float32), jnp.asarray(valid)))
+
+
+def max_z_score(elites, expected_per_slot, num_batches, num_elites):
+    """Largest |z| over entries of the kept counts; each minibatch keeps entry i with prob K·P(i)."""
+    counts = np.bincount(elites.ravel(), minlength=len(expected_per_slot))
+    keep_probability = num_elites * np.asarray(expected_per_slot)
+    mean = num_batches * keep_probability
+    sd = np.sqrt(num_batches * keep_probability * (1 - keep_probability))
+    z = np.where(sd > 0, (counts - mean) / np.where(sd > 0, sd, 1), np.where(counts == mean, 0.0, np.inf))
+    return np.max(np.abs(z))
+
+
+@pytest.mark.parametrize("jit", [True, False])
+def test_frequencies_match_rank_occupancy(jit):
+    n, c, k, j = 12, 5, 2, 40_000
+    returns = np.random.default_rng(0).permutation(n).astype(np.float32)  # distinct, shuffled
+    elites = select(jax.random.key(1), returns, np.ones(n, bool), jit=jit, num_batches=j, batch_size=c, num_elites=k)
+    assert elites.shape == (j, k) and elites.dtype == np.int32
+    rank_of_entry = np.argsort(np.argsort(-returns))  # 0 = best
+    expected = ftw_jax.rank_occupancy(n, c, k)[rank_of_entry]
+    assert max_z_score(elites, expected, j, k) < 5
+    # The same counts are far outside that tolerance for the neighbouring sizes, so it cannot pass by accident.
+    for wrong in (ftw_jax.rank_occupancy(n, c + 1, k), ftw_jax.rank_occupancy(n, c, k + 1) * (k + 1) / k):
+        assert max_z_score(elites, wrong[rank_of_entry], j, k) > 20
+
+
+def test_elites_are_distinct_within_a_minibatch_and_repeat_across_them():
+    elites = select(jax.random.key(2), np.arange(6.0), np.ones(6, bool), num_batches=64, batch_size=5, num_elites=3)
+    assert all(len(set(row)) == 3 for row in elites.tolist())
+    assert np.bincount(elites.ravel()).max() > 1  # entries are kept by several minibatches
+    assert set(elites[:, 0].tolist()) <= {4, 5}  # the best of 5 out of 6 is always entry 5 or 4
+
+
+def test_best_first_within_each_minibatch():
+    returns = np.random.default_rng(3).normal(size=30).astype(np.float32)
+    elites = select(jax.random.key(3), returns, np.ones(30, bool), num_batches=50, batch_size=10, num_elites=4)
+    assert np.all(np.diff(returns[elites], axis=1) <= 0)
+
+
+def test_ties_are_broken_uniformly():
+    n, c, k, j = 10, 4, 2, 40_000
+    returns = np.array([3, 1, 1, 1, 1, 2, 2, 0, 0, 0], np.float32)
+    elites = select(jax.random.key(4), returns, np.ones(n, bool), num_batches=j, batch_size=c, num_elites=k)
+    expected = ftw_jax.tied_occupancy(returns, c, k)
+    assert max_z_score(elites, expected, j, k) < 5
+    # Had ties gone to the lowest index, entries 1 and 2 would be kept far more often than 3 and 4.
+    counts = np.bincount(elites.ravel(), minlength=n)
+    assert abs(counts[1] + counts[2] - counts[3] - counts[4]) < 0.05 * counts[1:5].sum()
+
+
+def test_all_tied_is_uniform():
+    n, c, k, j = 9, 4, 2, 30_000
+    elites = select(jax.random.key(5), np.zeros(n), np.ones(n, bool), num_batches=j, batch_size=c, num_elites=k)
+    assert max_z_score(elites, np.full(n, 1 / n), j, k) < 5
+
+
+def test_nan_never_outranks_a_number():
+    returns = np.array([np.nan, 1.0, -np.inf, np.nan, 0.5, -7.0, np.nan, 2.0], np.float32)
+    numbers = {1, 2, 4, 5, 7}
+    whole_pool = dict(num_batches=16, batch_size=8, num_elites=5)
+    elites = select(jax.random.key(6), returns, np.ones(8, bool), **whole_pool)
+    assert all(set(row) == numbers for row in elites.tolist())
+    elites = select(jax.random.key(7), returns, np.ones(8, bool), num_batches=400, batch_size=4, num_elites=2)
+    for row in elites.tolist():
+        if np.isnan(returns[row[0]]):  # a NaN is kept only when the rest of its subset is NaN too
+            assert np.isnan(returns[row[1]])
+
+
+def test_invalid_entries_are_never_selected():
+    returns = np.arange(10, dtype=np.float32)
+    valid = np.array([True] * 6 + [False] * 4)  # the four best returns are invalid
+    elites = select(jax.random.key(8), returns, valid, num_batches=20_000, batch_size=3, num_elites=2)
+    assert elites.max() <= 5
+    assert max_z_score(elites, ftw_jax.tied_occupancy(returns, 3, 2, valid=valid), 20_000, 2) < 5
+
+
+def test_fewer_valid_than_elites_fills_minus_one():
+    valid = np.array([False, True, False, False, False])
+    elites = select(jax.random.key(9), np.arange(5.0), valid, num_batches=3, batch_size=4, num_elites=2)
+    np.testing.assert_array_equal(elites, [[1, -1]] * 3)
+
+
+def test_keys_matter():
+    args = (np.arange(50.0), np.ones(50, bool))
+    sizes = dict(num_batches=8, batch_size=10, num_elites=2)
+    first = select(jax.random.key(10), *args, **sizes)
+    np.testing.assert_array_equal(first, select(jax.random.key(10), *args, **sizes))
+    assert not np.array_equal(first, select(jax.random.key(11), *args, **sizes))
+
+
+@pytest.mark.parametrize(
+    ("returns", "valid", "sizes", "message"),
+    [
+        (np.zeros(8), np.ones(8, bool), dict(num_batches=2, batch_size=3, num_elites=4), "num_elites"),
+        (np.zeros(8), np.ones(8, bool), dict(num_batches=2, batch_size=9, num_elites=1), "batch_size"),
+        (np.zeros(8), np.ones(8, bool), dict(num_batches=2, batch_size=3, num_elites=0), "num_elites"),
+        (np.zeros(8), np.ones(8, bool), dict(num_batches=0, batch_size=3, num_elites=1), "num_batches"),
+        (np.zeros((8, 2)), np.ones(8, bool), dict(num_batches=2, batch_size=3, num_elites=1), r"shape \[N\]"),
+        (np.zeros(8, np.int32), np.ones(8, bool), dict(num_batches=2, batch_size=3, num_elites=1), "floating"),
+        (np.zeros(8), np.ones(8), dict(num_batches=2, batch_size=3, num_elites=1), "valid"),
+        (np.zeros(8), np.ones(7, bool), dict(num_batches=2, batch_size=3, num_elites=1), "valid"),
+    ],
+)
+def test_bad_arguments_raise_before_work(returns, valid, sizes, message):
+    with pytest.raises(ValueError, match=message):
+        ftw_jax.select_elites(jax.random.key(0), jnp.asarray(returns), jnp.asarray(valid), **sizes)

@@ -1,0 +1,189 @@
+"""The jitted FTW update: exact loss, no-op before C entries, skipping non-finite steps, one trace."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import ftw_jax
+from conftest import make_trajectories
+from ftw_jax import losses
+from ftw_jax import pool as pool_lib
+
+N, T, D, A = 8, 3, 3, 2
+TRACES = []
+
+
+def linear_apply(params, observation):
+    TRACES.append(1)  # runs only while tracing
+    return observation @ params["w"] + params["b"]
+
+
+def initial_params():
+    return {"w": 0.1 * jnp.arange(D * A, dtype=jnp.float32).reshape(D, A), "b": jnp.zeros(A)}
+
+
+def config(**overrides):
+    sizes = dict(pool_capacity=N, num_batches=3, batch_size=4, num_elites=2)
+    return ftw_jax.UpdateConfig(**{**sizes, **overrides})
+
+
+def filled_pool(count=N, seed=0, returns=None):
+    batch = make_trajectories(count, T, seed=seed, returns=returns)
+    # Give the trajectories different numbers of policy steps, so the normalisations differ.
+    batch = batch.replace(mask=jnp.arange(T)[None, :] < (1 + jnp.arange(count)[:, None] % T))
+    empty = pool_lib.init(N, jax.tree.map(lambda leaf: leaf[0], batch))
+    return pool_lib.add(empty, batch)
+
+
+def state(kl_coef=0.3, optimizer=None):
+    return ftw_jax.FTWState.create(initial_params(), optimizer or optax.sgd(0.5), kl_coef=kl_coef)
+
+
+def expected_loss(params, reference, pool, elites, kl_coef, normalisation):
+    """The loss written out directly on the gathered elites (repeats included)."""
+    batch = jax.tree.map(lambda leaf: leaf[elites.reshape(-1)], pool.trajectories)
+    logits = jax.vmap(linear_apply, (None, 0))(params, batch.observation)
+    reference_logits = jax.vmap(linear_apply, (None, 0))(reference, batch.observation)
+    ce = -jax.vmap(losses.log_likelihood)(logits, batch.action, batch.mask)
+    kl = jax.vmap(losses.categorical_kl)(logits, reference_logits, batch.mask)
+    per_step = ce + kl_coef * kl
+    if normalisation == "token":
+        return per_step.sum() / batch.mask.sum()
+    return jnp.mean(per_step.sum(1) / batch.mask.sum(1))
+
+
+@pytest.mark.parametrize("normalisation", ["token", "trajectory"])
+@pytest.mark.parametrize("elite_path", ["gather", "counts"])
+def test_loss_and_step_match_the_written_out_loss(normalisation, elite_path):
+    pool = filled_pool()
+    key = jax.random.key(3)
+    start = state()
+    new_state, metrics = ftw_jax.make_update(linear_apply, config(normalisation=normalisation, elite_path=elite_path))(
+        start, pool, key
+    )
+    elites = ftw_jax.select_elites(
+        jax.random.key(3), pool.trajectories.episode_return, pool_lib.valid_mask(pool), num_batches=3, batch_size=4, num_elites=2
+    )
+    loss, grads = jax.value_and_grad(expected_loss)(start.params, start.params, pool, elites, 0.3, normalisation)
+    np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-5)
+    chex.assert_trees_all_close(new_state.params, jax.tree.map(lambda p, g: p - 0.5 * g, start.params, grads), rtol=1e-5)
+    assert bool(metrics["applied"]) and int(new_state.version) == 1
+    returns = np.asarray(pool.trajectories.episode_return)[np.asarray(elites)]
+    np.testing.assert_allclose(metrics["elite_return_mean"], returns.mean(), rtol=1e-6)
+    assert float(metrics["elite_return_min"]) == returns.min()
+    np.testing.assert_allclose(metrics["unique_elite_fraction"], len(np.unique(elites)) / elites.size, rtol=1e-6)
+
+
+def test_no_op_until_the_pool_holds_c_entries():
+    update = ftw_jax.make_update(linear_apply, config())
+    start = state(optimizer=optax.adam(0.1))
+    for count in (1, 3):
+        new_state, metrics = update(start, filled_pool(count), jax.random.key(count))
+        chex.assert_trees_all_equal(new_state, start)
+        assert not bool(metrics["ready"]) and not bool(metrics["applied"]) and int(metrics["pool_size"]) == count
+    new_state, metrics = update(start, filled_pool(4), jax.random.key(4))
+    assert bool(metrics["applied"]) and int(new_state.version) == 1
+    assert not np.allclose(new_state.params["w"], start.params["w"])
+    assert int(new_state.opt_state[0].count) == 1
+
+
+def test_non_finite_steps_never_reach_the_params():
+    pool = filled_pool()
+    poisoned = pool.replace(trajectories=pool.trajectories.replace(observation=pool.trajectories.observation.at[:, 0, 0].set(jnp.nan)))
+    start = state()
+    new_state, metrics = ftw_jax.make_update(linear_apply, config())(start, poisoned, jax.random.key(0))
+    chex.assert_trees_all_equal(new_state, start)
+    assert bool(metrics["nonfinite"]) and bool(metrics["ready"]) and not bool(metrics["applied"])
+
+
+def test_nan_returns_are_ranked_last_and_do_not_stop_learning():
+    returns = jnp.array([jnp.nan, 1.0, jnp.nan, 3.0, 2.0, jnp.nan, 0.0, 5.0])
+    _, metrics = ftw_jax.make_update(linear_apply, config(batch_size=8, num_elites=5))(
+        state(), filled_pool(returns=returns), jax.random.key(0)
+    )
+    assert bool(metrics["applied"]) and float(metrics["elite_return_min"]) == 0.0
+
+
+def test_traces_once_and_keys_matter():
+    update = ftw_jax.make_update(linear_apply, config())
+    current = state()
+    TRACES.clear()
+    current, first = update(current, filled_pool(seed=0), jax.random.key(0))
+    traces_after_compile = len(TRACES)
+    assert traces_after_compile > 0
+    params_by_key = []
+    for seed in range(1, 4):
+        new_state, _ = update(current, filled_pool(seed=seed), jax.random.key(seed))
+        params_by_key.append(np.asarray(new_state.params["w"]))
+    again, _ = update(current, filled_pool(seed=1), jax.random.key(1))
+    assert len(TRACES) == traces_after_compile  # no retrace across calls
+    np.testing.assert_array_equal(again.params["w"], params_by_key[0])  # same key, same result
+    assert not np.array_equal(params_by_key[0], params_by_key[1])
+
+
+def test_previous_reference_lags_one_update():
+    update = ftw_jax.make_update(linear_apply, config(reference="previous"))
+    first, _ = update(state(), filled_pool(), jax.random.key(0))
+    chex.assert_trees_all_equal(first.reference_params, initial_params())
+    second, metrics = update(first, filled_pool(), jax.random.key(1))
+    chex.assert_trees_all_equal(second.reference_params, first.params)
+    assert float(metrics["kl"]) > 0
+
+
+def test_reverse_kl_direction_changes_the_kl():
+    pool = filled_pool()
+    moved = state().replace(params=jax.tree.map(lambda p: p + jnp.array([0.7, -0.7]), initial_params()))
+    _, forward = ftw_jax.make_update(linear_apply, config())(moved, pool, jax.random.key(0))
+    _, reverse = ftw_jax.make_update(linear_apply, config(kl_direction="reference_to_policy"))(moved, pool, jax.random.key(0))
+    assert float(forward["kl"]) > 0 and float(reverse["kl"]) > 0
+    assert not np.isclose(float(forward["kl"]), float(reverse["kl"]))
+
+
+def test_repeated_updates_converge_to_the_kept_action_frequency():
+    """Without KL the cross-entropy's fixed point is the share of kept slots that took action 1."""
+    batch = make_trajectories(N, T, returns=jnp.arange(N))
+    # Constant observations make the policy tabular; the four best trajectories took action 1.
+    batch = batch.replace(
+        observation=jnp.ones_like(batch.observation),
+        action=jnp.broadcast_to((jnp.arange(N) >= 4)[:, None], (N, T)).astype(jnp.int32),
+    )
+    pool = pool_lib.add(pool_lib.init(N, jax.tree.map(lambda leaf: leaf[0], batch)), batch)
+    update = ftw_jax.make_update(linear_apply, config())
+    current = state(kl_coef=0.0, optimizer=optax.adam(0.02))
+    probability = lambda s: float(jax.nn.softmax(linear_apply(s.params, batch.observation[0]))[0, 1])
+    assert probability(current) < 0.7
+    tail = []
+    for step, key in enumerate(jax.random.split(jax.random.key(0), 400)):
+        current, _ = update(current, pool, key)
+        if step >= 300:
+            tail.append(probability(current))
+    kept_share = ftw_jax.rank_occupancy(N, 4, 2)[:4].sum()
+    assert abs(np.mean(tail) - kept_share) < 0.03, (np.mean(tail), kept_share)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(num_elites=5), "num_elites"),
+        (dict(batch_size=9), "batch_size"),
+        (dict(num_elites=0), "num_elites"),
+        (dict(pool_capacity=0), "batch_size"),
+        (dict(num_batches=0), "num_batches"),
+        (dict(normalisation="mean"), "normalisation"),
+        (dict(reference="ema"), "reference"),
+        (dict(kl_direction="forward"), "kl_direction"),
+        (dict(elite_path="unique"), "elite_path"),
+    ],
+)
+def test_bad_config_raises(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        config(**overrides)
+
+
+def test_pool_of_the_wrong_capacity_raises():
+    update = ftw_jax.make_update(linear_apply, config(pool_capacity=16))
+    with pytest.raises(ValueError, match="capacity 16"):
+        update(state(), filled_pool(), jax.random.key(0))
