@@ -13,6 +13,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from ftw_jax import pool as pool_lib
@@ -127,3 +128,46 @@ def run_seeds(config: BanditConfig, seeds: list[int]) -> dict:
     """Runs every seed in one jit(vmap(run)); returns the curves as arrays with a leading [S] axis."""
     keys = jnp.stack([jax.random.key(seed) for seed in seeds])
     return jax.jit(jax.vmap(make_run(config)))(keys)
+
+
+def winners_only_probability(config: BanditConfig) -> float:
+    """Best-arm probability at the end of the run if every kept action were the best arm.
+
+    With logits z, the loss −log π_best + β·KL(π ‖ uniform) has gradient (π − e_best) + β·π ⊙ (log π + H(π)),
+    so this path is a deterministic recurrence: the first update comes after C pulls, then one per pull.
+    Written out in numpy, independently of the jitted update, as a check on it.
+    """
+    num_arms = len(config.arm_means)
+    target = np.eye(num_arms)[config.best_arm]
+    logits = np.zeros(num_arms)
+    for _ in range(config.num_iterations - config.batch_size + 1):
+        probs = np.exp(logits - logits.max())
+        probs /= probs.sum()
+        entropy = -np.sum(probs * np.log(probs))
+        logits = logits - config.learning_rate * (probs - target + config.kl_coef * probs * (np.log(probs) + entropy))
+    probs = np.exp(logits - logits.max())
+    return float(probs[config.best_arm] / probs.sum())
+
+
+def kl_fixed_point_probability(config: BanditConfig) -> float:
+    """Best-arm probability p at which −log π_best + β·KL(π ‖ uniform) is stationary (other arms equal).
+
+    Stationarity in the best arm's logit reads β·p·(log p + H) = 1 − p; solved by bisection on (1/A, 1).
+    Returns 1.0 when β = 0 (no finite fixed point).
+    """
+    if config.kl_coef == 0:
+        return 1.0
+    num_arms = len(config.arm_means)
+
+    def excess(p):
+        others = (1 - p) / (num_arms - 1)
+        entropy = -p * np.log(p) - (1 - p) * np.log(others)
+        return config.kl_coef * p * (np.log(p) + entropy) - (1 - p)
+
+    low, high = 1.0 / num_arms, 1.0
+    for _ in range(2000):
+        middle = 0.5 * (low + high)
+        if middle in (low, high):
+            break
+        low, high = (middle, high) if excess(middle) < 0 else (low, middle)
+    return float(low)

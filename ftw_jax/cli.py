@@ -41,15 +41,11 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _add_bandit_parser(subparsers) -> None:
+def add_bandit_arguments(parser: argparse.ArgumentParser) -> None:
+    """The bandit protocol's options (shared with experiments/bandit.py)."""
     from ftw_jax.bandit import BanditConfig
 
     defaults = BanditConfig()
-    parser = subparsers.add_parser(
-        "bandit",
-        help="reproduce the two-armed bandit result (the main job)",
-        description="FTW on a Gaussian bandit, all seeds in one vmapped jit. Defaults are the paper's protocol.",
-    )
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument("--seeds", type=_int_list, help="comma-separated seeds (default 42,43,44)")
     seeds.add_argument("--num-seeds", type=_positive_int, help="run seeds 42, 43, ..., 42 + N - 1")
@@ -62,20 +58,18 @@ def _add_bandit_parser(subparsers) -> None:
     parser.add_argument("--num-batches", "-J", type=int, default=defaults.num_batches)
     parser.add_argument("--kl-coef", type=float, default=defaults.kl_coef)
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
-    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of a table")
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/bandit"),
-                        help="folder for the learning-curve PNG (default runs/bandit)")
-    parser.add_argument("--no-plot", action="store_true", help="do not write the PNG")
-    parser.set_defaults(handler=_run_bandit)
 
 
-def _run_bandit(args) -> int:
-    from ftw_jax.bandit import BanditConfig, run_seeds
+def bandit_seeds(args) -> list[int]:
+    if args.seeds:
+        return args.seeds
+    return [DEFAULT_SEEDS[0] + i for i in range(args.num_seeds)] if args.num_seeds else list(DEFAULT_SEEDS)
 
-    seeds = args.seeds or (
-        [DEFAULT_SEEDS[0] + i for i in range(args.num_seeds)] if args.num_seeds else list(DEFAULT_SEEDS)
-    )
-    config = BanditConfig(
+
+def bandit_config(args):
+    from ftw_jax.bandit import BanditConfig
+
+    return BanditConfig(
         arm_means=args.arm_means,
         noise_sd=args.noise_sd,
         num_iterations=args.iterations,
@@ -86,6 +80,27 @@ def _run_bandit(args) -> int:
         kl_coef=args.kl_coef,
         learning_rate=args.learning_rate,
     )
+
+
+def _add_bandit_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "bandit",
+        help="reproduce the two-armed bandit result (the main job)",
+        description="FTW on a Gaussian bandit, all seeds in one vmapped jit. Defaults are the paper's protocol.",
+    )
+    add_bandit_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of a table")
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/bandit"),
+                        help="folder for the learning-curve PNG (default runs/bandit)")
+    parser.add_argument("--no-plot", action="store_true", help="do not write the PNG")
+    parser.set_defaults(handler=_run_bandit)
+
+
+def _run_bandit(args) -> int:
+    from ftw_jax.bandit import run_seeds
+
+    seeds = bandit_seeds(args)
+    config = bandit_config(args)
     print(f"running {len(seeds)} seed(s) x {config.num_iterations} iterations in one jit...", file=sys.stderr)
     started = time.perf_counter()
     curves = run_seeds(config, seeds)
@@ -110,7 +125,7 @@ def _run_bandit(args) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    _print_bandit_table(seeds, best, reward)
+    print_bandit_table(seeds, best, reward)
     print(f"\n{len(seeds)} seed(s) in {seconds:.1f} s (compile included)")
     if not args.no_plot:
         from ftw_jax.plots import save_learning_curves
@@ -125,7 +140,7 @@ def _run_bandit(args) -> int:
     return 0
 
 
-def _print_bandit_table(seeds, best, reward, max_rows: int = 20) -> None:
+def print_bandit_table(seeds, best, reward, max_rows: int = 20) -> None:
     print(f"{'seed':>8}  {'P(best) initial':>15}  {'P(best) final':>13}  {'E[reward] final':>15}")
     for seed, curve, rewards in list(zip(seeds, best, reward))[:max_rows]:
         print(f"{seed:>8}  {curve[0]:>15.6f}  {curve[-1]:>13.6f}  {rewards[-1]:>15.6f}")

@@ -30,3 +30,26 @@ def save_learning_curves(path, curves, labels, *, title: str, ylabel: str, xlabe
     figure.savefig(path)
     plt.close(figure)
     return path
+
+
+def save_histogram(path, values, *, title: str, xlabel: str, markers: dict[str, float] | None = None) -> pathlib.Path:
+    """A histogram of `values` with labelled vertical lines at `markers`; returns the path written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure, axes = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    axes.hist(np.asarray(values), bins=60, color="tab:blue", alpha=0.8)
+    for (label, value), color in zip((markers or {}).items(), ("black", "tab:red", "tab:green")):
+        axes.axvline(value, color=color, ls="--", lw=1.2, label=f"{label}: {value:.6f}")
+    axes.set(title=title, xlabel=xlabel, ylabel="seeds")
+    axes.set_yscale("log")
+    if markers:
+        axes.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path
