@@ -24,9 +24,9 @@ def select_elites(
 ) -> jax.Array:
     """Pool indices of the K best returns in each of J uniformly drawn C-subsets of the valid entries.
 
-    Each minibatch gives every valid entry an independent uniform key and takes the C largest (invalid
-    entries get the lowest key, so they come last): a uniform C-subset without replacement. Candidates arrive in
-    random order, so a stable sort by return breaks ties uniformly at random. NaN returns rank below
+    Each minibatch is a uniform C-subset of the valid entries, without replacement: by Floyd's algorithm
+    when C² <= N (cost independent of N), otherwise as the C largest of N random keys. Ties in return are
+    broken by an independent random key, so uniformly at random. NaN returns rank below
     every non-NaN return (−inf included); invalid entries rank below everything and are never returned:
     if fewer than K entries are valid, the unfilled slots hold −1. Minibatches are independent, so the
     same entry can be kept by several of them (repeats count in the loss). The key is consumed.
@@ -53,23 +53,70 @@ def select_elites(
     if np.shape(valid) != (pool_size,) or jnp.result_type(valid) != jnp.bool_:
         raise ValueError(f"valid must be bool of shape ({pool_size},), got {jnp.result_type(valid)} {np.shape(valid)}.")
 
+    if uses_floyd(pool_size, batch_size):
+        # O(C²) per minibatch, independent of N: the positions of the valid entries are found once.
+        (valid_index,) = jnp.nonzero(valid, size=pool_size, fill_value=0)
+        num_valid = jnp.sum(valid, dtype=jnp.int32)
+        draw_subset = lambda subset_key: _subset_by_floyd(subset_key, valid_index, num_valid, batch_size)
+    else:
+        draw_subset = lambda subset_key: _subset_by_random_keys(subset_key, valid, batch_size)
+
     def one_minibatch(minibatch_key: jax.Array) -> jax.Array:
-        # 31 random bits (ties between valid entries are then rare enough not to bias the subset);
-        # invalid entries get 0 and are drawn only when fewer than C entries are valid.
-        draw = jax.random.bits(minibatch_key, (pool_size,), jnp.uint32) >> 1
-        draw = jnp.where(valid, draw.astype(jnp.int32) + 1, 0)
-        _, candidates = jax.lax.top_k(draw, batch_size)  # [C], in random order
+        subset_key, tie_key = jax.random.split(minibatch_key)
+        candidates, candidate_valid = draw_subset(subset_key)  # [C], [C]
         candidate_returns = returns[candidates]
         is_nan = jnp.isnan(candidate_returns)
-        # Lexicographic, stable: valid first, then non-NaN, then higher return; equal keys keep draw order.
-        _, _, _, ranked = jax.lax.sort(
-            (~valid[candidates], is_nan, -jnp.where(is_nan, 0.0, candidate_returns), candidates),
-            num_keys=3,
-            is_stable=True,
+        tie_break = jax.random.bits(tie_key, (batch_size,), jnp.uint32)
+        # Lexicographic: valid first, then non-NaN, then higher return, then a random tie-break.
+        invalid, _, _, _, ranked = jax.lax.sort(
+            (~candidate_valid, is_nan, -jnp.where(is_nan, 0.0, candidate_returns), tie_break, candidates),
+            num_keys=4,
         )
-        elites = ranked[:num_elites]
-        return jnp.where(valid[elites], elites, -1).astype(jnp.int32)
+        return jnp.where(invalid[:num_elites], -1, ranked[:num_elites]).astype(jnp.int32)
 
     elites = jax.vmap(one_minibatch)(jax.random.split(key, num_batches))
     chex.assert_shape(elites, (num_batches, num_elites))
     return elites
+
+
+def uses_floyd(pool_size: int, batch_size: int) -> bool:
+    """Whether subsets come from Floyd's algorithm (O(C²)) rather than N random keys (O(N))."""
+    return batch_size * batch_size <= pool_size
+
+
+# Bit pattern of the smallest positive normal float32 (2^-126).
+_SMALLEST_NORMAL_BITS = 0x00800000
+
+
+def _subset_by_random_keys(key: jax.Array, valid: jax.Array, batch_size: int) -> tuple[jax.Array, jax.Array]:
+    """The C largest of N iid random keys, invalid entries keyed lowest: (indices [C], valid [C]). O(N).
+
+    The keys are 30 random bits read as positive normal float32s (invalid entries get +0.0): positive floats
+    order like their bit patterns, and `top_k` on float32 is far faster than on integers on CPU.
+    """
+    bits = (jax.random.bits(key, valid.shape, jnp.uint32) >> 2).astype(jnp.int32)
+    draw = jax.lax.bitcast_convert_type(jnp.where(valid, bits + _SMALLEST_NORMAL_BITS, 0), jnp.float32)
+    _, candidates = jax.lax.top_k(draw, batch_size)
+    return candidates, valid[candidates]
+
+
+def _subset_by_floyd(
+    key: jax.Array, valid_index: jax.Array, num_valid: jax.Array, batch_size: int
+) -> tuple[jax.Array, jax.Array]:
+    """C distinct positions among the valid entries by Floyd's algorithm: (indices [C], valid [C]). O(C²).
+
+    For i = 0..C−1, with top = n − C + i: draw t uniformly in [0, top]; keep t unless already kept, then
+    keep top. Every C-subset of [0, n) is equally likely. With fewer than C valid entries (n = C), the
+    positions beyond them are flagged invalid.
+    """
+    n = jnp.maximum(num_valid, batch_size)
+    tops = n - batch_size + jnp.arange(batch_size, dtype=jnp.int32)  # [C]
+    draws = jax.random.randint(key, (batch_size,), 0, tops + 1)  # [C], draws[i] uniform in [0, tops[i]]
+
+    def keep(i, kept):
+        position = jnp.where(jnp.any(kept == draws[i]), tops[i], draws[i])
+        return kept.at[i].set(position)
+
+    kept = jax.lax.fori_loop(0, batch_size, keep, jnp.full((batch_size,), -1, jnp.int32))
+    is_valid = kept < num_valid
+    return valid_index[jnp.where(is_valid, kept, 0)], is_valid

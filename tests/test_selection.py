@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import ftw_jax
+from ftw_jax.selection import uses_floyd
 
 
 def select(key, returns, valid, *, jit=True, **sizes):
@@ -25,9 +26,15 @@ def max_z_score(elites, expected_per_slot, num_batches, num_elites):
     return np.max(np.abs(z))
 
 
+# Both ways of drawing a subset: N random keys (C² > N) and Floyd's algorithm (C² <= N).
+KEYS_AND_FLOYD = pytest.mark.parametrize("floyd", [False, True], ids=["random_keys", "floyd"])
+
+
+@KEYS_AND_FLOYD
 @pytest.mark.parametrize("jit", [True, False])
-def test_frequencies_match_rank_occupancy(jit):
-    n, c, k, j = 12, 5, 2, 40_000
+def test_frequencies_match_rank_occupancy(jit, floyd):
+    n, c, k, j = (40 if floyd else 12), 5, 2, 40_000
+    assert uses_floyd(n, c) == floyd
     returns = np.random.default_rng(0).permutation(n).astype(np.float32)  # distinct, shuffled
     elites = select(jax.random.key(1), returns, np.ones(n, bool), jit=jit, num_batches=j, batch_size=c, num_elites=k)
     assert elites.shape == (j, k) and elites.dtype == np.int32
@@ -52,9 +59,11 @@ def test_best_first_within_each_minibatch():
     assert np.all(np.diff(returns[elites], axis=1) <= 0)
 
 
-def test_ties_are_broken_uniformly():
-    n, c, k, j = 10, 4, 2, 40_000
-    returns = np.array([3, 1, 1, 1, 1, 2, 2, 0, 0, 0], np.float32)
+@KEYS_AND_FLOYD
+def test_ties_are_broken_uniformly(floyd):
+    n, c, k, j = 10 + 6 * floyd, 4, 2, 40_000
+    returns = np.array([3, 1, 1, 1, 1, 2, 2, 0, 0, 0] + [-1] * 6 * floyd, np.float32)
+    assert uses_floyd(n, c) == floyd
     elites = select(jax.random.key(4), returns, np.ones(n, bool), num_batches=j, batch_size=c, num_elites=k)
     expected = ftw_jax.tied_occupancy(returns, c, k)
     assert max_z_score(elites, expected, j, k) < 5
@@ -81,18 +90,32 @@ def test_nan_never_outranks_a_number():
             assert np.isnan(returns[row[1]])
 
 
-def test_invalid_entries_are_never_selected():
-    returns = np.arange(10, dtype=np.float32)
-    valid = np.array([True] * 6 + [False] * 4)  # the four best returns are invalid
-    elites = select(jax.random.key(8), returns, valid, num_batches=20_000, batch_size=3, num_elites=2)
-    assert elites.max() <= 5
-    assert max_z_score(elites, ftw_jax.tied_occupancy(returns, 3, 2, valid=valid), 20_000, 2) < 5
+@KEYS_AND_FLOYD
+def test_invalid_entries_are_never_selected(floyd):
+    c = 4 if floyd else 5
+    returns = np.arange(16, dtype=np.float32)
+    valid = np.array([True, False] * 6 + [False] * 4)  # entries 0, 2, ..., 10; the best returns are invalid
+    assert uses_floyd(16, c) == floyd
+    elites = select(jax.random.key(8), returns, valid, num_batches=20_000, batch_size=c, num_elites=2)
+    reachable = {10, 8, 6, 4} if floyd else {10, 8, 6}  # ranks <= N − C + K among the 6 valid entries
+    assert set(np.unique(elites).tolist()) == reachable
+    assert max_z_score(elites, ftw_jax.tied_occupancy(returns, c, 2, valid=valid), 20_000, 2) < 5
 
 
-def test_fewer_valid_than_elites_fills_minus_one():
-    valid = np.array([False, True, False, False, False])
-    elites = select(jax.random.key(9), np.arange(5.0), valid, num_batches=3, batch_size=4, num_elites=2)
+@KEYS_AND_FLOYD
+def test_fewer_valid_than_elites_fills_minus_one(floyd):
+    n = 16 if floyd else 5
+    valid = np.arange(n) == 1
+    elites = select(jax.random.key(9), np.arange(float(n)), valid, num_batches=3, batch_size=4, num_elites=2)
     np.testing.assert_array_equal(elites, [[1, -1]] * 3)
+
+
+@KEYS_AND_FLOYD
+def test_fewer_valid_than_c_draws_all_of_them(floyd):
+    n = 16 if floyd else 5
+    valid = np.isin(np.arange(n), [0, 3, 4])
+    elites = select(jax.random.key(12), np.arange(float(n)), valid, num_batches=5, batch_size=4, num_elites=3)
+    np.testing.assert_array_equal(elites, [[4, 3, 0]] * 5)
 
 
 def test_keys_matter():
