@@ -5,6 +5,8 @@ Axis legend: N pool entries, J minibatches, C candidates per minibatch, K elites
 
 from __future__ import annotations
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -57,9 +59,11 @@ def select_elites(
         # O(C²) per minibatch, independent of N: the positions of the valid entries are found once.
         (valid_index,) = jnp.nonzero(valid, size=pool_size, fill_value=0)
         num_valid = jnp.sum(valid, dtype=jnp.int32)
-        draw_subset = lambda subset_key: _subset_by_floyd(subset_key, valid_index, num_valid, batch_size)
+        draw_subset = functools.partial(
+            _subset_by_floyd, valid_index=valid_index, num_valid=num_valid, batch_size=batch_size
+        )
     else:
-        draw_subset = lambda subset_key: _subset_by_random_keys(subset_key, valid, batch_size)
+        draw_subset = functools.partial(_subset_by_random_keys, valid=valid, batch_size=batch_size)
 
     def one_minibatch(minibatch_key: jax.Array) -> jax.Array:
         subset_key, tie_key = jax.random.split(minibatch_key)
