@@ -156,10 +156,122 @@ def print_bandit_table(seeds, best, reward, max_rows: int = 20) -> None:
         print(f"share of seeds within 1e-6 of the max: {at_max:.1%}")
 
 
+_TRAIN_OPTIONS = {
+    # flag: (TrainConfig field, type, help)
+    "--iterations": ("num_iterations", int, "training iterations (a multiple of --eval-every)"),
+    "--episodes-per-iteration": ("episodes_per_iteration", int, "B, episodes rolled out per iteration"),
+    "--updates-per-iteration": ("updates_per_iteration", int, "U, FTW updates per iteration"),
+    "--pool-capacity": ("pool_capacity", int, "N"),
+    "--num-batches": ("num_batches", int, "J"),
+    "--batch-size": ("batch_size", int, "C"),
+    "--num-elites": ("num_elites", int, "K"),
+    "--optimizer": ("optimizer", str, "adam or sgd"),
+    "--learning-rate": ("learning_rate", float, None),
+    "--kl-coef": ("kl_coef", float, "beta"),
+    "--eval-every": ("eval_every", int, "iterations between evaluations"),
+    "--eval-episodes": ("eval_episodes", int, "episodes per evaluation"),
+    "--normalisation": ("normalisation", str, "token or trajectory"),
+    "--reference": ("reference", str, "initial or previous"),
+}
+
+
+def _add_train_parser(subparsers) -> None:
+    from ftw_jax.train import ENV_DEFAULTS
+
+    parser = subparsers.add_parser(
+        "train",
+        help="train FTW on an environment (all seeds in one vmapped, jitted program)",
+        description="Every option defaults to a setting that trains on a 2-core CPU (ftw_jax.train.ENV_DEFAULTS).",
+    )
+    parser.add_argument("--env", required=True, choices=sorted(ENV_DEFAULTS))
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=_int_list, help="comma-separated seeds (default 0,1,2)")
+    seeds.add_argument("--num-seeds", type=_positive_int, help="run seeds 0..N-1")
+    for flag, (_, kind, help_text) in _TRAIN_OPTIONS.items():
+        parser.add_argument(flag, type=kind, default=None, help=help_text)
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"),
+                        help="where the run folder is created (default runs/)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress goes to stderr)")
+    parser.add_argument("--no-plot", action="store_true", help="do not write the learning-curve PNG")
+    parser.set_defaults(handler=_run_train)
+
+
+def _run_train(args) -> int:
+    import jax
+
+    from ftw_jax import runs
+    from ftw_jax.train import TrainConfig, make_train
+
+    seeds = args.seeds or list(range(args.num_seeds or 3))
+    overrides = {field: getattr(args, flag[2:].replace("-", "_"))
+                 for flag, (field, _, _) in _TRAIN_OPTIONS.items()
+                 if getattr(args, flag[2:].replace("-", "_")) is not None}
+    config = TrainConfig.for_env(args.env, **overrides)
+    trainer = make_train(config)
+    folder = runs.new_run_folder(args.out, args.env)
+    runs.write_json(folder / "config.json", {"seeds": seeds, **dataclasses.asdict(config)})
+    log = lambda message: print(message, file=sys.stderr if args.json else sys.stdout, flush=True)  # noqa: E731
+    log(f"training {args.env} for {config.num_iterations} iterations x {len(seeds)} seed(s); run folder {folder}")
+
+    run_period = jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), static_argnums=1)
+    carry = jax.vmap(trainer.init)(jax.numpy.stack([jax.random.key(seed) for seed in seeds]))
+    started = time.perf_counter()
+    evaluations = []
+    for _ in range(config.num_periods):  # one evaluation period per call: same result as one scan
+        carry, (metrics, evaluation) = run_period(carry, 1)
+        metrics = jax.tree.map(lambda leaf: np.asarray(leaf)[:, 0], metrics)  # [S, eval_every]
+        evaluation = jax.tree.map(lambda leaf: np.asarray(leaf)[:, 0], evaluation)  # [S]
+        iterations = np.asarray(carry.iteration)[0]
+        metrics["iteration"] = iterations - config.eval_every + 1 + np.arange(config.eval_every)[None].repeat(len(seeds), 0)
+        runs.append_rows(folder / "metrics.jsonl", metrics, seeds)
+        runs.append_rows(folder / "evaluation.jsonl", {k: v[:, None] for k, v in evaluation.items()}, seeds)
+        evaluations.append(evaluation)
+        seconds = time.perf_counter() - started
+        steps = int(np.asarray(carry.env_steps).sum())
+        log(f"iteration {iterations:>5}/{config.num_iterations}  env steps {steps:>10,}  "
+            f"train return {metrics['return_mean'][:, -1].mean():9.3f}  eval return {evaluation['return'].mean():9.3f}  "
+            f"{steps / seconds:9,.0f} steps/s (compile included)")
+        if not np.all(np.isfinite(evaluation["return"])):
+            log("error: non-finite evaluation return; stopping (the run folder keeps what was done).")
+            return 1
+    seconds = time.perf_counter() - started
+    final = evaluations[-1]
+    summary = {
+        "env": args.env,
+        "seeds": seeds,
+        "return": final["return"].tolist(),
+        "env_steps": np.asarray(carry.env_steps).tolist(),
+        "iterations": config.num_iterations,
+        "seconds": seconds,
+        "env_steps_per_second": float(np.asarray(carry.env_steps).sum() / seconds),
+        "run_folder": str(folder),
+        "config": dataclasses.asdict(config),
+    }
+    runs.write_json(folder / "summary.json", summary)
+    if not args.no_plot:
+        from ftw_jax.plots import save_learning_curves
+
+        returns = np.stack([e["return"] for e in evaluations], axis=1)  # [S, periods]
+        steps = np.stack([e["env_steps"] for e in evaluations], axis=1)
+        save_learning_curves(folder / "learning_curve.png", returns, [f"seed {s}" for s in seeds],
+                             title=f"FTW on {args.env}: evaluation return", ylabel="mean episode return",
+                             xlabel="env steps", x=steps)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print(f"\n{'seed':>6}  {'final eval return':>17}  {'env steps':>10}")
+    for seed, value, steps in zip(seeds, summary["return"], summary["env_steps"]):
+        print(f"{seed:>6}  {value:>17.3f}  {steps:>10,}")
+    print(f"{'mean':>6}  {np.mean(summary['return']):>17.3f}")
+    print(f"\n{seconds:.1f} s, {summary['env_steps_per_second']:,.0f} env steps/s (compile included); run folder {folder}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ftw-jax", description="Follow the Winners (FTW) in JAX.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_bandit_parser(subparsers)
+    _add_train_parser(subparsers)
     args = parser.parse_args(argv)
     try:
         return args.handler(args)

@@ -7,22 +7,28 @@ import pathlib
 import numpy as np
 
 
-def save_learning_curves(path, curves, labels, *, title: str, ylabel: str, xlabel: str = "iteration") -> pathlib.Path:
-    """One line per run (`curves` [S, I]) plus their mean; returns the path written."""
+def save_learning_curves(
+    path, curves, labels, *, title: str, ylabel: str, xlabel: str = "iteration", x=None
+) -> pathlib.Path:
+    """One line per run (`curves` [S, I]) plus their mean; returns the path written.
+
+    `x` ([S, I] or [I]) places the points (e.g. env steps); the mean is drawn at the mean x.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     curves = np.asarray(curves)
+    x = np.broadcast_to(np.arange(curves.shape[1]) if x is None else np.asarray(x), curves.shape)
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure, axes = plt.subplots(figsize=(6.4, 4.0), dpi=120)
     many = len(curves) > 10
-    for curve, label in zip(curves, labels):
-        axes.plot(curve, lw=0.8, alpha=0.15 if many else 0.7, color="tab:blue" if many else None,
+    for x_run, curve, label in zip(x, curves, labels):
+        axes.plot(x_run, curve, lw=0.8, alpha=0.15 if many else 0.7, color="tab:blue" if many else None,
                   label=None if many else label)
-    axes.plot(curves.mean(axis=0), lw=2.0, color="black", label=f"mean of {len(curves)}")
+    axes.plot(x.mean(axis=0), curves.mean(axis=0), lw=2.0, color="black", label=f"mean of {len(curves)}")
     axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
     axes.grid(alpha=0.3)
     axes.legend(loc="lower right", fontsize=8)

@@ -1,16 +1,29 @@
 """Flax policies. Each maps one trajectory's observations [T, ...] to logits [T, A].
 
-Parameters stay a plain pytree, so `apply_fn = lambda params, obs: module.apply(params, obs)` is all the
-update needs.
+Parameters stay a plain pytree, so `module.apply` is all the update needs. `markov = True` says the logits
+at step t depend on observation t alone, so a rollout can act from the current observation; a policy over
+histories (markov = False) is applied to the whole [T, ...] buffer and read at position t.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+
+class TabularPolicy(nn.Module):
+    """The same logits [A] at every step, whatever the observation (bandits). Starts uniform."""
+
+    num_actions: int
+    markov: ClassVar[bool] = True
+
+    @nn.compact
+    def __call__(self, observation: jax.Array) -> jax.Array:
+        logits = self.param("logits", nn.initializers.zeros, (self.num_actions,))
+        return jnp.broadcast_to(logits, (observation.shape[0], self.num_actions))
 
 
 class MLPPolicy(nn.Module):
@@ -18,6 +31,7 @@ class MLPPolicy(nn.Module):
 
     num_actions: int
     hidden_sizes: Sequence[int] = (64, 64)
+    markov: ClassVar[bool] = True
 
     @nn.compact
     def __call__(self, observation: jax.Array) -> jax.Array:

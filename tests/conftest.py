@@ -25,5 +25,12 @@ def make_trajectories(batch, num_steps, *, returns=None, observation_size=3, see
 
 
 @pytest.fixture
-def trajectories():
-    return make_trajectories
+def unchecked_key_reuse():
+    """Turns the key-reuse checker off for one test.
+
+    jax's experimental checker rejects any scan over split keys inside vmap, a false positive:
+    `vmap(lambda k: scan(f, 0, split(k, 5)))` alone trips it. Tests of vmapped programs use this;
+    `tests/test_bandit.py::test_one_seed_reuses_no_key` checks the same kind of program without vmap.
+    """
+    with jax.debug_key_reuse(False):
+        yield

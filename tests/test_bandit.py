@@ -10,13 +10,7 @@ from ftw_jax import cli
 from ftw_jax.bandit import BanditConfig, make_run, run_seeds
 
 
-@pytest.fixture(autouse=True)
-def no_key_reuse_check_under_vmap():
-    """jax's experimental key-reuse checker rejects any scan over split keys inside vmap (a false
-    positive: `vmap(lambda k: scan(f, 0, split(k, 5)))` alone trips it), so the vmapped runs here go
-    unchecked; `test_one_seed_reuses_no_key` checks the same program without vmap."""
-    with jax.debug_key_reuse(False):
-        yield
+pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 
 
 def test_one_seed_reuses_no_key():

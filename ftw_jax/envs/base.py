@@ -1,0 +1,42 @@
+"""The environment API: functional and jittable, with explicit keys, state and params (as in gymnax).
+
+    obs, state = env.reset(key, params)
+    obs, state, reward, done, info = env.step(key, state, action, params)
+
+An environment object holds only static configuration (it is a frozen dataclass, hashable, so it can be
+closed over or passed as a static argument); everything that changes lives in `state`, everything a sweep
+might vary lives in `params`. `step` after `done` must stay finite (rollouts mask those steps out).
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+import jax
+
+
+class Environment(abc.ABC):
+    """Base class; subclasses are frozen dataclasses."""
+
+    @property
+    @abc.abstractmethod
+    def num_actions(self) -> int:
+        """A: actions are ints in [0, A)."""
+
+    @property
+    @abc.abstractmethod
+    def max_steps(self) -> int:
+        """The episode limit; rollouts record this many steps (T)."""
+
+    @abc.abstractmethod
+    def default_params(self) -> Any:
+        """The params pytree of the standard task."""
+
+    @abc.abstractmethod
+    def reset(self, key: jax.Array, params: Any) -> tuple[Any, Any]:
+        """(observation, state) of a new episode. The key is consumed."""
+
+    @abc.abstractmethod
+    def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple[Any, Any, jax.Array, jax.Array, dict]:
+        """(observation, state, reward, done, info) after `action`. The key is consumed."""

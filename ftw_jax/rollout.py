@@ -1,0 +1,73 @@
+"""Rollouts: one whole episode of at most T steps, recorded as a fixed-shape `Trajectory`.
+
+Steps after the episode ends stay in the record with mask False (never in the loss), so every trajectory
+has the same shape. The return is the sum of rewards before the end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from ftw_jax.envs.base import Environment
+from ftw_jax.pool import Trajectory
+
+
+def rollout(
+    key: jax.Array,
+    env: Environment,
+    env_params: Any,
+    policy: nn.Module,
+    params: Any,
+    version: jax.Array,
+) -> Trajectory:
+    """Plays one episode of at most `env.max_steps` steps with actions sampled from `policy`.
+
+    Args:
+      key: consumed.
+      env, env_params: the environment and its params.
+      policy: a module from `ftw_jax.policies` (`policy.apply(params, observations [T, ...]) -> [T, A]`).
+      params: the policy's params.
+      version: [] int32 policy version, recorded on every step.
+
+    Returns:
+      A `Trajectory` with leaves [T, ...] (T = env.max_steps).
+    """
+    num_steps = env.max_steps
+    reset_key, steps_key = jax.random.split(key)
+    observation, state = env.reset(reset_key, env_params)
+    # A history buffer only for policies that read it (markov ones act on the current observation).
+    history = None if policy.markov else jax.tree.map(
+        lambda leaf: jnp.zeros((num_steps,) + jnp.shape(leaf), jnp.result_type(leaf)), observation
+    )
+
+    def act(carry, inputs):
+        state, observation, history, alive, episode_return = carry
+        t, step_key = inputs
+        action_key, env_key = jax.random.split(step_key)
+        if policy.markov:
+            logits = policy.apply(params, jax.tree.map(lambda leaf: leaf[None], observation))[0]
+        else:
+            history = jax.tree.map(lambda buffer, leaf: buffer.at[t].set(leaf), history, observation)
+            logits = policy.apply(params, history)[t]
+        action = jax.random.categorical(action_key, logits).astype(jnp.int32)
+        log_prob = jax.nn.log_softmax(logits)[action]
+        next_observation, state, reward, done, _ = env.step(env_key, state, action, env_params)
+        episode_return = episode_return + jnp.where(alive, reward, 0.0)
+        record = (observation, action, alive, log_prob)
+        return (state, next_observation, history, alive & ~done, episode_return), record
+
+    carry = (state, observation, history, jnp.ones((), bool), jnp.zeros((), jnp.float32))
+    inputs = (jnp.arange(num_steps), jax.random.split(steps_key, num_steps))
+    (_, _, _, _, episode_return), (observations, actions, mask, log_probs) = jax.lax.scan(act, carry, inputs)
+    return Trajectory(
+        observation=observations,
+        action=actions,
+        mask=mask,
+        behaviour_logp=log_probs.astype(jnp.float32),
+        behaviour_version=jnp.broadcast_to(version, (num_steps,)).astype(jnp.int32),
+        episode_return=episode_return.astype(jnp.float32),
+    )

@@ -1,0 +1,208 @@
+"""The whole FTW training program as one compiled function: rollouts → pool → updates → evaluation.
+
+    trainer = make_train(TrainConfig.for_env("cartpole"))
+    carry, (metrics, evaluation) = trainer.train(key)          # one jit, one lax.scan over everything
+    carries = jax.vmap(trainer.init)(keys)                      # seeds: vmap outside
+    carries, history = trainer.run(carries, num_periods=2)      # or in chunks, to report progress
+
+The program is a scan over evaluation periods, each a scan over `eval_every` iterations followed by an
+evaluation; the PRNG key lives in the carry, so running it in chunks gives exactly the result of one scan.
+One iteration: B episodes rolled out in parallel (vmap) with the current policy → added to the pool →
+U FTW updates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from ftw_jax import envs
+from ftw_jax import pool as pool_lib
+from ftw_jax.policies import MLPPolicy, TabularPolicy
+from ftw_jax.rollout import rollout
+from ftw_jax.update import FTWState, UpdateConfig, make_update
+
+# Per environment, the defaults that train in seconds to minutes on 2 CPU cores.
+ENV_DEFAULTS: dict[str, dict[str, Any]] = {
+    "bandit": dict(
+        num_iterations=240, episodes_per_iteration=1, pool_capacity=128, num_batches=4, batch_size=5,
+        num_elites=1, optimizer="sgd", learning_rate=0.08, kl_coef=0.05, eval_every=24, eval_episodes=64,
+    ),
+    "cartpole": {},  # the TrainConfig defaults
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Everything static about a training run; validated on construction. See `for_env` for defaults."""
+
+    env: str = "cartpole"
+    num_iterations: int = 120
+    episodes_per_iteration: int = 16  # B
+    updates_per_iteration: int = 1  # U
+    pool_capacity: int = 64  # N
+    num_batches: int = 16  # J
+    batch_size: int = 8  # C
+    num_elites: int = 2  # K
+    optimizer: str = "adam"  # "adam" or "sgd"
+    learning_rate: float = 3e-3
+    kl_coef: float = 0.0
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    eval_every: int = 10
+    eval_episodes: int = 32
+    normalisation: str = "token"
+    reference: str = "initial"
+    kl_direction: str = "policy_to_reference"
+
+    @classmethod
+    def for_env(cls, env: str, **overrides) -> "TrainConfig":
+        if env not in ENV_DEFAULTS:
+            raise ValueError(f"unknown environment {env!r}; expected one of {sorted(ENV_DEFAULTS)}.")
+        return cls(env=env, **{**ENV_DEFAULTS[env], **overrides})
+
+    def __post_init__(self):
+        for name in ("num_iterations", "episodes_per_iteration", "updates_per_iteration", "eval_every", "eval_episodes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+        if self.num_iterations % self.eval_every:
+            raise ValueError(
+                f"num_iterations ({self.num_iterations}) must be a multiple of eval_every ({self.eval_every})."
+            )
+        if self.episodes_per_iteration > self.pool_capacity:
+            raise ValueError(
+                f"episodes_per_iteration (B={self.episodes_per_iteration}) must be <= pool_capacity "
+                f"(N={self.pool_capacity})."
+            )
+        if self.optimizer not in ("adam", "sgd"):
+            raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}.")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}.")
+        if not self.kl_coef >= 0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef!r}.")
+        self.update_config  # validates N, J, C, K and the update options
+
+    @property
+    def update_config(self) -> UpdateConfig:
+        return UpdateConfig(
+            pool_capacity=self.pool_capacity,
+            num_batches=self.num_batches,
+            batch_size=self.batch_size,
+            num_elites=self.num_elites,
+            normalisation=self.normalisation,
+            reference=self.reference,
+            kl_direction=self.kl_direction,
+        )
+
+    @property
+    def num_periods(self) -> int:
+        return self.num_iterations // self.eval_every
+
+
+@flax.struct.dataclass
+class TrainCarry:
+    """What one seed's program carries from iteration to iteration."""
+
+    state: FTWState
+    pool: pool_lib.Pool
+    key: jax.Array
+    iteration: jax.Array  # [] int32
+    env_steps: jax.Array  # [] int32: training env steps so far (evaluation not counted)
+
+
+@dataclasses.dataclass(frozen=True)
+class Trainer:
+    """`init(key) -> carry`; `run(carry, num_periods) -> (carry, (metrics, evaluation))`; `train(key)`.
+
+    `metrics` leaves are [periods, eval_every] (per iteration), `evaluation` leaves [periods].
+    `run` is jitted with `num_periods` static; vmap `init` and `run` over seeds.
+    """
+
+    config: TrainConfig
+    env: envs.Environment
+    policy: Any
+    init: Any
+    run: Any
+
+    def train(self, key: jax.Array):
+        return self.run(self.init(key), self.config.num_periods)
+
+
+def make_policy(config: TrainConfig, env: envs.Environment):
+    if config.env == "bandit":
+        return TabularPolicy(num_actions=env.num_actions)
+    return MLPPolicy(num_actions=env.num_actions, hidden_sizes=config.hidden_sizes)
+
+
+def make_train(config: TrainConfig, **env_options) -> Trainer:
+    """Builds the training program for `config` (env options go to `ftw_jax.envs.make`)."""
+    env = envs.make(config.env, **env_options)
+    env_params = env.default_params()
+    policy = make_policy(config, env)
+    update = make_update(policy.apply, config.update_config)
+    optimizer = optax.adam(config.learning_rate) if config.optimizer == "adam" else optax.sgd(config.learning_rate)
+
+    def play(key, params, version, num_episodes):
+        keys = jax.random.split(key, num_episodes)
+        return jax.vmap(rollout, in_axes=(0, None, None, None, None, None))(
+            keys, env, env_params, policy, params, version
+        )
+
+    def init(key: jax.Array) -> TrainCarry:
+        params_key, example_key, key = jax.random.split(key, 3)
+        observation, _ = env.reset(example_key, env_params)
+        params = policy.init(params_key, jax.tree.map(lambda leaf: jnp.asarray(leaf)[None], observation))
+        example = jax.eval_shape(
+            lambda k: rollout(k, env, env_params, policy, params, jnp.zeros((), jnp.int32)), jax.random.key(0)
+        )
+        example = jax.tree.map(lambda spec: jnp.zeros(spec.shape, spec.dtype), example)
+        return TrainCarry(
+            state=FTWState.create(params, optimizer, kl_coef=config.kl_coef),
+            pool=pool_lib.init(config.pool_capacity, example),
+            key=key,
+            iteration=jnp.zeros((), jnp.int32),
+            env_steps=jnp.zeros((), jnp.int32),
+        )
+
+    def iteration(carry: TrainCarry, _):
+        key, play_key, update_key = jax.random.split(carry.key, 3)
+        batch = play(play_key, carry.state.params, carry.state.version, config.episodes_per_iteration)
+        pool = pool_lib.add(carry.pool, batch)
+        state, update_metrics = jax.lax.scan(
+            lambda state, k: update(state, pool, k), carry.state,
+            jax.random.split(update_key, config.updates_per_iteration),
+        )
+        returns = batch.episode_return
+        env_steps = carry.env_steps + jnp.sum(batch.mask, dtype=jnp.int32)
+        metrics = {
+            **jax.tree.map(lambda m: m[-1], update_metrics),  # the iteration's last update
+            "return_mean": jnp.mean(returns),
+            "return_max": jnp.max(returns),
+            "return_min": jnp.min(returns),
+            "env_steps": env_steps,
+        }
+        new_carry = TrainCarry(state=state, pool=pool, key=key, iteration=carry.iteration + 1, env_steps=env_steps)
+        return new_carry, metrics
+
+    def period(carry: TrainCarry, _):
+        carry, metrics = jax.lax.scan(iteration, carry, None, length=config.eval_every)
+        key, eval_key = jax.random.split(carry.key)
+        episodes = play(eval_key, carry.state.params, carry.state.version, config.eval_episodes)
+        evaluation = {
+            "return": jnp.mean(episodes.episode_return),
+            "iteration": carry.iteration,
+            "env_steps": carry.env_steps,
+        }
+        return carry.replace(key=key), (metrics, evaluation)
+
+    @functools.partial(jax.jit, static_argnums=1)
+    def run(carry: TrainCarry, num_periods: int):
+        return jax.lax.scan(period, carry, None, length=num_periods)
+
+    return Trainer(config=config, env=env, policy=policy, init=init, run=run)

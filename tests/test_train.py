@@ -1,0 +1,85 @@
+"""The training program: one compile, chunks equal one scan, seeds differ, it learns, the CLI."""
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ftw_jax import cli
+from ftw_jax.train import TrainConfig, make_train
+
+pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
+SMALL_CARTPOLE = dict(num_iterations=6, eval_every=3, episodes_per_iteration=4, eval_episodes=4)
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    return make_train(TrainConfig.for_env("cartpole", **SMALL_CARTPOLE))
+
+
+def test_chunks_give_the_same_result_as_one_scan_and_compile_once(cartpole):
+    carry = cartpole.init(jax.random.key(0))
+    whole, (metrics, evaluation) = cartpole.run(carry, 2)
+    first, (_, first_evaluation) = cartpole.run(carry, 1)
+    cache_before = cartpole.run._cache_size()
+    second, (_, second_evaluation) = cartpole.run(first, 1)
+    assert cartpole.run._cache_size() == cache_before  # the second chunk reuses the first compile
+    jax.tree.map(np.testing.assert_array_equal, whole.state.params, second.state.params)
+    np.testing.assert_array_equal(evaluation["return"], [first_evaluation["return"][0], second_evaluation["return"][0]])
+    assert metrics["return_mean"].shape == (2, 3)
+    assert int(whole.iteration) == 6 and int(whole.env_steps) == int(metrics["env_steps"][-1, -1])
+
+
+def test_vmapped_seeds_differ_and_match_single_runs(cartpole):
+    keys = jnp.stack([jax.random.key(1), jax.random.key(2)])
+    carries, (_, evaluation) = jax.vmap(cartpole.run, in_axes=(0, None))(jax.vmap(cartpole.init)(keys), 2)
+    assert not np.array_equal(carries.env_steps[0], carries.env_steps[1])
+    single, (_, single_evaluation) = cartpole.run(cartpole.init(jax.random.key(2)), 2)
+    np.testing.assert_allclose(evaluation["return"][1], single_evaluation["return"], rtol=1e-5)
+
+
+def test_cartpole_learns_on_a_small_budget():
+    trainer = make_train(TrainConfig.for_env("cartpole", num_iterations=30, eval_every=15, eval_episodes=16))
+    _, (_, evaluation) = trainer.train(jax.random.key(3))
+    returns = np.asarray(evaluation["return"])
+    assert returns[-1] > 100 and returns[-1] > 2 * 22  # a uniform policy balances ~22 steps
+
+
+def test_bandit_through_the_training_program_matches_the_reproduction():
+    trainer = make_train(TrainConfig.for_env("bandit"))
+    carry, (metrics, evaluation) = trainer.train(jax.random.key(4))
+    probabilities = jax.nn.softmax(carry.state.params["params"]["logits"])
+    assert probabilities[0] > 0.95  # the reproduction's best-arm probability after 240 pulls is ~0.968
+    assert int(carry.env_steps) == 240
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (dict(num_iterations=7, eval_every=3), "multiple of eval_every"),
+        (dict(episodes_per_iteration=100), "episodes_per_iteration"),
+        (dict(optimizer="rmsprop"), "optimizer"),
+        (dict(num_elites=20), "num_elites"),
+        (dict(eval_episodes=0), "eval_episodes"),
+    ],
+)
+def test_bad_config_raises(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        TrainConfig.for_env("cartpole", **overrides)
+
+
+def test_train_cli_json_and_run_folder(capsys, tmp_path):
+    argv = ["train", "--env", "cartpole", "--seeds", "0,1", "--iterations", "4", "--eval-every", "2",
+            "--episodes-per-iteration", "4", "--eval-episodes", "4", "--out", str(tmp_path), "--json"]
+    assert cli.main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["seeds"] == [0, 1] and len(result["return"]) == 2 and len(result["env_steps"]) == 2
+    (folder,) = tmp_path.iterdir()
+    assert {p.name for p in folder.iterdir()} == {
+        "config.json", "metrics.jsonl", "evaluation.jsonl", "summary.json", "learning_curve.png"
+    }
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 * 2 and rows[-1]["iteration"] == 4 and rows[-1]["seed"] == 1
+    assert json.loads((folder / "summary.json").read_text())["return"] == result["return"]
