@@ -23,7 +23,7 @@ def rollout(
     policy: nn.Module,
     params: Any,
     version: jax.Array,
-) -> Trajectory:
+) -> tuple[Trajectory, jax.Array]:
     """Plays one episode of at most `env.max_steps` steps with actions sampled from `policy`.
 
     Args:
@@ -34,7 +34,8 @@ def rollout(
       version: [] int32 policy version, recorded on every step.
 
     Returns:
-      A `Trajectory` with leaves [T, ...] (T = env.max_steps).
+      A `Trajectory` with leaves [T, ...] (T = env.max_steps), and whether the episode solved the task
+      ([] bool; always False where the environment has no notion of success).
     """
     num_steps = env.max_steps
     reset_key, steps_key = jax.random.split(key)
@@ -45,7 +46,7 @@ def rollout(
     )
 
     def act(carry, inputs):
-        state, observation, history, alive, episode_return = carry
+        state, observation, history, alive, episode_return, success = carry
         t, step_key = inputs
         action_key, env_key = jax.random.split(step_key)
         if policy.markov:
@@ -55,15 +56,17 @@ def rollout(
             logits = policy.apply(params, history)[t]
         action = jax.random.categorical(action_key, logits).astype(jnp.int32)
         log_prob = jax.nn.log_softmax(logits)[action]
-        next_observation, state, reward, done, _ = env.step(env_key, state, action, env_params)
+        next_observation, state, reward, done, info = env.step(env_key, state, action, env_params)
         episode_return = episode_return + jnp.where(alive, reward, 0.0)
+        if env.has_success:
+            success = success | (alive & info["solved"])
         record = (observation, action, alive, log_prob)
-        return (state, next_observation, history, alive & ~done, episode_return), record
+        return (state, next_observation, history, alive & ~done, episode_return, success), record
 
-    carry = (state, observation, history, jnp.ones((), bool), jnp.zeros((), jnp.float32))
+    carry = (state, observation, history, jnp.ones((), bool), jnp.zeros((), jnp.float32), jnp.zeros((), bool))
     inputs = (jnp.arange(num_steps), jax.random.split(steps_key, num_steps))
-    (_, _, _, _, episode_return), (observations, actions, mask, log_probs) = jax.lax.scan(act, carry, inputs)
-    return Trajectory(
+    (_, _, _, _, episode_return, success), (observations, actions, mask, log_probs) = jax.lax.scan(act, carry, inputs)
+    trajectory = Trajectory(
         observation=observations,
         action=actions,
         mask=mask,
@@ -71,3 +74,4 @@ def rollout(
         behaviour_version=jnp.broadcast_to(version, (num_steps,)).astype(jnp.int32),
         episode_return=episode_return.astype(jnp.float32),
     )
+    return trajectory, success

@@ -35,6 +35,11 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
         num_elites=1, optimizer="sgd", learning_rate=0.08, kl_coef=0.05, eval_every=24, eval_episodes=64,
     ),
     "cartpole": {},  # the TrainConfig defaults
+    "sokoban": dict(
+        num_iterations=200, episodes_per_iteration=64, pool_capacity=512, num_batches=32, batch_size=16,
+        num_elites=4, optimizer="adam", learning_rate=1e-3, kl_coef=0.0, eval_every=20, eval_episodes=256,
+        hidden_sizes=(256, 256),
+    ),
 }
 
 
@@ -144,11 +149,13 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
     """Builds the training program for `config` (env options go to `ftw_jax.envs.make`)."""
     env = envs.make(config.env, **env_options)
     env_params = env.default_params()
+    eval_params = env.evaluation_params(env_params)
     policy = make_policy(config, env)
     update = make_update(policy.apply, config.update_config)
     optimizer = optax.adam(config.learning_rate) if config.optimizer == "adam" else optax.sgd(config.learning_rate)
 
-    def play(key, params, version, num_episodes):
+    def play(key, params, version, num_episodes, env_params=env_params):
+        """(trajectories [B, T, ...], success [B]) of B episodes with the current policy."""
         keys = jax.random.split(key, num_episodes)
         return jax.vmap(rollout, in_axes=(0, None, None, None, None, None))(
             keys, env, env_params, policy, params, version
@@ -158,7 +165,7 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
         params_key, example_key, key = jax.random.split(key, 3)
         observation, _ = env.reset(example_key, env_params)
         params = policy.init(params_key, jax.tree.map(lambda leaf: jnp.asarray(leaf)[None], observation))
-        example = jax.eval_shape(
+        example, _ = jax.eval_shape(
             lambda k: rollout(k, env, env_params, policy, params, jnp.zeros((), jnp.int32)), jax.random.key(0)
         )
         example = jax.tree.map(lambda spec: jnp.zeros(spec.shape, spec.dtype), example)
@@ -172,7 +179,7 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
 
     def iteration(carry: TrainCarry, _):
         key, play_key, update_key = jax.random.split(carry.key, 3)
-        batch = play(play_key, carry.state.params, carry.state.version, config.episodes_per_iteration)
+        batch, success = play(play_key, carry.state.params, carry.state.version, config.episodes_per_iteration)
         pool = pool_lib.add(carry.pool, batch)
         state, update_metrics = jax.lax.scan(
             lambda state, k: update(state, pool, k), carry.state,
@@ -185,6 +192,7 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
             "return_mean": jnp.mean(returns),
             "return_max": jnp.max(returns),
             "return_min": jnp.min(returns),
+            "success": jnp.mean(success),
             "env_steps": env_steps,
         }
         new_carry = TrainCarry(state=state, pool=pool, key=key, iteration=carry.iteration + 1, env_steps=env_steps)
@@ -193,9 +201,10 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
     def period(carry: TrainCarry, _):
         carry, metrics = jax.lax.scan(iteration, carry, None, length=config.eval_every)
         key, eval_key = jax.random.split(carry.key)
-        episodes = play(eval_key, carry.state.params, carry.state.version, config.eval_episodes)
+        episodes, success = play(eval_key, carry.state.params, carry.state.version, config.eval_episodes, eval_params)
         evaluation = {
             "return": jnp.mean(episodes.episode_return),
+            "success": jnp.mean(success),
             "iteration": carry.iteration,
             "env_steps": carry.env_steps,
         }

@@ -17,7 +17,12 @@ import jax
 
 
 class Environment(abc.ABC):
-    """Base class; subclasses are frozen dataclasses."""
+    """Base class; subclasses are frozen dataclasses.
+
+    An environment whose task can be solved sets `has_success = True` and reports `info["solved"]`.
+    """
+
+    has_success = False
 
     @property
     @abc.abstractmethod
@@ -40,3 +45,7 @@ class Environment(abc.ABC):
     @abc.abstractmethod
     def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple[Any, Any, jax.Array, jax.Array, dict]:
         """(observation, state, reward, done, info) after `action`. The key is consumed."""
+
+    def evaluation_params(self, params: Any) -> Any:
+        """The params to evaluate on (e.g. held-out levels); the training params by default."""
+        return params

@@ -1,0 +1,208 @@
+"""Sokoban, JAX-native: procedurally generated levels that are solvable by construction.
+
+Level generation (deterministic from a key): carve a room by a random walk inside the walled border, put
+the boxes on targets (the solved state), place the player, then play the game *backwards* for a number of
+moves — walk, and with some probability pull a box along. Every pull undoes a push, so replaying the
+moves forwards solves the level: a solution of at most `reverse_moves` moves exists, and `reverse_moves`
+<= `step_limit` keeps it within the episode. Levels without a box off its target are redrawn.
+
+Observation: [H, W, 4] float32 one-hot planes (wall, target, box, player). Actions: 0 up, 1 down, 2 left,
+3 right; moving into a box pushes it if the cell beyond is free; illegal moves are no-ops (they still cost
+a step). Rewards: "binary" pays 1 on the step that solves the level, else 0 (the tied-reward regime);
+"shaped" pays −0.1 per step, +1 for a box onto a target, −1 for a box off one, +10 for solving. An episode
+ends when the level is solved or after `step_limit` steps.
+
+Splits: training levels come from one key stream, held-out test levels from another (`params.split`:
+0 train, 1 test); `num_train_levels` > 0 fixes a finite training set (level ids 0..n−1), 0 draws a fresh
+level at every reset. Small grids have few distinct layouts, so an unlimited training stream can contain
+levels identical to test levels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from ftw_jax.envs.base import Environment
+
+MOVES = jnp.array([[-1, 0], [1, 0], [0, -1], [0, 1]], jnp.int32)  # up, down, left, right
+_GENERATION_ATTEMPTS = 32
+_PULL_PROBABILITY = 0.8
+
+
+@flax.struct.dataclass
+class Level:
+    walls: jax.Array  # [H, W] bool
+    targets: jax.Array  # [H, W] bool
+    boxes: jax.Array  # [H, W] bool
+    player: jax.Array  # [2] int32 (row, column)
+
+
+@flax.struct.dataclass
+class SokobanState:
+    level: Level  # walls and targets fixed; boxes and player as the episode goes
+    time: jax.Array  # [] int32
+
+
+@flax.struct.dataclass
+class SokobanParams:
+    split: jax.Array  # [] int32: 0 training levels, 1 held-out test levels
+
+
+@dataclasses.dataclass(frozen=True)
+class Sokoban(Environment):
+    has_success = True
+
+    height: int = 6
+    width: int = 6
+    num_boxes: int = 1
+    step_limit: int = 20
+    reward: str = "shaped"  # or "binary"
+    reverse_moves: int = 16
+    num_train_levels: int = 0
+    level_seed: int = 0
+
+    def __post_init__(self):
+        if self.height < 4 or self.width < 4:
+            raise ValueError(f"the grid must be at least 4x4, got {self.height}x{self.width}.")
+        if not 1 <= self.num_boxes <= (self.height - 2) * (self.width - 2) // 3:
+            raise ValueError(f"num_boxes must be between 1 and a third of the interior, got {self.num_boxes}.")
+        if self.reward not in ("shaped", "binary"):
+            raise ValueError(f"reward must be 'shaped' or 'binary', got {self.reward!r}.")
+        if not 1 <= self.reverse_moves <= self.step_limit:
+            raise ValueError(
+                f"reverse_moves must be in [1, step_limit={self.step_limit}] so a solution fits, got {self.reverse_moves}."
+            )
+        if self.num_train_levels < 0:
+            raise ValueError(f"num_train_levels must be >= 0, got {self.num_train_levels}.")
+
+    @property
+    def num_actions(self) -> int:
+        return 4
+
+    @property
+    def max_steps(self) -> int:
+        return self.step_limit
+
+    def default_params(self) -> SokobanParams:
+        return SokobanParams(split=jnp.zeros((), jnp.int32))
+
+    def evaluation_params(self, params: SokobanParams) -> SokobanParams:
+        """Evaluation runs on the held-out test levels."""
+        return params.replace(split=jnp.ones((), jnp.int32))
+
+    def level_key(self, split: jax.Array, index: jax.Array) -> jax.Array:
+        return jax.random.fold_in(jax.random.fold_in(jax.random.key(self.level_seed), split), index)
+
+    def reset(self, key, params):
+        unlimited = jnp.iinfo(jnp.int32).max
+        finite_training_set = (params.split == 0) & (self.num_train_levels > 0)
+        index = jax.random.randint(key, (), 0, jnp.where(finite_training_set, self.num_train_levels, unlimited))
+        level = generate_level(self.level_key(params.split, index), self)
+        return observe(level), SokobanState(level=level, time=jnp.zeros((), jnp.int32))
+
+    def step(self, key, state, action, params):
+        del key, params
+        level = state.level
+        move = MOVES[action]
+        here = level.player
+        ahead = here + move
+        beyond = jnp.clip(here + 2 * move, 0, jnp.array([self.height - 1, self.width - 1]))
+        wall_ahead = level.walls[ahead[0], ahead[1]]
+        box_ahead = level.boxes[ahead[0], ahead[1]]
+        beyond_free = ~level.walls[beyond[0], beyond[1]] & ~level.boxes[beyond[0], beyond[1]]
+        push = box_ahead & beyond_free & ~wall_ahead
+        moves = ~wall_ahead & (~box_ahead | push)
+        pushed = level.boxes.at[ahead[0], ahead[1]].set(False).at[beyond[0], beyond[1]].set(True)
+        boxes = jnp.where(push, pushed, level.boxes)
+        new_level = level.replace(boxes=boxes, player=jnp.where(moves, ahead, here))
+        on_target_before = jnp.sum(level.boxes & level.targets)
+        on_target_after = jnp.sum(boxes & level.targets)
+        solved = is_solved(new_level)
+        time = state.time + 1
+        if self.reward == "shaped":
+            reward = -0.1 + (on_target_after - on_target_before) + 10.0 * solved
+        else:
+            reward = solved.astype(jnp.float32)
+        done = solved | (time >= self.step_limit)
+        info = {"solved": solved}
+        return observe(new_level), SokobanState(level=new_level, time=time), jnp.float32(reward), done, info
+
+
+def observe(level: Level) -> jax.Array:
+    """[H, W, 4] float32 planes: wall, target, box, player."""
+    player = jnp.zeros_like(level.walls).at[level.player[0], level.player[1]].set(True)
+    return jnp.stack([level.walls, level.targets, level.boxes, player], axis=-1).astype(jnp.float32)
+
+
+def is_solved(level: Level) -> jax.Array:
+    return ~jnp.any(level.boxes & ~level.targets)
+
+
+def _random_cells(key: jax.Array, allowed: jax.Array, count: int) -> jax.Array:
+    """`count` distinct cells chosen uniformly among `allowed` ([H, W] bool): [count, 2] int32."""
+    height, width = allowed.shape
+    scores = jnp.where(allowed.reshape(-1), jax.random.uniform(key, (height * width,)), -1.0)
+    _, flat = jax.lax.top_k(scores, count)
+    return jnp.stack([flat // width, flat % width], axis=-1).astype(jnp.int32)
+
+
+def _generate_once(key: jax.Array, env: Sokoban) -> tuple[Level, jax.Array]:
+    """One attempt: (level, acceptable). Acceptable: enough floor and a box off its target."""
+    height, width = env.height, env.width
+    carve_key, place_key, player_key, reverse_key = jax.random.split(key, 4)
+    interior_low = jnp.array([1, 1])
+    interior_high = jnp.array([height - 2, width - 2])
+
+    # 1. Carve the room with a random walk inside the border.
+    start_key, walk_key = jax.random.split(carve_key)
+    start = jax.random.randint(start_key, (2,), interior_low, interior_high + 1)
+    carve_steps = 3 * (height - 2) * (width - 2)
+
+    def carve(carry, step_key):
+        floor, position = carry
+        position = jnp.clip(position + MOVES[jax.random.randint(step_key, (), 0, 4)], interior_low, interior_high)
+        return (floor.at[position[0], position[1]].set(True), position), None
+
+    floor = jnp.zeros((height, width), bool).at[start[0], start[1]].set(True)
+    (floor, _), _ = jax.lax.scan(carve, (floor, start), jax.random.split(walk_key, carve_steps))
+    walls = ~floor
+
+    # 2. The solved state: boxes on targets, the player beside one (as if it had just pushed it there).
+    cells = _random_cells(place_key, floor, env.num_boxes)
+    targets = jnp.zeros((height, width), bool).at[cells[:, 0], cells[:, 1]].set(True)
+    beside_target = jnp.zeros_like(targets)
+    for move in ((-1, 0), (1, 0), (0, -1), (0, 1)):
+        beside_target = beside_target | jnp.roll(targets, move, axis=(0, 1))
+    free = floor & ~targets
+    player = _random_cells(player_key, jnp.where(jnp.any(free & beside_target), free & beside_target, free), 1)[0]
+
+    # 3. Play backwards: walk, and pull the box behind the player along with some probability.
+    def reverse(carry, step_key):
+        boxes, player = carry
+        move_key, pull_key = jax.random.split(step_key)
+        move = MOVES[jax.random.randint(move_key, (), 0, 4)]
+        ahead = player + move
+        behind = player - move
+        can_walk = ~walls[ahead[0], ahead[1]] & ~boxes[ahead[0], ahead[1]]
+        pull = can_walk & boxes[behind[0], behind[1]] & jax.random.bernoulli(pull_key, _PULL_PROBABILITY)
+        pulled = boxes.at[behind[0], behind[1]].set(False).at[player[0], player[1]].set(True)
+        boxes = jnp.where(pull, pulled, boxes)
+        return (boxes, jnp.where(can_walk, ahead, player)), None
+
+    (boxes, player), _ = jax.lax.scan(reverse, (targets, player), jax.random.split(reverse_key, env.reverse_moves))
+    level = Level(walls=walls, targets=targets, boxes=boxes, player=player)
+    acceptable = (jnp.sum(floor) >= env.num_boxes + 2) & ~is_solved(level)
+    return level, acceptable
+
+
+def generate_level(key: jax.Array, env: Sokoban) -> Level:
+    """A level from `key`: the first acceptable of a few attempts (the last one if none is)."""
+    levels, acceptable = jax.vmap(_generate_once, in_axes=(0, None))(
+        jax.random.split(key, _GENERATION_ATTEMPTS), env
+    )
+    choice = jnp.where(jnp.any(acceptable), jnp.argmax(acceptable), _GENERATION_ATTEMPTS - 1)
+    return jax.tree.map(lambda leaf: leaf[choice], levels)
