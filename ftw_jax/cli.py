@@ -175,6 +175,22 @@ _TRAIN_OPTIONS = {
 }
 
 
+def _env_options(text: str) -> dict:
+    """'a=1,b=x' -> {'a': 1, 'b': 'x'} (ints, then floats, else strings)."""
+    options = {}
+    for item in filter(None, text.split(",")):
+        name, separator, value = item.partition("=")
+        if not separator or not name:
+            raise argparse.ArgumentTypeError(f"expected NAME=VALUE pairs separated by commas, got {item!r}")
+        for kind in (int, float, str):
+            try:
+                options[name.strip()] = kind(value)
+                break
+            except ValueError:
+                continue
+    return options
+
+
 def _add_train_parser(subparsers) -> None:
     from ftw_jax.train import ENV_DEFAULTS
 
@@ -189,6 +205,8 @@ def _add_train_parser(subparsers) -> None:
     seeds.add_argument("--num-seeds", type=_positive_int, help="run seeds 0..N-1")
     for flag, (_, kind, help_text) in _TRAIN_OPTIONS.items():
         parser.add_argument(flag, type=kind, default=None, help=help_text)
+    parser.add_argument("--env-options", type=_env_options, default={},
+                        help="environment options, e.g. 'reward=binary,num_train_levels=1000' (sokoban)")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"),
                         help="where the run folder is created (default runs/)")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress goes to stderr)")
@@ -207,9 +225,12 @@ def _run_train(args) -> int:
                  for flag, (field, _, _) in _TRAIN_OPTIONS.items()
                  if getattr(args, flag[2:].replace("-", "_")) is not None}
     config = TrainConfig.for_env(args.env, **overrides)
-    trainer = make_train(config)
+    try:
+        trainer = make_train(config, **args.env_options)
+    except TypeError as error:  # an option the environment does not have
+        raise ValueError(f"bad --env-options for {args.env}: {error}") from None
     folder = runs.new_run_folder(args.out, args.env)
-    runs.write_json(folder / "config.json", {"seeds": seeds, **dataclasses.asdict(config)})
+    runs.write_json(folder / "config.json", {"seeds": seeds, "env_options": args.env_options, **dataclasses.asdict(config)})
     log = lambda message: print(message, file=sys.stderr if args.json else sys.stdout, flush=True)  # noqa: E731
     log(f"training {args.env} for {config.num_iterations} iterations x {len(seeds)} seed(s); run folder {folder}")
 
@@ -228,9 +249,10 @@ def _run_train(args) -> int:
         evaluations.append(evaluation)
         seconds = time.perf_counter() - started
         steps = int(np.asarray(carry.env_steps).sum())
+        success = f"  eval success {evaluation['success'].mean():6.1%}" if trainer.env.has_success else ""
         log(f"iteration {iterations:>5}/{config.num_iterations}  env steps {steps:>10,}  "
-            f"train return {metrics['return_mean'][:, -1].mean():9.3f}  eval return {evaluation['return'].mean():9.3f}  "
-            f"{steps / seconds:9,.0f} steps/s (compile included)")
+            f"train return {metrics['return_mean'][:, -1].mean():9.3f}  eval return {evaluation['return'].mean():9.3f}"
+            f"{success}  {steps / seconds:9,.0f} steps/s (compile included)")
         if not np.all(np.isfinite(evaluation["return"])):
             log("error: non-finite evaluation return; stopping (the run folder keeps what was done).")
             return 1
@@ -240,11 +262,13 @@ def _run_train(args) -> int:
         "env": args.env,
         "seeds": seeds,
         "return": final["return"].tolist(),
+        **({"success": final["success"].tolist()} if trainer.env.has_success else {}),
         "env_steps": np.asarray(carry.env_steps).tolist(),
         "iterations": config.num_iterations,
         "seconds": seconds,
         "env_steps_per_second": float(np.asarray(carry.env_steps).sum() / seconds),
         "run_folder": str(folder),
+        "env_options": args.env_options,
         "config": dataclasses.asdict(config),
     }
     runs.write_json(folder / "summary.json", summary)
@@ -259,10 +283,12 @@ def _run_train(args) -> int:
     if args.json:
         print(json.dumps(summary))
         return 0
-    print(f"\n{'seed':>6}  {'final eval return':>17}  {'env steps':>10}")
-    for seed, value, steps in zip(seeds, summary["return"], summary["env_steps"]):
-        print(f"{seed:>6}  {value:>17.3f}  {steps:>10,}")
-    print(f"{'mean':>6}  {np.mean(summary['return']):>17.3f}")
+    successes = summary.get("success", [None] * len(seeds))
+    print(f"\n{'seed':>6}  {'final eval return':>17}  {'success':>8}  {'env steps':>10}")
+    for seed, value, success, steps in zip(seeds, summary["return"], successes, summary["env_steps"]):
+        print(f"{seed:>6}  {value:>17.3f}  {'-' if success is None else f'{success:.1%}':>8}  {steps:>10,}")
+    mean_success = f"{np.mean(summary['success']):.1%}" if "success" in summary else "-"
+    print(f"{'mean':>6}  {np.mean(summary['return']):>17.3f}  {mean_success:>8}")
     print(f"\n{seconds:.1f} s, {summary['env_steps_per_second']:,.0f} env steps/s (compile included); run folder {folder}")
     return 0
 

@@ -83,3 +83,16 @@ def test_train_cli_json_and_run_folder(capsys, tmp_path):
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 4 * 2 and rows[-1]["iteration"] == 4 and rows[-1]["seed"] == 1
     assert json.loads((folder / "summary.json").read_text())["return"] == result["return"]
+
+
+def test_train_cli_sokoban_reports_success_and_rejects_unknown_env_options(capsys, tmp_path):
+    argv = ["train", "--env", "sokoban", "--seeds", "0", "--iterations", "2", "--eval-every", "2",
+            "--episodes-per-iteration", "8", "--eval-episodes", "8", "--pool-capacity", "64",
+            "--env-options", "reward=binary,num_train_levels=50", "--out", str(tmp_path), "--json", "--no-plot"]
+    assert cli.main(argv) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["env_options"] == {"reward": "binary", "num_train_levels": 50}
+    assert len(result["success"]) == 1 and 0.0 <= result["success"][0] <= 1.0
+    assert result["return"] == result["success"]  # binary reward: the return is 1 exactly when solved
+    assert cli.main(["train", "--env", "sokoban", "--env-options", "rewrd=binary", "--out", str(tmp_path)]) == 2
+    assert "rewrd" in capsys.readouterr().err
