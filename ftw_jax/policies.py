@@ -40,3 +40,32 @@ class MLPPolicy(nn.Module):
             x = nn.tanh(nn.Dense(width)(x))
         # Small final layer: the initial policy is close to uniform.
         return nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01))(x)
+
+
+class TransformerPolicy(nn.Module):
+    """A tiny causal transformer over token histories [T] int -> logits [T, A] (pre-LayerNorm blocks).
+
+    Position t sees tokens 0..t only, so one pass over a whole trajectory gives every step's logits.
+    """
+
+    num_actions: int
+    vocabulary_size: int
+    max_length: int
+    width: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    markov: ClassVar[bool] = False
+
+    @nn.compact
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        length = tokens.shape[0]
+        positions = self.param("positions", nn.initializers.normal(0.02), (self.max_length, self.width))
+        x = nn.Embed(self.vocabulary_size, self.width)(tokens) + positions[:length]  # [T, W]
+        causal = nn.make_causal_mask(jnp.ones((1, length)))  # [1, 1, T, T]
+        for _ in range(self.num_layers):
+            y = nn.LayerNorm()(x)[None]
+            x = x + nn.MultiHeadDotProductAttention(num_heads=self.num_heads)(y, y, mask=causal)[0]
+            y = nn.LayerNorm()(x)
+            x = x + nn.Dense(self.width)(nn.gelu(nn.Dense(4 * self.width)(y)))
+        x = nn.LayerNorm()(x)
+        return nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01))(x)

@@ -1,7 +1,8 @@
 """Rollouts: one whole episode of at most T steps, recorded as a fixed-shape `Trajectory`.
 
 Steps after the episode ends stay in the record with mask False (never in the loss), so every trajectory
-has the same shape. The return is the sum of rewards before the end.
+has the same shape; so do steps the environment writes itself (`env.forced_action`, e.g. tool output).
+The return is the sum of rewards before the end.
 """
 
 from __future__ import annotations
@@ -54,13 +55,14 @@ def rollout(
         else:
             history = jax.tree.map(lambda buffer, leaf: buffer.at[t].set(leaf), history, observation)
             logits = policy.apply(params, history)[t]
-        action = jax.random.categorical(action_key, logits).astype(jnp.int32)
-        log_prob = jax.nn.log_softmax(logits)[action]
+        forced, forced_token = env.forced_action(state, env_params)
+        action = jnp.where(forced, forced_token, jax.random.categorical(action_key, logits)).astype(jnp.int32)
+        log_prob = jnp.where(forced, 0.0, jax.nn.log_softmax(logits)[action])
         next_observation, state, reward, done, info = env.step(env_key, state, action, env_params)
         episode_return = episode_return + jnp.where(alive, reward, 0.0)
         if env.has_success:
             success = success | (alive & info["solved"])
-        record = (observation, action, alive, log_prob)
+        record = (observation, action, alive & ~forced, log_prob)
         return (state, next_observation, history, alive & ~done, episode_return, success), record
 
     carry = (state, observation, history, jnp.ones((), bool), jnp.zeros((), jnp.float32), jnp.zeros((), bool))

@@ -24,7 +24,7 @@ import optax
 
 from ftw_jax import envs
 from ftw_jax import pool as pool_lib
-from ftw_jax.policies import MLPPolicy, TabularPolicy
+from ftw_jax.policies import MLPPolicy, TabularPolicy, TransformerPolicy
 from ftw_jax.rollout import rollout
 from ftw_jax.update import FTWState, UpdateConfig, make_update
 
@@ -39,6 +39,10 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
         num_iterations=200, episodes_per_iteration=64, pool_capacity=512, num_batches=32, batch_size=16,
         num_elites=4, optimizer="adam", learning_rate=1e-3, kl_coef=0.0, eval_every=20, eval_episodes=256,
         hidden_sizes=(256, 256),
+    ),
+    "search": dict(
+        num_iterations=200, episodes_per_iteration=64, pool_capacity=256, num_batches=16, batch_size=16,
+        num_elites=4, optimizer="adam", learning_rate=1e-3, kl_coef=0.0, eval_every=20, eval_episodes=256,
     ),
 }
 
@@ -142,6 +146,8 @@ class Trainer:
 def make_policy(config: TrainConfig, env: envs.Environment):
     if config.env == "bandit":
         return TabularPolicy(num_actions=env.num_actions)
+    if config.env == "search":
+        return TransformerPolicy(num_actions=env.num_actions, vocabulary_size=env.vocabulary_size, max_length=env.max_steps)
     return MLPPolicy(num_actions=env.num_actions, hidden_sizes=config.hidden_sizes)
 
 

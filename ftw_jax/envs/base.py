@@ -14,6 +14,7 @@ import abc
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 
 class Environment(abc.ABC):
@@ -49,3 +50,10 @@ class Environment(abc.ABC):
     def evaluation_params(self, params: Any) -> Any:
         """The params to evaluate on (e.g. held-out levels); the training params by default."""
         return params
+
+    def forced_action(self, state: Any, params: Any) -> tuple[jax.Array, jax.Array]:
+        """(forced, token): whether the environment writes this step's action itself (e.g. tool output).
+
+        A forced step is recorded with mask False, so it never enters the loss. None are forced by default.
+        """
+        return jnp.zeros((), bool), jnp.zeros((), jnp.int32)

@@ -1,0 +1,100 @@
+"""The search task: forced tokens, tool results, exact-match scoring, two hops, caps."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ftw_jax.envs.search import ANSWER, BOS, NONE, QUESTION_ONE_HOP, QUESTION_TWO_HOP, RESULT, SEARCH, SearchTask
+from ftw_jax.policies import TransformerPolicy
+from ftw_jax.rollout import rollout
+
+
+def run(env, seed, chooser):
+    """Plays an episode; `chooser(state)` gives the policy's token at free steps. Returns the log."""
+    observation, state = env.reset(jax.random.key(seed), ())
+    log = []
+    for _ in range(env.max_steps):
+        forced, forced_token = env.forced_action(state, ())
+        action = forced_token if bool(forced) else chooser(state)
+        observation, state, reward, done, info = env.step(jax.random.key(0), state, jnp.int32(action), ())
+        log.append((int(observation), bool(forced), float(reward), bool(done), bool(info["solved"])))
+        if bool(done):
+            break
+    return state, log
+
+
+def first_state(env, seed):
+    """The state after reset, and the entity the question asks about."""
+    _, state = env.reset(jax.random.key(seed), ())
+    return state, int(state.queue[1]) - env.entity_token(0)
+
+
+def test_one_hop_search_then_answer_scores_exact_match():
+    env = SearchTask()
+    key = 3
+    state, entity = first_state(env, key)
+    right = env.value_token(int(state.value[entity]))
+    script = iter([SEARCH, env.entity_token(entity), ANSWER, right])
+    _, log = run(env, key, lambda state: next(script))
+    tokens = [token for token, *_ in log]
+    forced = [flag for _, flag, *_ in log]
+    link = env.entity_token(int(state.link[entity]))
+    assert tokens == [QUESTION_ONE_HOP, env.entity_token(entity), SEARCH, env.entity_token(entity), RESULT, link, right,
+                      ANSWER, right]
+    assert forced == [True, True, False, False, True, True, True, False, False]
+    assert log[-1][2:] == (1.0, True, True)
+
+
+def test_wrong_answer_and_non_entity_search():
+    env = SearchTask()
+    key = 4
+    state, entity = first_state(env, key)
+    wrong = env.value_token((int(state.value[entity]) + 1) % env.num_values)
+    script = iter([SEARCH, ANSWER, ANSWER, wrong])  # searching for ANSWER (not an entity) finds nothing
+    _, log = run(env, key, lambda state: next(script))
+    assert [token for token, *_ in log][4:7] == [RESULT, NONE, NONE]
+    assert log[-1][2:] == (0.0, True, False)
+
+
+def test_two_hops_need_two_searches():
+    env = SearchTask(hops=2)
+    key = 5
+    state, entity = first_state(env, key)
+    middle = int(state.link[entity])
+    right = env.value_token(int(state.value[middle]))
+    script = iter([SEARCH, env.entity_token(entity), SEARCH, env.entity_token(middle), ANSWER, right])
+    _, log = run(env, key, lambda state: next(script))
+    assert log[0][0] == QUESTION_TWO_HOP and log[-1][2:] == (1.0, True, True)
+    assert int(state.answer) == right and middle != entity
+
+
+def test_search_cap_and_step_limit_end_the_episode():
+    env = SearchTask(max_searches=1)
+    script = iter([SEARCH, env.entity_token(0), SEARCH, env.entity_token(1)])
+    _, log = run(env, 6, lambda state: next(script))
+    assert log[-1][3] and log[-1][2] == 0.0 and len(log) == 8  # the second SEARCH exceeds the cap
+    _, log = run(SearchTask(), 7, lambda state: BOS)
+    assert len(log) == SearchTask().step_limit and log[-1][3] and not log[-1][4]
+
+
+@pytest.mark.usefixtures("unchecked_key_reuse")
+def test_rollout_masks_forced_tokens_and_the_transformer_is_causal():
+    env = SearchTask()
+    policy = TransformerPolicy(num_actions=env.num_actions, vocabulary_size=env.vocabulary_size, max_length=env.max_steps)
+    params = policy.init(jax.random.key(0), jnp.zeros((env.max_steps,), jnp.int32))
+    batch, success = jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0)))(jax.random.split(jax.random.key(1), 6))
+    mask = np.asarray(batch.mask)
+    assert not mask[:, :2].any() and mask[:, 2].all()  # the question is written by the environment
+    np.testing.assert_array_equal(np.asarray(batch.observation)[:, 1:], np.asarray(batch.action)[:, :-1])
+    assert np.all(np.asarray(batch.behaviour_logp)[:, :2] == 0.0)  # forced steps carry no log-prob
+    tokens = jnp.arange(env.max_steps) % env.vocabulary_size
+    changed = tokens.at[-1].set(0)
+    np.testing.assert_allclose(policy.apply(params, tokens)[:-1], policy.apply(params, changed)[:-1], atol=1e-6)
+
+
+@pytest.mark.parametrize(("options", "message"), [(dict(hops=3), "hops"), (dict(step_limit=5), "step_limit"),
+                                                  (dict(hops=2, step_limit=16, max_searches=1), "max_searches")])
+def test_bad_options(options, message):
+    with pytest.raises(ValueError, match=message):
+        SearchTask(**options)
