@@ -42,6 +42,36 @@ class MLPPolicy(nn.Module):
         return nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01))(x)
 
 
+class ConvPolicy(nn.Module):
+    """A small ReLU convnet on grid observations [T, H, W, C] -> logits [T, A].
+
+    3x3 'SAME' convolutions, then dense layers on the flattened feature map. Each convolution is written as
+    3x3 patches through a Dense layer: the same function as `nn.Conv`, but only matrix products, which
+    stay fast on CPU when seeds are vmapped (a vmapped convolution with per-seed kernels becomes a grouped
+    convolution, which XLA:CPU runs very slowly).
+    """
+
+    num_actions: int
+    channels: Sequence[int] = (16, 16)
+    hidden_sizes: Sequence[int] = (128,)
+    markov: ClassVar[bool] = True
+
+    @nn.compact
+    def __call__(self, observation: jax.Array) -> jax.Array:
+        x = observation.astype(jnp.float32)  # [T, H, W, C]
+        height, width = x.shape[1], x.shape[2]
+        for features in self.channels:
+            padded = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+            patches = jnp.concatenate(
+                [padded[:, i : i + height, j : j + width, :] for i in range(3) for j in range(3)], axis=-1
+            )  # [T, H, W, 9 C]
+            x = nn.relu(nn.Dense(features)(patches))
+        x = x.reshape(x.shape[0], -1)
+        for features in self.hidden_sizes:
+            x = nn.relu(nn.Dense(features)(x))
+        return nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01))(x)
+
+
 class TransformerPolicy(nn.Module):
     """A tiny causal transformer over token histories [T] int -> logits [T, A] (pre-LayerNorm blocks).
 

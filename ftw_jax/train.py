@@ -24,7 +24,7 @@ import optax
 
 from ftw_jax import envs
 from ftw_jax import pool as pool_lib
-from ftw_jax.policies import MLPPolicy, TabularPolicy, TransformerPolicy
+from ftw_jax.policies import ConvPolicy, MLPPolicy, TabularPolicy, TransformerPolicy
 from ftw_jax.rollout import rollout
 from ftw_jax.update import FTWState, UpdateConfig, make_update
 
@@ -37,8 +37,8 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     "cartpole": {},  # the TrainConfig defaults
     "sokoban": dict(
         num_iterations=200, episodes_per_iteration=64, pool_capacity=512, num_batches=32, batch_size=16,
-        num_elites=4, optimizer="adam", learning_rate=1e-3, kl_coef=0.0, eval_every=20, eval_episodes=256,
-        hidden_sizes=(256, 256),
+        num_elites=4, optimizer="adam", learning_rate=3e-3, kl_coef=0.0, eval_every=20, eval_episodes=256,
+        updates_per_iteration=4, policy="conv", conv_channels=(16, 16), hidden_sizes=(128,),
     ),
     "search": dict(
         num_iterations=200, episodes_per_iteration=64, pool_capacity=256, num_batches=16, batch_size=16,
@@ -63,6 +63,8 @@ class TrainConfig:
     learning_rate: float = 3e-3
     kl_coef: float = 0.0
     hidden_sizes: tuple[int, ...] = (64, 64)
+    policy: str = "mlp"  # "mlp", or "conv" for grid observations [H, W, C] (bandit: tabular; search: transformer)
+    conv_channels: tuple[int, ...] = (16, 16)
     eval_every: int = 10
     eval_episodes: int = 32
     normalisation: str = "token"
@@ -89,6 +91,8 @@ class TrainConfig:
                 f"episodes_per_iteration (B={self.episodes_per_iteration}) must be <= pool_capacity "
                 f"(N={self.pool_capacity})."
             )
+        if self.policy not in ("mlp", "conv"):
+            raise ValueError(f"policy must be 'mlp' or 'conv', got {self.policy!r}.")
         if self.optimizer not in ("adam", "sgd"):
             raise ValueError(f"optimizer must be 'adam' or 'sgd', got {self.optimizer!r}.")
         if not self.learning_rate > 0:
@@ -148,6 +152,8 @@ def make_policy(config: TrainConfig, env: envs.Environment):
         return TabularPolicy(num_actions=env.num_actions)
     if config.env == "search":
         return TransformerPolicy(num_actions=env.num_actions, vocabulary_size=env.vocabulary_size, max_length=env.max_steps)
+    if config.policy == "conv":
+        return ConvPolicy(num_actions=env.num_actions, channels=config.conv_channels, hidden_sizes=config.hidden_sizes)
     return MLPPolicy(num_actions=env.num_actions, hidden_sizes=config.hidden_sizes)
 
 

@@ -70,3 +70,18 @@ def test_unknown_env_and_bad_options():
         envs.make("bandit", arm_means=(1.0,))
     with pytest.raises(ValueError, match="no options"):
         envs.make("cartpole", noise_sd=1.0)
+
+
+def test_conv_policy_matches_flax_conv_with_the_same_weights():
+    from ftw_jax.policies import ConvPolicy
+    import flax.linen as nn
+
+    policy = ConvPolicy(num_actions=4, channels=(5,), hidden_sizes=())
+    observation = jax.random.normal(jax.random.key(0), (3, 6, 6, 4))
+    params = policy.init(jax.random.key(1), observation)
+    dense = params["params"]["Dense_0"]
+    conv = nn.Conv(5, (3, 3), padding="SAME")
+    conv_params = {"params": {"kernel": dense["kernel"].reshape(3, 3, 4, 5), "bias": dense["bias"]}}
+    features = jax.nn.relu(conv.apply(conv_params, observation)).reshape(3, -1)
+    head = params["params"]["Dense_1"]
+    np.testing.assert_allclose(policy.apply(params, observation), features @ head["kernel"] + head["bias"], atol=1e-5)

@@ -149,9 +149,11 @@ def test_levels_are_deterministic_and_splits_differ():
 def test_reset_draws_from_the_split():
     env = Sokoban(num_train_levels=3)
     params = env.default_params()
-    training = {np.asarray(env.reset(jax.random.key(k), params)[0]).tobytes() for k in range(40)}
+    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+    keys = jax.random.split(jax.random.key(0), 40)
+    training = {np.asarray(observation).tobytes() for observation in reset(keys, params)[0]}
     assert len(training) <= 3  # a finite training set
-    held_out = {np.asarray(env.reset(jax.random.key(k), env.evaluation_params(params))[0]).tobytes() for k in range(40)}
+    held_out = {np.asarray(observation).tobytes() for observation in reset(keys, env.evaluation_params(params))[0]}
     assert len(held_out) > 10 and not held_out & training
 
 
