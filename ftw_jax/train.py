@@ -41,8 +41,8 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
         updates_per_iteration=4, policy="conv", conv_channels=(16, 16), hidden_sizes=(128,),
     ),
     "search": dict(
-        num_iterations=200, episodes_per_iteration=64, pool_capacity=256, num_batches=16, batch_size=16,
-        num_elites=4, optimizer="adam", learning_rate=1e-3, kl_coef=0.0, eval_every=20, eval_episodes=256,
+        num_iterations=200, episodes_per_iteration=64, pool_capacity=256, num_batches=32, batch_size=32,
+        num_elites=1, optimizer="adam", learning_rate=3e-3, kl_coef=0.0, eval_every=20, eval_episodes=256,
     ),
 }
 
