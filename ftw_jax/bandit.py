@@ -17,6 +17,8 @@ import numpy as np
 import optax
 
 from ftw_jax import pool as pool_lib
+from ftw_jax.envs.bandit import GaussianBandit
+from ftw_jax.policies import TabularPolicy
 from ftw_jax.pool import Trajectory
 from ftw_jax.update import FTWState, UpdateConfig, make_update
 
@@ -36,10 +38,7 @@ class BanditConfig:
     learning_rate: float = 0.08
 
     def __post_init__(self):
-        if len(self.arm_means) < 2:
-            raise ValueError(f"arm_means needs at least 2 arms, got {self.arm_means!r}.")
-        if not self.noise_sd >= 0:
-            raise ValueError(f"noise_sd must be >= 0, got {self.noise_sd!r}.")
+        self.env  # validates arm_means and noise_sd
         if isinstance(self.num_iterations, bool) or not isinstance(self.num_iterations, int) or self.num_iterations < 1:
             raise ValueError(f"num_iterations must be an int >= 1, got {self.num_iterations!r}.")
         if not self.kl_coef >= 0:
@@ -58,13 +57,12 @@ class BanditConfig:
         )
 
     @property
+    def env(self) -> GaussianBandit:
+        return GaussianBandit(arm_means=self.arm_means, noise_sd=self.noise_sd)
+
+    @property
     def best_arm(self) -> int:
-        return max(range(len(self.arm_means)), key=lambda arm: self.arm_means[arm])
-
-
-def tabular_apply(logits: jax.Array, observation: jax.Array) -> jax.Array:
-    """A stateless policy: the same logits [A] at each of the T steps of `observation` [T]."""
-    return jnp.broadcast_to(logits, (observation.shape[0],) + logits.shape)
+        return self.env.best_arm
 
 
 def make_run(config: BanditConfig):
@@ -73,9 +71,10 @@ def make_run(config: BanditConfig):
     `curves` holds `best_arm_probability` and `expected_reward` [I + 1] (before the first pull, then after
     each iteration), and the update metrics [I].
     """
-    means = jnp.asarray(config.arm_means, jnp.float32)
-    num_arms = len(config.arm_means)
-    update = make_update(tabular_apply, config.update_config)
+    env = config.env
+    env_params = env.default_params()
+    policy = TabularPolicy(num_actions=env.num_actions)
+    update = make_update(policy.apply, config.update_config)
     optimizer = optax.sgd(config.learning_rate)
     example = Trajectory(
         observation=jnp.zeros((1,), jnp.int32),
@@ -86,16 +85,20 @@ def make_run(config: BanditConfig):
         episode_return=jnp.zeros((), jnp.float32),
     )
 
-    def summary(logits):
-        probs = jax.nn.softmax(logits)
-        return probs[config.best_arm], jnp.dot(probs, means)
+    def logits_of(params):
+        return params["params"]["logits"]  # [A]
+
+    def summary(params):
+        probs = jax.nn.softmax(logits_of(params))
+        return probs[config.best_arm], jnp.dot(probs, env_params.arm_means)
 
     def iteration(carry, key):
         state, pool = carry
         action_key, reward_key, update_key = jax.random.split(key, 3)
-        log_probs = jax.nn.log_softmax(state.params)
-        action = jax.random.categorical(action_key, state.params)
-        reward = means[action] + config.noise_sd * jax.random.normal(reward_key)
+        logits = logits_of(state.params)
+        log_probs = jax.nn.log_softmax(logits)
+        action = jax.random.categorical(action_key, logits)
+        _, _, reward, _, _ = env.step(reward_key, jnp.zeros((), jnp.int32), action, env_params)
         pulled = Trajectory(
             observation=jnp.zeros((1, 1), jnp.int32),
             action=action.reshape(1, 1).astype(jnp.int32),
@@ -110,7 +113,9 @@ def make_run(config: BanditConfig):
         return (state, pool), (best_probability, expected_reward, metrics)
 
     def run(key: jax.Array) -> dict:
-        state = FTWState.create(jnp.zeros(num_arms, jnp.float32), optimizer, kl_coef=config.kl_coef)
+        # Zero logits, so the frozen initial policy is the uniform reference.
+        params = {"params": {"logits": jnp.zeros(env.num_actions, jnp.float32)}}
+        state = FTWState.create(params, optimizer, kl_coef=config.kl_coef)
         pool = pool_lib.init(config.pool_capacity, example)
         keys = jax.random.split(key, config.num_iterations)
         _, (best_probability, expected_reward, metrics) = jax.lax.scan(iteration, (state, pool), keys)
