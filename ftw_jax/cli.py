@@ -168,6 +168,7 @@ _TRAIN_OPTIONS = {
     "--optimizer": ("optimizer", str, "adam or sgd"),
     "--learning-rate": ("learning_rate", float, None),
     "--kl-coef": ("kl_coef", float, "beta"),
+    "--kl-coef-final": ("kl_coef_final", float, "beta decays linearly to this by the last iteration"),
     "--eval-every": ("eval_every", int, "iterations between evaluations"),
     "--eval-episodes": ("eval_episodes", int, "episodes per evaluation"),
     "--normalisation": ("normalisation", str, "token or trajectory"),

@@ -13,6 +13,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from ftw_jax.envs.base import WithLegalActions
+
+# Logit of an illegal action: exp() of it is exactly 0, yet p·log p and KL terms stay 0, not NaN as with −inf.
+ILLEGAL_LOGIT = -1e9
+
 
 class TabularPolicy(nn.Module):
     """The same logits [A] at every step, whatever the observation (bandits). Starts uniform."""
@@ -76,6 +81,7 @@ class TransformerPolicy(nn.Module):
     """A tiny causal transformer over token histories [T] int -> logits [T, A] (pre-LayerNorm blocks).
 
     Position t sees tokens 0..t only, so one pass over a whole trajectory gives every step's logits.
+    Given `WithLegalActions` (tokens [T], legal [T, A]) it gives illegal actions the logit `ILLEGAL_LOGIT`.
     """
 
     num_actions: int
@@ -87,7 +93,10 @@ class TransformerPolicy(nn.Module):
     markov: ClassVar[bool] = False
 
     @nn.compact
-    def __call__(self, tokens: jax.Array) -> jax.Array:
+    def __call__(self, tokens: jax.Array | WithLegalActions) -> jax.Array:
+        legal = None
+        if isinstance(tokens, WithLegalActions):
+            tokens, legal = tokens.observation, tokens.legal
         length = tokens.shape[0]
         positions = self.param("positions", nn.initializers.normal(0.02), (self.max_length, self.width))
         x = nn.Embed(self.vocabulary_size, self.width)(tokens) + positions[:length]  # [T, W]
@@ -98,4 +107,5 @@ class TransformerPolicy(nn.Module):
             y = nn.LayerNorm()(x)
             x = x + nn.Dense(self.width)(nn.gelu(nn.Dense(4 * self.width)(y)))
         x = nn.LayerNorm()(x)
-        return nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01))(x)
+        logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01))(x)
+        return logits if legal is None else jnp.where(legal, logits, ILLEGAL_LOGIT)

@@ -41,8 +41,9 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
         updates_per_iteration=4, policy="conv", conv_channels=(16, 16), hidden_sizes=(128,),
     ),
     "search": dict(
-        num_iterations=200, episodes_per_iteration=64, pool_capacity=256, num_batches=32, batch_size=32,
-        num_elites=1, optimizer="adam", learning_rate=3e-3, kl_coef=0.0, eval_every=20, eval_episodes=256,
+        num_iterations=400, episodes_per_iteration=64, pool_capacity=256, num_batches=32, batch_size=32,
+        num_elites=1, optimizer="adam", learning_rate=3e-3, kl_coef=0.5, kl_coef_final=0.0, eval_every=40,
+        eval_episodes=256, updates_per_iteration=4,
     ),
 }
 
@@ -61,7 +62,8 @@ class TrainConfig:
     num_elites: int = 2  # K
     optimizer: str = "adam"  # "adam" or "sgd"
     learning_rate: float = 3e-3
-    kl_coef: float = 0.0
+    kl_coef: float = 0.0  # β at the start
+    kl_coef_final: float | None = None  # β decays linearly to this by the last iteration; None: constant
     hidden_sizes: tuple[int, ...] = (64, 64)
     policy: str = "mlp"  # "mlp", or "conv" for grid observations [H, W, C] (bandit: tabular; search: transformer)
     conv_channels: tuple[int, ...] = (16, 16)
@@ -99,6 +101,8 @@ class TrainConfig:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}.")
         if not self.kl_coef >= 0:
             raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef!r}.")
+        if self.kl_coef_final is not None and not self.kl_coef_final >= 0:
+            raise ValueError(f"kl_coef_final must be >= 0 or None, got {self.kl_coef_final!r}.")
         self.update_config  # validates N, J, C, K and the update options
 
     @property
@@ -189,12 +193,19 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
             env_steps=jnp.zeros((), jnp.int32),
         )
 
+    kl_schedule = optax.linear_schedule(
+        config.kl_coef,
+        config.kl_coef if config.kl_coef_final is None else config.kl_coef_final,
+        transition_steps=max(config.num_iterations - 1, 1),
+    )
+
     def iteration(carry: TrainCarry, _):
         key, play_key, update_key = jax.random.split(carry.key, 3)
         batch, success = play(play_key, carry.state.params, carry.state.version, config.episodes_per_iteration)
         pool = pool_lib.add(carry.pool, batch)
+        state = carry.state.replace(kl_coef=jnp.asarray(kl_schedule(carry.iteration), jnp.float32))
         state, update_metrics = jax.lax.scan(
-            lambda state, k: update(state, pool, k), carry.state,
+            lambda state, k: update(state, pool, k), state,
             jax.random.split(update_key, config.updates_per_iteration),
         )
         returns = batch.episode_return
@@ -206,6 +217,7 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
             "return_min": jnp.min(returns),
             "success": jnp.mean(success),
             "env_steps": env_steps,
+            "kl_coef": state.kl_coef,
         }
         new_carry = TrainCarry(state=state, pool=pool, key=key, iteration=carry.iteration + 1, env_steps=env_steps)
         return new_carry, metrics

@@ -13,8 +13,21 @@ from __future__ import annotations
 import abc
 from typing import Any
 
+import flax.struct
 import jax
 import jax.numpy as jnp
+
+
+@flax.struct.dataclass
+class WithLegalActions:
+    """An observation together with the actions the environment accepts at this step (constrained decoding).
+
+    A policy given one puts (practically) zero probability on illegal actions, in acting and in the loss
+    alike, so behaviour log-probs, cross-entropy and KL all refer to the same distribution over legal actions.
+    """
+
+    observation: Any
+    legal: jax.Array  # [A] bool (a trajectory holds [T, A])
 
 
 class Environment(abc.ABC):

@@ -13,8 +13,13 @@ the right value, else 0; so does running out of steps or of searches (`max_searc
 that is not an entity returns RESULT NONE NONE. Without searching, the policy is right by chance (1/V), so
 early rewards are mostly tied zeros.
 
-Observation at step t: the token written at step t − 1 (BOS at t = 0); a policy over histories (the
-transformer) sees them all. Actions: the whole vocabulary.
+Observation at step t: the token written at step t − 1 (BOS at t = 0), with the tokens legal at step t
+(`WithLegalActions`); a policy over histories (the transformer) sees them all. Actions: the vocabulary.
+With `grammar=True` (default) the environment accepts only well-formed calls, as constrained decoding of
+a tool-call format does for an LLM agent: SEARCH or ANSWER when free, an entity after SEARCH, a value after
+ANSWER. It does not help to find the answer — a random well-formed policy still succeeds ~1/V of the time —
+but without it a random policy picks SEARCH and then the asked entity with probability (1/23)² and
+essentially never finds out that searching pays. `grammar=False` allows every token at every step.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from ftw_jax.envs.base import Environment
+from ftw_jax.envs.base import Environment, WithLegalActions
 
 NONE, BOS, QUESTION_ONE_HOP, QUESTION_TWO_HOP, SEARCH, ANSWER, RESULT = range(7)
 FIRST_ENTITY = 7
@@ -50,11 +55,12 @@ class SearchState:
 class SearchTask(Environment):
     has_success = True
 
-    num_entities: int = 8
+    num_entities: int = 4
     num_values: int = 8
     hops: int = 1
     step_limit: int = 16
     max_searches: int = 3
+    grammar: bool = True
 
     def __post_init__(self):
         if self.hops not in (1, 2):
@@ -88,6 +94,19 @@ class SearchTask(Environment):
     def default_params(self):
         return ()
 
+    def legal_actions(self, state: SearchState) -> jax.Array:
+        """[A] bool: the tokens the environment accepts at the next step (all of them without the grammar)."""
+        if not self.grammar:
+            return jnp.ones((self.num_actions,), bool)
+        token = jnp.arange(self.num_actions)
+        entity = (token >= FIRST_ENTITY) & (token < FIRST_ENTITY + self.num_entities)
+        by_phase = jnp.stack([(token == SEARCH) | (token == ANSWER), entity, token >= FIRST_ENTITY + self.num_entities])
+        # Forced steps (the environment writing) never enter the loss; leave them unconstrained.
+        return by_phase[state.phase] | (state.queue_length > 0)
+
+    def observe(self, token, state: SearchState) -> WithLegalActions:
+        return WithLegalActions(observation=jnp.asarray(token, jnp.int32), legal=self.legal_actions(state))
+
     def reset(self, key, params):
         link_key, value_key, question_key = jax.random.split(key, 3)
         entities, values = self.num_entities, self.num_values
@@ -107,7 +126,7 @@ class SearchTask(Environment):
             searches=jnp.int32(0),
             time=jnp.int32(0),
         )
-        return jnp.int32(BOS), state
+        return self.observe(BOS, state), state
 
     def forced_action(self, state, params):
         return state.queue_length > 0, state.queue[0]
@@ -143,4 +162,4 @@ class SearchTask(Environment):
         new_state = state.replace(
             queue=queue, queue_length=queue_length, phase=phase.astype(jnp.int32), searches=searches, time=time
         )
-        return token, new_state, solved.astype(jnp.float32), done, {"solved": solved}
+        return self.observe(token, new_state), new_state, solved.astype(jnp.float32), done, {"solved": solved}
