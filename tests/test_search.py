@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ftw_jax.envs.search import ANSWER, BOS, NONE, QUESTION_ONE_HOP, QUESTION_TWO_HOP, RESULT, SEARCH, SearchTask
+from ftw_jax.losses import categorical_kl, entropy
 from ftw_jax.policies import TransformerPolicy
 from ftw_jax.rollout import rollout
 
@@ -18,7 +19,7 @@ def run(env, seed, chooser):
         forced, forced_token = env.forced_action(state, ())
         action = forced_token if bool(forced) else chooser(state)
         observation, state, reward, done, info = env.step(jax.random.key(0), state, jnp.int32(action), ())
-        log.append((int(observation), bool(forced), float(reward), bool(done), bool(info["solved"])))
+        log.append((int(observation.observation), bool(forced), float(reward), bool(done), bool(info["solved"])))
         if bool(done):
             break
     return state, log
@@ -86,11 +87,48 @@ def test_rollout_masks_forced_tokens_and_the_transformer_is_causal():
     batch, success = jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0)))(jax.random.split(jax.random.key(1), 6))
     mask = np.asarray(batch.mask)
     assert not mask[:, :2].any() and mask[:, 2].all()  # the question is written by the environment
-    np.testing.assert_array_equal(np.asarray(batch.observation)[:, 1:], np.asarray(batch.action)[:, :-1])
+    np.testing.assert_array_equal(np.asarray(batch.observation.observation)[:, 1:], np.asarray(batch.action)[:, :-1])
+    legal_taken = np.take_along_axis(np.asarray(batch.observation.legal), np.asarray(batch.action)[..., None], -1)[..., 0]
+    assert legal_taken[mask].all()  # the policy only ever writes tokens the grammar allows
     assert np.all(np.asarray(batch.behaviour_logp)[:, :2] == 0.0)  # forced steps carry no log-prob
     tokens = jnp.arange(env.max_steps) % env.vocabulary_size
     changed = tokens.at[-1].set(0)
     np.testing.assert_allclose(policy.apply(params, tokens)[:-1], policy.apply(params, changed)[:-1], atol=1e-6)
+
+
+def test_grammar_allows_search_or_answer_then_an_entity_or_a_value():
+    env = SearchTask()
+    entities = {env.entity_token(i) for i in range(env.num_entities)}
+    values = {env.value_token(i) for i in range(env.num_values)}
+    state, entity = first_state(env, 8)
+    seen = []
+    observation = None
+    for action in [0, 0, SEARCH, env.entity_token(entity), 0, 0, 0, ANSWER]:  # 0: forced steps ignore it
+        observation, state, *_ = env.step(jax.random.key(0), state, jnp.int32(action), ())
+        seen.append(set(np.flatnonzero(np.asarray(observation.legal)).tolist()))
+    everything = set(range(env.num_actions))
+    assert seen == [everything, {SEARCH, ANSWER}, entities, everything, everything, everything, {SEARCH, ANSWER}, values]
+    _, free = SearchTask(grammar=False).reset(jax.random.key(0), ())
+    assert bool(SearchTask(grammar=False).legal_actions(free.replace(queue_length=jnp.int32(0))).all())
+
+
+def test_illegal_tokens_get_zero_probability_and_losses_stay_finite():
+    env = SearchTask()
+    policy = TransformerPolicy(num_actions=env.num_actions, vocabulary_size=env.vocabulary_size, max_length=env.max_steps)
+    observation, _ = env.reset(jax.random.key(0), ())
+    history = jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (env.max_steps,) + leaf.shape), observation)
+    legal = jnp.zeros((env.max_steps, env.num_actions), bool).at[:, SEARCH].set(True).at[:, ANSWER].set(True)
+    history = history.replace(legal=legal)
+    params = policy.init(jax.random.key(1), history)
+    logits = policy.apply(params, history)
+    probabilities = jax.nn.softmax(logits)
+    np.testing.assert_array_equal(np.asarray(probabilities)[:, [BOS, RESULT, env.entity_token(0)]], 0.0)
+    np.testing.assert_allclose(np.asarray(probabilities[:, SEARCH] + probabilities[:, ANSWER]), 1.0, rtol=1e-6)
+    other = policy.apply(policy.init(jax.random.key(2), history), history)
+    mask = jnp.ones((env.max_steps,), bool)
+    kl, step_entropy = np.asarray(categorical_kl(logits, other, mask)), np.asarray(entropy(logits, mask))
+    assert np.isfinite(kl).all() and (kl >= 0).all() and kl.max() < 1.0  # over two actions, not over 1e9-sized logits
+    assert np.isfinite(step_entropy).all() and (step_entropy <= np.log(2) + 1e-6).all()
 
 
 @pytest.mark.parametrize(("options", "message"), [(dict(hops=3), "hops"), (dict(step_limit=5), "step_limit"),

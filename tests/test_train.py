@@ -55,9 +55,16 @@ def test_bandit_through_the_training_program_matches_the_reproduction():
     assert int(carry.env_steps) == 240
 
 
+def test_kl_coef_decays_linearly_to_its_final_value():
+    trainer = make_train(TrainConfig.for_env("cartpole", **SMALL_CARTPOLE, kl_coef=0.5, kl_coef_final=0.0))
+    _, (metrics, _) = trainer.train(jax.random.key(5))
+    np.testing.assert_allclose(np.ravel(metrics["kl_coef"]), np.linspace(0.5, 0.0, 6), atol=1e-7)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
+        (dict(kl_coef_final=-0.1), "kl_coef_final"),
         (dict(num_iterations=7, eval_every=3), "multiple of eval_every"),
         (dict(episodes_per_iteration=100), "episodes_per_iteration"),
         (dict(optimizer="rmsprop"), "optimizer"),
