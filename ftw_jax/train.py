@@ -36,12 +36,12 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     ),
     "cartpole": {},  # the TrainConfig defaults
     "sokoban": dict(
-        num_iterations=200, episodes_per_iteration=64, pool_capacity=512, num_batches=32, batch_size=16,
-        num_elites=4, optimizer="adam", learning_rate=3e-3, kl_coef=0.0, eval_every=20, eval_episodes=256,
+        num_iterations=300, episodes_per_iteration=64, pool_capacity=512, num_batches=128, batch_size=4,
+        num_elites=1, optimizer="adam", learning_rate=3e-3, kl_coef=0.0, eval_every=20, eval_episodes=256,
         updates_per_iteration=4, policy="conv", conv_channels=(16, 16), hidden_sizes=(128,),
     ),
     "search": dict(
-        num_iterations=400, episodes_per_iteration=64, pool_capacity=256, num_batches=32, batch_size=32,
+        num_iterations=400, episodes_per_iteration=128, pool_capacity=512, num_batches=32, batch_size=32,
         num_elites=1, optimizer="adam", learning_rate=3e-3, kl_coef=0.5, kl_coef_final=0.0, eval_every=40,
         eval_episodes=256, updates_per_iteration=4,
     ),
