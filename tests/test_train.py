@@ -83,6 +83,7 @@ def test_train_cli_json_and_run_folder(capsys, tmp_path):
     assert cli.main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["seeds"] == [0, 1] and len(result["return"]) == 2 and len(result["env_steps"]) == 2
+    assert 0 < result["compile_seconds"] < result["seconds"] and result["env_steps_per_second"] > 0
     (folder,) = tmp_path.iterdir()
     assert {p.name for p in folder.iterdir()} == {
         "config.json", "metrics.jsonl", "evaluation.jsonl", "summary.json", "learning_curve.png"

@@ -15,11 +15,13 @@ early rewards are mostly tied zeros.
 
 Observation at step t: the token written at step t − 1 (BOS at t = 0), with the tokens legal at step t
 (`WithLegalActions`); a policy over histories (the transformer) sees them all. Actions: the vocabulary.
-With `grammar=True` (default) the environment accepts only well-formed calls, as constrained decoding of
-a tool-call format does for an LLM agent: SEARCH or ANSWER when free, an entity after SEARCH, a value after
-ANSWER. It does not help to find the answer — a random well-formed policy still succeeds ~1/V of the time —
-but without it a random policy picks SEARCH and then the asked entity with probability (1/23)² and
-essentially never finds out that searching pays. `grammar=False` allows every token at every step.
+With `grammar=True` (default) the legal tokens are those of a well-formed call, as in constrained decoding
+of a tool-call format for an LLM agent: SEARCH or ANSWER when free, an entity after SEARCH, a value after
+ANSWER (a policy given `WithLegalActions`, like `TransformerPolicy`, writes nothing else; any other token is
+still handled: a no-op when free, RESULT NONE NONE as a query, a wrong answer). The grammar does not find the
+answer — a random well-formed policy is still right ~1/V of the time — but without it a random policy
+rarely writes SEARCH and then the asked entity, and FTW never finds out that searching pays (measured in the
+README). `grammar=False` makes every token legal at every step.
 """
 
 from __future__ import annotations
