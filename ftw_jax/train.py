@@ -193,17 +193,17 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
             env_steps=jnp.zeros((), jnp.int32),
         )
 
-    kl_schedule = optax.linear_schedule(
-        config.kl_coef,
-        config.kl_coef if config.kl_coef_final is None else config.kl_coef_final,
-        transition_steps=max(config.num_iterations - 1, 1),
+    kl_schedule = None if config.kl_coef_final is None else optax.linear_schedule(
+        config.kl_coef, config.kl_coef_final, transition_steps=max(config.num_iterations - 1, 1)
     )
 
     def iteration(carry: TrainCarry, _):
         key, play_key, update_key = jax.random.split(carry.key, 3)
         batch, success = play(play_key, carry.state.params, carry.state.version, config.episodes_per_iteration)
         pool = pool_lib.add(carry.pool, batch)
-        state = carry.state.replace(kl_coef=jnp.asarray(kl_schedule(carry.iteration), jnp.float32))
+        state = carry.state
+        if kl_schedule is not None:
+            state = state.replace(kl_coef=jnp.asarray(kl_schedule(carry.iteration), jnp.float32))
         state, update_metrics = jax.lax.scan(
             lambda state, k: update(state, pool, k), state,
             jax.random.split(update_key, config.updates_per_iteration),

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 @flax.struct.dataclass
 class WithLegalActions:
-    """An observation together with the actions the environment accepts at this step (constrained decoding).
+    """An observation together with the actions that are legal at this step (as in constrained decoding).
 
     A policy given one puts (practically) zero probability on illegal actions, in acting and in the loss
     alike, so behaviour log-probs, cross-entropy and KL all refer to the same distribution over legal actions.
