@@ -17,6 +17,7 @@ import numpy as np
 import optax
 
 from ftw_jax import pool as pool_lib
+from ftw_jax.checks import check_positive_int
 from ftw_jax.envs.bandit import GaussianBandit
 from ftw_jax.policies import TabularPolicy
 from ftw_jax.pool import Trajectory
@@ -39,8 +40,7 @@ class BanditConfig:
 
     def __post_init__(self):
         self.env  # validates arm_means and noise_sd
-        if isinstance(self.num_iterations, bool) or not isinstance(self.num_iterations, int) or self.num_iterations < 1:
-            raise ValueError(f"num_iterations must be an int >= 1, got {self.num_iterations!r}.")
+        check_positive_int("num_iterations", self.num_iterations)
         if not self.kl_coef >= 0:
             raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef!r}.")
         if not self.learning_rate > 0:

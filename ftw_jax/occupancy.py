@@ -21,6 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
+from ftw_jax.checks import check_positive_int
+
 # Stirling series of log n! − (n log n − n + ½ log 2πn): B_2m / (2m (2m − 1) n^(2m − 1)), m = 1..7.
 # At n >= 10 the first omitted term is below 1e-18.
 _STIRLING_COEFFICIENTS = (1 / 12, -1 / 360, 1 / 1260, -1 / 1680, 1 / 1188, -691 / 360360, 1 / 156)
@@ -157,8 +159,7 @@ def rank_occupancy_jax(pool_size: int, batch_size, num_elites, *, max_num_elites
 
 def expected_selection_counts(pool_size: int, batch_size: int, num_elites: int, num_batches: int) -> np.ndarray:
     """Expected number of times rank r is kept by one update of J minibatches: J · K · P(r). [N]."""
-    if isinstance(num_batches, bool) or not isinstance(num_batches, (int, np.integer)) or num_batches < 1:
-        raise ValueError(f"num_batches (J) must be an int >= 1, got {num_batches!r}.")
+    check_positive_int("num_batches (J)", num_batches)
     return num_batches * num_elites * rank_occupancy(pool_size, batch_size, num_elites)
 
 

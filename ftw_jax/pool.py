@@ -16,6 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ftw_jax.checks import check_positive_int
+
 
 @flax.struct.dataclass
 class Trajectory:
@@ -82,8 +84,7 @@ def _check_record(record: Trajectory, leading: tuple[int, ...], what: str) -> in
 
 def init(capacity: int, example: Trajectory) -> Pool:
     """An empty pool of `capacity` entries shaped like `example` (one trajectory, no leading axis)."""
-    if isinstance(capacity, bool) or not isinstance(capacity, (int, np.integer)) or capacity < 1:
-        raise ValueError(f"capacity must be a positive int, got {capacity!r}.")
+    check_positive_int("capacity", capacity)
     _check_record(example, (), "example")
     trajectories = jax.tree.map(lambda leaf: jnp.zeros((capacity,) + jnp.shape(leaf), jnp.result_type(leaf)), example)
     return Pool(

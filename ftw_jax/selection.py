@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ftw_jax.checks import check_positive_int
 from ftw_jax.occupancy import check_sizes
 
 
@@ -48,8 +49,7 @@ def select_elites(
     if pool_size is None:
         raise ValueError(f"returns must have shape [N], got shape {np.shape(returns)}.")
     check_sizes(pool_size, batch_size, num_elites)
-    if isinstance(num_batches, bool) or not isinstance(num_batches, (int, np.integer)) or num_batches < 1:
-        raise ValueError(f"num_batches (J) must be an int >= 1, got {num_batches!r}.")
+    check_positive_int("num_batches (J)", num_batches)
     if not jnp.issubdtype(jnp.result_type(returns), jnp.floating):
         raise ValueError(f"returns must be floating point, got dtype {jnp.result_type(returns)}.")
     if np.shape(valid) != (pool_size,) or jnp.result_type(valid) != jnp.bool_:

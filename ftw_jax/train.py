@@ -24,6 +24,7 @@ import optax
 
 from ftw_jax import envs
 from ftw_jax import pool as pool_lib
+from ftw_jax.checks import check_positive_int
 from ftw_jax.policies import ConvPolicy, MLPPolicy, TabularPolicy, TransformerPolicy
 from ftw_jax.rollout import rollout
 from ftw_jax.update import FTWState, UpdateConfig, make_update
@@ -81,9 +82,7 @@ class TrainConfig:
 
     def __post_init__(self):
         for name in ("num_iterations", "episodes_per_iteration", "updates_per_iteration", "eval_every", "eval_episodes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
+            check_positive_int(name, getattr(self, name))
         if self.num_iterations % self.eval_every:
             raise ValueError(
                 f"num_iterations ({self.num_iterations}) must be a multiple of eval_every ({self.eval_every})."

@@ -17,6 +17,7 @@ import optax
 
 from ftw_jax import losses
 from ftw_jax import pool as pool_lib
+from ftw_jax.checks import check_positive_int
 from ftw_jax.occupancy import check_sizes
 from ftw_jax.selection import select_elites
 
@@ -64,8 +65,7 @@ class UpdateConfig:
 
     def __post_init__(self):
         check_sizes(self.pool_capacity, self.batch_size, self.num_elites)
-        if isinstance(self.num_batches, bool) or not isinstance(self.num_batches, int) or self.num_batches < 1:
-            raise ValueError(f"num_batches (J) must be an int >= 1, got {self.num_batches!r}.")
+        check_positive_int("num_batches (J)", self.num_batches)
         for name, allowed in _CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}.")

@@ -1,0 +1,11 @@
+"""Argument checks shared by configs and functions: fail early, name the bad value and what was expected."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def check_positive_int(name: str, value) -> None:
+    """Raises ValueError unless `value` is an int >= 1 (Python or NumPy; bool is not an int here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
