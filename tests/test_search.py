@@ -102,7 +102,6 @@ def test_grammar_allows_search_or_answer_then_an_entity_or_a_value():
     values = {env.value_token(i) for i in range(env.num_values)}
     state, entity = first_state(env, 8)
     seen = []
-    observation = None
     for action in [0, 0, SEARCH, env.entity_token(entity), 0, 0, 0, ANSWER]:  # 0: forced steps ignore it
         observation, state, *_ = env.step(jax.random.key(0), state, jnp.int32(action), ())
         seen.append(set(np.flatnonzero(np.asarray(observation.legal)).tolist()))
