@@ -8,7 +8,7 @@ from ftw_jax.occupancy import (
     tied_occupancy,
 )
 from ftw_jax.pool import Pool, Trajectory
-from ftw_jax.selection import select_elites
+from ftw_jax.selection import select_elites, select_elites_masked
 from ftw_jax.update import FTWState, UpdateConfig, make_update
 
 __version__ = "0.1.0"
@@ -25,5 +25,6 @@ __all__ = [
     "rank_occupancy",
     "rank_occupancy_jax",
     "select_elites",
+    "select_elites_masked",
     "tied_occupancy",
 ]
