@@ -19,7 +19,7 @@ from ftw_jax import losses
 from ftw_jax import pool as pool_lib
 from ftw_jax.checks import check_positive_int
 from ftw_jax.occupancy import check_sizes
-from ftw_jax.selection import select_elites
+from ftw_jax.selection import select_elites_masked
 
 # apply_fn(params, observation) -> [T, A] logits for one trajectory's observation pytree (leaves [T, ...]).
 ApplyFn = Callable[[Any, Any], jax.Array]
@@ -109,7 +109,7 @@ def _select_tree(condition: jax.Array, on_true, on_false):
 
 
 def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, pool_lib.Pool, jax.Array], tuple]:
-    """Builds the jitted FTW update `(state, pool, key) -> (state, metrics)`.
+    """Builds the jitted FTW update `(state, pool, key[, sizes]) -> (state, metrics)`.
 
     One call selects J·K elites (`select_elites`), computes
 
@@ -119,6 +119,10 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
     `state.optimizer`. It is a no-op (params, optimizer state and version unchanged; `metrics["applied"]`
     False) while the pool holds fewer than C valid entries, and when the loss or any gradient or update
     is not finite (`metrics["nonfinite"]` True). The key is consumed.
+
+    `sizes`, an int32 [3] array (J, C, K), runs the update for those sizes inside the config's, which are then
+    maxima (`select_elites_masked`): one compiled update serves a grid of sizes, e.g. vmapped in a sweep.
+    Without it the config's sizes are used.
 
     Args:
       apply_fn: `apply_fn(params, observation) -> [T, A] logits` for one trajectory.
@@ -163,19 +167,25 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
         loss = terms["cross_entropy"] + kl_coef * terms["kl"]
         return loss, terms
 
-    def update(state: FTWState, pool: pool_lib.Pool, key: jax.Array):
+    def update(state: FTWState, pool: pool_lib.Pool, key: jax.Array, sizes: jax.Array | None = None):
         # Runs while tracing, so a mismatch fails before any work.
         if not isinstance(pool, pool_lib.Pool) or pool.capacity != config.pool_capacity:
             capacity = pool.capacity if isinstance(pool, pool_lib.Pool) else type(pool).__name__
             raise ValueError(f"the update was built for a pool of capacity {config.pool_capacity}, got {capacity}.")
         returns = pool.trajectories.episode_return
-        elites = select_elites(
+        if sizes is None:
+            num_batches, batch_size, num_elites = config.num_batches, config.batch_size, config.num_elites
+        else:
+            chex.assert_shape(sizes, (3,))
+            num_batches, batch_size, num_elites = sizes[0], sizes[1], sizes[2]
+        elites = select_elites_masked(
             key,
             returns,
             pool_lib.valid_mask(pool),
-            num_batches=config.num_batches,
-            batch_size=config.batch_size,
-            num_elites=config.num_elites,
+            (num_batches, batch_size, num_elites),
+            max_batches=config.num_batches,
+            max_batch_size=config.batch_size,
+            max_elites=config.num_elites,
         ).reshape(num_kept)
         filled = elites >= 0
         safe_elites = jnp.maximum(elites, 0)
@@ -193,7 +203,7 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
         updates, opt_state = state.optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
 
-        ready = pool.size >= config.batch_size
+        ready = pool.size >= batch_size
         finite = jnp.isfinite(loss) & _all_finite(grads) & _all_finite(updates)
         applied = ready & finite
         reference_params = state.reference_params
@@ -211,7 +221,7 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
             **terms,
             "elite_return_mean": jnp.sum(jnp.where(filled, elite_returns, 0.0)) / jnp.maximum(jnp.sum(filled), 1),
             "elite_return_min": jnp.min(jnp.where(filled, elite_returns, jnp.inf)),
-            "unique_elite_fraction": jnp.sum(counts > 0) / num_kept,
+            "unique_elite_fraction": jnp.sum(counts > 0) / (num_batches * num_elites),
             "pool_size": pool.size,
             "grad_norm": optax.tree_utils.tree_norm(grads),
             "ready": ready,

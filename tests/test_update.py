@@ -77,6 +77,30 @@ def test_loss_and_step_match_the_written_out_loss(normalisation, elite_path):
     np.testing.assert_allclose(metrics["unique_elite_fraction"], len(np.unique(elites)) / elites.size, rtol=1e-6)
 
 
+@pytest.mark.parametrize("elite_path", ["gather", "counts"])
+def test_traced_sizes_inside_the_config_give_the_written_out_loss_for_those_sizes(elite_path):
+    pool = filled_pool()
+    start = state()
+    update = ftw_jax.make_update(linear_apply, config(elite_path=elite_path))  # maxima J=3, C=4, K=2
+    TRACES.clear()
+    for sizes in ((2, 3, 1), (3, 4, 2), (1, 2, 2)):
+        new_state, metrics = update(start, pool, jax.random.key(3), jnp.array(sizes, jnp.int32))
+        elites = ftw_jax.select_elites_masked(jax.random.key(3), pool.trajectories.episode_return,
+                                              pool_lib.valid_mask(pool), sizes, max_batches=3, max_batch_size=4,
+                                              max_elites=2)
+        kept = np.asarray(elites)[: sizes[0], : sizes[2]]
+        assert (kept >= 0).all() and (np.asarray(elites) >= 0).sum() == sizes[0] * sizes[2]
+        loss, grads = jax.value_and_grad(expected_loss)(start.params, start.params, pool, jnp.asarray(kept), 0.3, "token")
+        np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-5)
+        chex.assert_trees_all_close(new_state.params, jax.tree.map(lambda p, g: p - 0.5 * g, start.params, grads), rtol=1e-5)
+        np.testing.assert_allclose(metrics["unique_elite_fraction"], len(np.unique(kept)) / kept.size, rtol=1e-6)
+    traces = len(TRACES)
+    update(start, pool, jax.random.key(4), jnp.array((1, 1, 1), jnp.int32))
+    assert len(TRACES) == traces  # one compile for every size
+    _, metrics = update(start, filled_pool(3), jax.random.key(5), jnp.array((2, 3, 1), jnp.int32))
+    assert bool(metrics["ready"])  # 3 entries are enough for C = 3, though the config's C is 4
+
+
 def test_no_op_until_the_pool_holds_c_entries():
     update = ftw_jax.make_update(linear_apply, config())
     start = state(optimizer=optax.adam(0.1))
