@@ -120,6 +120,26 @@ class TrainConfig:
     def num_periods(self) -> int:
         return self.num_iterations // self.eval_every
 
+    def hyperparameters(self) -> Hyperparameters:
+        """The config's own sizes, β and learning rate as arrays."""
+        return Hyperparameters(
+            sizes=jnp.array([self.num_batches, self.batch_size, self.num_elites], jnp.int32),
+            kl_coef=jnp.asarray(self.kl_coef, jnp.float32),
+            learning_rate=jnp.asarray(self.learning_rate, jnp.float32),
+        )
+
+
+@flax.struct.dataclass
+class Hyperparameters:
+    """What may differ between the members of one compiled program (a sweep vmaps over these).
+
+    The sizes live inside the config's, which act as maxima (`select_elites_masked`).
+    """
+
+    sizes: jax.Array  # [3] int32: J, C, K
+    kl_coef: jax.Array  # [] float32: β at the start (it decays to `kl_coef_final` if that is set)
+    learning_rate: jax.Array  # [] float32
+
 
 @flax.struct.dataclass
 class TrainCarry:
@@ -130,14 +150,15 @@ class TrainCarry:
     key: jax.Array
     iteration: jax.Array  # [] int32
     env_steps: jax.Array  # [] int32: training env steps so far (evaluation not counted)
+    hyperparameters: Hyperparameters
 
 
 @dataclasses.dataclass(frozen=True)
 class Trainer:
-    """`init(key) -> carry`; `run(carry, num_periods) -> (carry, (metrics, evaluation))`; `train(key)`.
+    """`init(key[, hyperparameters]) -> carry`; `run(carry, num_periods) -> (carry, (metrics, evaluation))`.
 
     `metrics` leaves are [periods, eval_every] (per iteration), `evaluation` leaves [periods].
-    `run` is jitted with `num_periods` static; vmap `init` and `run` over seeds.
+    `run` is jitted with `num_periods` static; vmap `init` and `run` over seeds (and hyperparameters).
     """
 
     config: TrainConfig
@@ -146,8 +167,8 @@ class Trainer:
     init: Any
     run: Any
 
-    def train(self, key: jax.Array):
-        return self.run(self.init(key), self.config.num_periods)
+    def train(self, key: jax.Array, hyperparameters: Hyperparameters | None = None):
+        return self.run(self.init(key, hyperparameters), self.config.num_periods)
 
 
 def make_policy(config: TrainConfig, env: envs.Environment):
@@ -167,7 +188,10 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
     eval_params = env.evaluation_params(env_params)
     policy = make_policy(config, env)
     update = make_update(policy.apply, config.update_config)
-    optimizer = optax.adam(config.learning_rate) if config.optimizer == "adam" else optax.sgd(config.learning_rate)
+    # The learning rate is a state array (optax.inject_hyperparams), so members of a sweep can differ in it.
+    optimizer = optax.inject_hyperparams(optax.adam if config.optimizer == "adam" else optax.sgd)(
+        learning_rate=config.learning_rate
+    )
 
     def play(key, params, version, num_episodes, env_params=env_params):
         """(trajectories [B, T, ...], success [B]) of B episodes with the current policy."""
@@ -176,7 +200,9 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
             keys, env, env_params, policy, params, version
         )
 
-    def init(key: jax.Array) -> TrainCarry:
+    def init(key: jax.Array, hyperparameters: Hyperparameters | None = None) -> TrainCarry:
+        if hyperparameters is None:
+            hyperparameters = config.hyperparameters()
         params_key, example_key, key = jax.random.split(key, 3)
         observation, _ = env.reset(example_key, env_params)
         params = policy.init(params_key, jax.tree.map(lambda leaf: jnp.asarray(leaf)[None], observation))
@@ -184,27 +210,34 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
             lambda k: rollout(k, env, env_params, policy, params, jnp.zeros((), jnp.int32)), jax.random.key(0)
         )
         example = jax.tree.map(lambda spec: jnp.zeros(spec.shape, spec.dtype), example)
+        state = FTWState.create(params, optimizer, kl_coef=hyperparameters.kl_coef)
+        opt_state = state.opt_state
+        opt_state.hyperparams["learning_rate"] = jnp.asarray(hyperparameters.learning_rate, jnp.float32)
         return TrainCarry(
-            state=FTWState.create(params, optimizer, kl_coef=config.kl_coef),
+            state=state.replace(opt_state=opt_state),
             pool=pool_lib.init(config.pool_capacity, example),
             key=key,
             iteration=jnp.zeros((), jnp.int32),
             env_steps=jnp.zeros((), jnp.int32),
+            hyperparameters=hyperparameters,
         )
 
-    kl_schedule = None if config.kl_coef_final is None else optax.linear_schedule(
-        config.kl_coef, config.kl_coef_final, transition_steps=max(config.num_iterations - 1, 1)
-    )
+    def kl_coef_at(carry: TrainCarry) -> jax.Array:
+        """β for this iteration: linear from the member's start value to `kl_coef_final` at the last one."""
+        progress = carry.iteration / max(config.num_iterations - 1, 1)
+        start = carry.hyperparameters.kl_coef
+        return ((start - config.kl_coef_final) * (1 - progress) + config.kl_coef_final).astype(jnp.float32)
 
     def iteration(carry: TrainCarry, _):
         key, play_key, update_key = jax.random.split(carry.key, 3)
         batch, success = play(play_key, carry.state.params, carry.state.version, config.episodes_per_iteration)
         pool = pool_lib.add(carry.pool, batch)
         state = carry.state
-        if kl_schedule is not None:
-            state = state.replace(kl_coef=jnp.asarray(kl_schedule(carry.iteration), jnp.float32))
+        if config.kl_coef_final is not None:
+            state = state.replace(kl_coef=kl_coef_at(carry))
+        sizes = carry.hyperparameters.sizes
         state, update_metrics = jax.lax.scan(
-            lambda state, k: update(state, pool, k), state,
+            lambda state, k: update(state, pool, k, sizes), state,
             jax.random.split(update_key, config.updates_per_iteration),
         )
         returns = batch.episode_return
@@ -218,7 +251,7 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
             "env_steps": env_steps,
             "kl_coef": state.kl_coef,
         }
-        new_carry = TrainCarry(state=state, pool=pool, key=key, iteration=carry.iteration + 1, env_steps=env_steps)
+        new_carry = carry.replace(state=state, pool=pool, key=key, iteration=carry.iteration + 1, env_steps=env_steps)
         return new_carry, metrics
 
     def period(carry: TrainCarry, _):
