@@ -301,11 +301,115 @@ def _run_train(args) -> int:
     return 0
 
 
+def _add_sweep_parser(subparsers) -> None:
+    from ftw_jax.train import ENV_DEFAULTS
+
+    parser = subparsers.add_parser(
+        "sweep",
+        help="run a grid of J, C, K, beta, learning rate x seeds as one compiled program",
+        description="Every grid point and seed is one member of one vmapped, jitted program, sharded over the "
+        "visible devices. Axes not in the grid keep the environment's defaults.",
+    )
+    parser.add_argument("--env", required=True, choices=sorted(ENV_DEFAULTS))
+    parser.add_argument("--grid", required=True, help="e.g. 'C=4,5,8 K=1,2,3 kl=0.01,0.05' (axes: J C K kl lr)")
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=_int_list, help="comma-separated seeds (default 0,1,2)")
+    seeds.add_argument("--num-seeds", type=_positive_int, help="run seeds 0..N-1")
+    for flag in ("--iterations", "--episodes-per-iteration", "--updates-per-iteration", "--pool-capacity",
+                 "--eval-every", "--eval-episodes"):
+        field, kind, help_text = _TRAIN_OPTIONS[flag]
+        parser.add_argument(flag, type=kind, default=None, help=help_text)
+    parser.add_argument("--env-options", type=_env_options, default={}, help="as for train")
+    parser.add_argument("--metric", choices=["return", "success"], default=None,
+                        help="final metric of the table and heatmap (default: success where defined, else return)")
+    parser.add_argument("--heatmap", default=None, help="two grid axes, e.g. 'C,K' (default: the grid's first two)")
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"), help="default runs/")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    parser.set_defaults(handler=_run_sweep)
+
+
+def _run_sweep(args) -> int:
+    import csv
+
+    from ftw_jax import runs
+    from ftw_jax.sweep import AXES, heatmap_cells, make_sweep, parse_grid, run_sweep, summarise_points
+    from ftw_jax.train import make_train
+
+    grid = parse_grid(args.grid)
+    seeds = args.seeds or list(range(args.num_seeds or 3))
+    overrides = {_TRAIN_OPTIONS[flag][0]: getattr(args, flag[2:].replace("-", "_"))
+                 for flag in ("--iterations", "--episodes-per-iteration", "--updates-per-iteration",
+                              "--pool-capacity", "--eval-every", "--eval-episodes")
+                 if getattr(args, flag[2:].replace("-", "_")) is not None}
+    heatmap_axes = (args.heatmap.split(",") if args.heatmap else list(grid)[:2])
+    if len(heatmap_axes) not in (1, 2) or any(axis not in grid for axis in heatmap_axes):
+        raise ValueError(f"--heatmap must name one or two grid axes among {list(grid)}, got {args.heatmap!r}.")
+    sweep = make_sweep(args.env, grid, seeds, args.env_options, **overrides)
+    try:
+        trainer = make_train(sweep.config, **sweep.env_options)
+    except TypeError as error:
+        raise ValueError(f"bad --env-options for {args.env}: {error}") from None
+    metric = args.metric or ("success" if trainer.env.has_success else "return")
+    folder = runs.new_run_folder(args.out, f"sweep-{args.env}")
+    runs.write_json(folder / "config.json", {"grid": grid, "seeds": seeds, "env_options": sweep.env_options,
+                                             "maxima": dataclasses.asdict(sweep.config)})
+    log = lambda message: print(message, file=sys.stderr if args.json else sys.stdout, flush=True)  # noqa: E731
+    import jax
+
+    log(f"sweep {args.env}: {len(sweep.members)} members ({len(sweep.members) // len(seeds)} grid points x "
+        f"{len(seeds)} seeds) in one program on {jax.device_count()} device(s); run folder {folder}")
+    started = time.perf_counter()
+
+    def progress(period, row):
+        log(f"iteration {(period + 1) * sweep.config.eval_every:>5}/{sweep.config.num_iterations}  "
+            f"eval {metric} mean {row[metric].mean():9.3f} (min {row[metric].min():.3f}, max {row[metric].max():.3f})"
+            f"  {time.perf_counter() - started:7.1f} s")
+
+    results = run_sweep(sweep, progress, trainer)
+    seconds = time.perf_counter() - started
+    if not np.all(np.isfinite(results["return"])):
+        log("warning: some members' evaluation returns are not finite (see results.csv).")
+    axes = list(AXES)
+    rows = [{**{axis: member[axis] for axis in axes}, "seed": member["seed"],
+             "final_return": float(results["return"][i, -1]), "best_return": float(results["return"][i].max()),
+             "final_success": float(results["success"][i, -1]), "best_success": float(results["success"][i].max()),
+             "env_steps": int(results["env_steps"][i, -1])} for i, member in enumerate(sweep.members)]
+    with (folder / "results.csv").open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    np.savez_compressed(folder / "curves.npz", **results,
+                        **{f"member_{axis}": np.array([m[axis] for m in sweep.members]) for axis in [*axes, "seed"]})
+
+    final = results[metric][:, -1]
+    table = summarise_points(sweep, final)
+    x_axis, y_axis = heatmap_axes[0], (heatmap_axes[1] if len(heatmap_axes) == 2 else None)
+    means, spreads = heatmap_cells(sweep, final, x_axis, y_axis)
+    from ftw_jax.plots import save_heatmap
+
+    save_heatmap(folder / "heatmap.png", means, spreads, x_values=grid[x_axis],
+                 y_values=grid[y_axis] if y_axis else [""], x_label=x_axis, y_label=y_axis or "",
+                 title=f"{args.env}: final {metric}, mean ± sd over {len(seeds)} seeds")
+    summary = {"env": args.env, "metric": metric, "grid": grid, "seeds": seeds, "seconds": seconds,
+               "devices": jax.device_count(), "run_folder": str(folder),
+               "points": [{**dict(zip(grid, point)), "mean": mean, "sd": sd} for point, mean, sd in table]}
+    runs.write_json(folder / "summary.json", summary)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print("\n" + "  ".join(f"{axis:>8}" for axis in grid) + f"  {'final ' + metric:>14}  {'sd':>8}")
+    for point, mean, sd in table:
+        print("  ".join(f"{value:>8}" for value in point) + f"  {mean:>14.3f}  {sd:>8.3f}")
+    print(f"\n{seconds:.1f} s; results.csv, curves.npz, heatmap.png in {folder}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ftw-jax", description="Follow the Winners (FTW) in JAX.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_bandit_parser(subparsers)
     _add_train_parser(subparsers)
+    _add_sweep_parser(subparsers)
     args = parser.parse_args(argv)
     try:
         return args.handler(args)

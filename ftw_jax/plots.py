@@ -59,3 +59,30 @@ def save_histogram(path, values, *, title: str, xlabel: str, markers: dict[str, 
     figure.savefig(path)
     plt.close(figure)
     return path
+
+
+def save_heatmap(path, means, spreads, *, x_values, y_values, x_label: str, y_label: str, title: str) -> pathlib.Path:
+    """A heatmap of `means` [Y, X], each cell annotated "mean ± spread"; returns the path written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    means, spreads = np.asarray(means, float), np.asarray(spreads, float)
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure, axes = plt.subplots(figsize=(1.2 * len(x_values) + 2.4, 0.8 * len(y_values) + 1.8), dpi=120)
+    image = axes.imshow(means, cmap="viridis", origin="lower", aspect="auto")
+    for row in range(means.shape[0]):
+        for column in range(means.shape[1]):
+            level = (means[row, column] - np.nanmin(means)) / max(np.nanmax(means) - np.nanmin(means), 1e-12)
+            axes.text(column, row, f"{means[row, column]:.3g}\n± {spreads[row, column]:.2g}", ha="center",
+                      va="center", fontsize=8, color="black" if level > 0.5 else "white")
+    axes.set_xticks(range(len(x_values)), [str(v) for v in x_values])
+    axes.set_yticks(range(len(y_values)), [str(v) for v in y_values])
+    axes.set(xlabel=x_label, ylabel=y_label, title=title)
+    figure.colorbar(image, ax=axes)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path

@@ -1,0 +1,146 @@
+"""Sweeps: seeds × (J, C, K, β, learning rate) as one compiled program, sharded over the visible devices.
+
+    sweep = make_sweep("cartpole", parse_grid("C=4,8 K=1,2 kl=0,0.05"), seeds=[0, 1, 2])
+    results = run_sweep(sweep)          # evaluation curves [M, periods] of every member
+
+Every member (one grid point and one seed) runs the same program: the config's J, C, K are the grid's maxima
+and each member selects with its own sizes inside them (`select_elites_masked`); β and the learning rate
+are arrays in its state. The member axis is a `vmap`, split over the devices with a `NamedSharding`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from ftw_jax.train import Hyperparameters, TrainConfig, Trainer, make_train
+
+# Grid axis -> TrainConfig field.
+AXES = {"J": "num_batches", "C": "batch_size", "K": "num_elites", "kl": "kl_coef", "lr": "learning_rate"}
+_INTEGER_AXES = ("J", "C", "K")
+
+
+def parse_grid(text: str) -> dict[str, list]:
+    """'C=4,5,8 K=1,2 kl=0.01,0.05' -> {'C': [4, 5, 8], 'K': [1, 2], 'kl': [0.01, 0.05]} (axes: J C K kl lr)."""
+    grid: dict[str, list] = {}
+    for item in text.split():
+        name, separator, values = item.partition("=")
+        if not separator or name not in AXES:
+            raise ValueError(f"bad grid item {item!r}: expected AXIS=v1,v2,... with AXIS one of {list(AXES)}.")
+        if name in grid:
+            raise ValueError(f"grid axis {name!r} is given twice.")
+        kind = int if name in _INTEGER_AXES else float
+        try:
+            grid[name] = [kind(value) for value in values.split(",")]
+        except ValueError:
+            raise ValueError(f"bad values for grid axis {name!r}: {values!r} (expected {kind.__name__}s).") from None
+    if not grid:
+        raise ValueError(f"empty grid {text!r}: expected e.g. 'C=4,8 K=1,2'.")
+    return grid
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """The program's config (sizes = the grid's maxima) and its members (grid points × seeds)."""
+
+    config: TrainConfig
+    env_options: dict
+    members: list[dict]  # per member: the value of every axis, and "seed"
+    grid: dict[str, list]
+
+    def hyperparameters(self) -> Hyperparameters:
+        """Leaves [M, ...]: every member's sizes, β and learning rate."""
+        return Hyperparameters(
+            sizes=jnp.array([[m["J"], m["C"], m["K"]] for m in self.members], jnp.int32),
+            kl_coef=jnp.array([m["kl"] for m in self.members], jnp.float32),
+            learning_rate=jnp.array([m["lr"] for m in self.members], jnp.float32),
+        )
+
+    def keys(self) -> jax.Array:
+        return jnp.stack([jax.random.key(m["seed"]) for m in self.members])
+
+
+def make_sweep(env: str, grid: dict[str, list], seeds: list[int], env_options: dict | None = None, **overrides) -> Sweep:
+    """Members = every combination of the grid's values × seeds; axes not in the grid keep the env's defaults."""
+    base = TrainConfig.for_env(env, **overrides)
+    defaults = {axis: getattr(base, field) for axis, field in AXES.items()}
+    if not seeds:
+        raise ValueError("a sweep needs at least one seed.")
+    points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    members = [{**defaults, **point, "seed": seed} for point in points for seed in seeds]
+    for member in members:
+        if not 1 <= member["K"] <= member["C"] <= base.pool_capacity or member["J"] < 1:
+            raise ValueError(
+                f"grid point J={member['J']}, C={member['C']}, K={member['K']} is outside 1 <= K <= C <= N "
+                f"(N={base.pool_capacity}), J >= 1."
+            )
+        if member["kl"] < 0 or member["lr"] <= 0:
+            raise ValueError(f"grid point kl={member['kl']}, lr={member['lr']}: expected kl >= 0 and lr > 0.")
+    maxima = {AXES[axis]: max(member[axis] for member in members) for axis in _INTEGER_AXES}
+    config = dataclasses.replace(base, **maxima)
+    return Sweep(config=config, env_options=dict(env_options or {}), members=members, grid=grid)
+
+
+def member_sharding(num_members: int) -> tuple[NamedSharding, int]:
+    """A sharding of the member axis over every visible device, and the member count padded to fit it."""
+    devices = np.array(jax.devices())
+    padded = -(-num_members // len(devices)) * len(devices)
+    return NamedSharding(Mesh(devices, ("members",)), PartitionSpec("members")), padded
+
+
+def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None, trainer: Trainer | None = None) -> dict:
+    """Runs every member in one compiled program, one evaluation period per call (progress via `on_period`).
+
+    Returns numpy arrays: `return`, `success`, `env_steps` [M, periods] (the evaluations), and the last
+    iteration's training `return_mean` [M, periods].
+    """
+    trainer = trainer or make_train(sweep.config, **sweep.env_options)
+    num_members = len(sweep.members)
+    sharding, padded = member_sharding(num_members)
+    pad = lambda leaf: jnp.concatenate([leaf, jnp.repeat(leaf[-1:], padded - num_members, axis=0)])  # noqa: E731
+    keys, hyperparameters = jax.tree.map(pad, (sweep.keys(), sweep.hyperparameters()))
+    carry = jax.jit(jax.vmap(trainer.init), out_shardings=sharding)(keys, hyperparameters)
+    run_period = jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), static_argnums=1)
+    history = []
+    for period in range(sweep.config.num_periods):
+        carry, (metrics, evaluation) = run_period(carry, 1)
+        row = {
+            "return": np.asarray(evaluation["return"])[:num_members, 0],
+            "success": np.asarray(evaluation["success"])[:num_members, 0],
+            "env_steps": np.asarray(evaluation["env_steps"])[:num_members, 0],
+            "train_return": np.asarray(metrics["return_mean"])[:num_members, 0, -1],
+        }
+        history.append(row)
+        if on_period is not None:
+            on_period(period, row)
+    return {name: np.stack([row[name] for row in history], axis=1) for name in history[0]}
+
+
+def summarise_points(sweep: Sweep, values: np.ndarray) -> list[tuple[tuple, float, float]]:
+    """(grid point, mean, sd over seeds) of one value per member ([M]), in grid order."""
+    points: dict[tuple, list[float]] = {}
+    for member, value in zip(sweep.members, values):
+        points.setdefault(tuple(member[axis] for axis in sweep.grid), []).append(float(value))
+    return [(point, float(np.mean(group)), float(np.std(group))) for point, group in points.items()]
+
+
+def heatmap_cells(sweep: Sweep, values: np.ndarray, x_axis: str, y_axis: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """Means [Y, X] of one value per member over two grid axes (other axes and seeds averaged), and the sd
+    over seeds of each seed's average — the seed spread of the cell."""
+    y_values = sweep.grid[y_axis] if y_axis else [None]
+    seeds = sorted({member["seed"] for member in sweep.members})
+    means = np.full((len(y_values), len(sweep.grid[x_axis])), np.nan)
+    spreads = np.full_like(means, np.nan)
+    for row, y in enumerate(y_values):
+        for column, x in enumerate(sweep.grid[x_axis]):
+            in_cell = [m[x_axis] == x and (y_axis is None or m[y_axis] == y) for m in sweep.members]
+            per_seed = [np.mean([v for m, v, inside in zip(sweep.members, values, in_cell) if inside and m["seed"] == s])
+                        for s in seeds]
+            means[row, column], spreads[row, column] = np.mean(per_seed), np.std(per_seed)
+    return means, spreads
