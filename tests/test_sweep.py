@@ -1,0 +1,100 @@
+"""Sweeps: the grid syntax, members that reproduce their own runs, sharding over devices, the CLI's files."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from ftw_jax import cli
+from ftw_jax.sweep import make_sweep, parse_grid, run_sweep
+from ftw_jax.train import TrainConfig, make_train
+
+pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
+TINY = dict(num_iterations=6, eval_every=3, episodes_per_iteration=4, eval_episodes=4)
+
+
+def test_parse_grid():
+    assert parse_grid("C=4,5,8 K=1,2 kl=0.01,0.05 lr=1e-3 J=8") == {
+        "C": [4, 5, 8], "K": [1, 2], "kl": [0.01, 0.05], "lr": [0.001], "J": [8]
+    }
+    for text, message in [("N=4", "AXIS"), ("C=4 C=5", "twice"), ("C=4.5", "ints"), ("", "empty"), ("C", "AXIS")]:
+        with pytest.raises(ValueError, match=message):
+            parse_grid(text)
+
+
+def test_make_sweep_takes_the_maxima_and_rejects_bad_points():
+    sweep = make_sweep("cartpole", parse_grid("C=4,8 K=1,3 kl=0,0.1"), seeds=[0, 1, 2], **TINY)
+    assert len(sweep.members) == 2 * 2 * 2 * 3
+    assert (sweep.config.batch_size, sweep.config.num_elites, sweep.config.num_batches) == (8, 3, 16)
+    assert sweep.members[0] == {"J": 16, "C": 4, "K": 1, "kl": 0.0, "lr": 3e-3, "seed": 0}
+    with pytest.raises(ValueError, match="K=5"):
+        make_sweep("cartpole", parse_grid("C=4 K=5"), seeds=[0], **TINY)
+    with pytest.raises(ValueError, match="lr=0"):
+        make_sweep("cartpole", parse_grid("lr=0"), seeds=[0], **TINY)
+
+
+@pytest.fixture(scope="module")
+def small_sweep():
+    sweep = make_sweep("cartpole", parse_grid("C=4,8 K=1,2 kl=0,0.5"), seeds=[0, 1], **TINY)
+    return sweep, run_sweep(sweep)
+
+
+def test_members_reproduce_their_own_runs(small_sweep):
+    sweep, results = small_sweep
+    assert results["return"].shape == (len(sweep.members), 2)
+    trainer = make_train(sweep.config)
+    hyperparameters = sweep.hyperparameters()
+    for index in (0, 5, len(sweep.members) - 1):
+        member = jax.tree.map(lambda leaf: leaf[index], hyperparameters)
+        _, (_, evaluation) = trainer.train(sweep.keys()[index], member)
+        np.testing.assert_allclose(results["return"][index], evaluation["return"], rtol=1e-5)
+    # A member at the maxima is the plain run of its config.
+    top = len(sweep.members) - 1
+    assert sweep.members[top] == {"J": 16, "C": 8, "K": 2, "kl": 0.5, "lr": 3e-3, "seed": 1}
+    alone = make_train(TrainConfig.for_env("cartpole", **TINY, batch_size=8, num_elites=2, kl_coef=0.5))
+    _, (_, evaluation) = alone.train(jax.random.key(1))
+    np.testing.assert_allclose(results["return"][top], evaluation["return"], rtol=1e-5)
+    # Different grid points differ.
+    assert len({tuple(row) for row in results["return"]}) > len(sweep.members) // 2
+
+
+def test_sharded_over_four_devices_gives_the_single_device_results(small_sweep, tmp_path):
+    sweep, results = small_sweep
+    script = (
+        "import json, sys, jax, numpy as np\n"
+        "from ftw_jax.sweep import make_sweep, parse_grid, run_sweep\n"
+        "assert jax.device_count() == 4, jax.devices()\n"
+        f"sweep = make_sweep('cartpole', parse_grid('C=4,8 K=1,2 kl=0,0.5'), seeds=[0, 1], **{TINY!r})\n"
+        "results = run_sweep(sweep)\n"
+        "json.dump({k: v.tolist() for k, v in results.items()}, open(sys.argv[1], 'w'))\n"
+    )
+    out = tmp_path / "sharded.json"
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"}
+    subprocess.run([sys.executable, "-c", script, str(out)], check=True, env=env, timeout=600)
+    sharded = json.loads(out.read_text())
+    for name in ("return", "env_steps"):
+        np.testing.assert_allclose(np.asarray(sharded[name]), results[name], rtol=1e-5)
+
+
+def test_sweep_cli_writes_the_table_curves_and_heatmap(capsys, tmp_path):
+    argv = ["sweep", "--env", "cartpole", "--grid", "C=4,8 K=1,2", "--seeds", "0,1", "--iterations", "6",
+            "--eval-every", "3", "--episodes-per-iteration", "4", "--eval-episodes", "4", "--out", str(tmp_path),
+            "--json"]
+    assert cli.main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["metric"] == "return" and len(summary["points"]) == 4
+    (folder,) = tmp_path.iterdir()
+    assert {p.name for p in folder.iterdir()} >= {"config.json", "results.csv", "curves.npz", "heatmap.png", "summary.json"}
+    rows = (folder / "results.csv").read_text().splitlines()
+    assert rows[0].startswith("J,C,K,kl,lr,seed,final_return") and len(rows) == 1 + 4 * 2
+    curves = np.load(folder / "curves.npz")
+    assert curves["return"].shape == (8, 2) and list(curves["member_C"]) == [4, 4, 4, 4, 8, 8, 8, 8]
+    means = {(p["C"], p["K"]): p["mean"] for p in summary["points"]}
+    np.testing.assert_allclose(means[(4, 1)], curves["return"][:2, -1].mean())
+    assert cli.main(["sweep", "--env", "cartpole", "--grid", "C=4 K=9", "--out", str(tmp_path)]) == 2
+    assert "K=9" in capsys.readouterr().err
