@@ -103,8 +103,12 @@ def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None
     trainer = trainer or make_train(sweep.config, **sweep.env_options)
     num_members = len(sweep.members)
     sharding, padded = member_sharding(num_members)
-    pad = lambda leaf: jnp.concatenate([leaf, jnp.repeat(leaf[-1:], padded - num_members, axis=0)])  # noqa: E731
-    keys, hyperparameters = jax.tree.map(pad, (sweep.keys(), sweep.hyperparameters()))
+    keys, hyperparameters = sweep.keys(), sweep.hyperparameters()
+    if padded > num_members:  # filler members (the last one's settings, fresh keys) whose results are dropped
+        extra = padded - num_members
+        keys = jnp.concatenate([keys, jax.random.split(jax.random.key(-1), extra)])
+        hyperparameters = jax.tree.map(lambda leaf: jnp.concatenate([leaf, jnp.repeat(leaf[-1:], extra, 0)]),
+                                       hyperparameters)
     carry = jax.jit(jax.vmap(trainer.init), out_shardings=sharding)(keys, hyperparameters)
     run_period = jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), static_argnums=1)
     history = []
