@@ -301,6 +301,11 @@ def _run_train(args) -> int:
     return 0
 
 
+# The training options a sweep takes besides its grid.
+_SWEEP_OPTIONS = ("--iterations", "--episodes-per-iteration", "--updates-per-iteration", "--pool-capacity",
+                  "--eval-every", "--eval-episodes")
+
+
 def _add_sweep_parser(subparsers) -> None:
     from ftw_jax.train import ENV_DEFAULTS
 
@@ -315,9 +320,8 @@ def _add_sweep_parser(subparsers) -> None:
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument("--seeds", type=_int_list, help="comma-separated seeds (default 0,1,2)")
     seeds.add_argument("--num-seeds", type=_positive_int, help="run seeds 0..N-1")
-    for flag in ("--iterations", "--episodes-per-iteration", "--updates-per-iteration", "--pool-capacity",
-                 "--eval-every", "--eval-episodes"):
-        field, kind, help_text = _TRAIN_OPTIONS[flag]
+    for flag in _SWEEP_OPTIONS:
+        _, kind, help_text = _TRAIN_OPTIONS[flag]
         parser.add_argument(flag, type=kind, default=None, help=help_text)
     parser.add_argument("--env-options", type=_env_options, default={}, help="as for train")
     parser.add_argument("--metric", choices=["return", "success"], default=None,
@@ -332,15 +336,13 @@ def _run_sweep(args) -> int:
     import csv
 
     from ftw_jax import runs
-    from ftw_jax.sweep import AXES, heatmap_cells, make_sweep, parse_grid, run_sweep, summarise_points
+    from ftw_jax.sweep import AXES, heatmap_cells, make_sweep, parse_grid, run_sweep, summarise_points, tidy_rows
     from ftw_jax.train import make_train
 
     grid = parse_grid(args.grid)
     seeds = args.seeds or list(range(args.num_seeds or 3))
     overrides = {_TRAIN_OPTIONS[flag][0]: getattr(args, flag[2:].replace("-", "_"))
-                 for flag in ("--iterations", "--episodes-per-iteration", "--updates-per-iteration",
-                              "--pool-capacity", "--eval-every", "--eval-episodes")
-                 if getattr(args, flag[2:].replace("-", "_")) is not None}
+                 for flag in _SWEEP_OPTIONS if getattr(args, flag[2:].replace("-", "_")) is not None}
     heatmap_axes = (args.heatmap.split(",") if args.heatmap else list(grid)[:2])
     if len(heatmap_axes) not in (1, 2) or any(axis not in grid for axis in heatmap_axes):
         raise ValueError(f"--heatmap must name one or two grid axes among {list(grid)}, got {args.heatmap!r}.")
@@ -369,17 +371,13 @@ def _run_sweep(args) -> int:
     seconds = time.perf_counter() - started
     if not np.all(np.isfinite(results["return"])):
         log("warning: some members' evaluation returns are not finite (see results.csv).")
-    axes = list(AXES)
-    rows = [{**{axis: member[axis] for axis in axes}, "seed": member["seed"],
-             "final_return": float(results["return"][i, -1]), "best_return": float(results["return"][i].max()),
-             "final_success": float(results["success"][i, -1]), "best_success": float(results["success"][i].max()),
-             "env_steps": int(results["env_steps"][i, -1])} for i, member in enumerate(sweep.members)]
+    rows = tidy_rows(sweep, results)
     with (folder / "results.csv").open("w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     np.savez_compressed(folder / "curves.npz", **results,
-                        **{f"member_{axis}": np.array([m[axis] for m in sweep.members]) for axis in [*axes, "seed"]})
+                        **{f"member_{axis}": np.array([m[axis] for m in sweep.members]) for axis in [*AXES, "seed"]})
 
     final = results[metric][:, -1]
     table = summarise_points(sweep, final)

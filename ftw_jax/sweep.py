@@ -126,6 +126,17 @@ def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None
     return {name: np.stack([row[name] for row in history], axis=1) for name in history[0]}
 
 
+def tidy_rows(sweep: Sweep, results: dict) -> list[dict]:
+    """One row per member: its grid values and seed, final and best evaluation return and success, env steps."""
+    return [
+        {**{axis: member[axis] for axis in AXES}, "seed": member["seed"],
+         "final_return": float(results["return"][i, -1]), "best_return": float(results["return"][i].max()),
+         "final_success": float(results["success"][i, -1]), "best_success": float(results["success"][i].max()),
+         "env_steps": int(results["env_steps"][i, -1])}
+        for i, member in enumerate(sweep.members)
+    ]
+
+
 def summarise_points(sweep: Sweep, values: np.ndarray) -> list[tuple[tuple, float, float]]:
     """(grid point, mean, sd over seeds) of one value per member ([M]), in grid order."""
     points: dict[tuple, list[float]] = {}
