@@ -411,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
-    except ValueError as error:
+    except (ValueError, ImportError) as error:  # bad input, or an optional dependency that is not installed
         print(f"error: {error}", file=sys.stderr)
         return 2
 

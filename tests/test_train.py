@@ -130,3 +130,12 @@ def test_train_cli_sokoban_reports_success_and_rejects_unknown_env_options(capsy
     assert result["return"] == result["success"]  # binary reward: the return is 1 exactly when solved
     assert cli.main(["train", "--env", "sokoban", "--env-options", "rewrd=binary", "--out", str(tmp_path)]) == 2
     assert "rewrd" in capsys.readouterr().err
+
+
+def test_cli_reports_a_missing_optional_dependency_without_a_traceback(capsys, monkeypatch, tmp_path):
+    def make(name, **options):
+        raise ImportError("gymnax environments need gymnax: pip install 'ftw_jax[gymnax]'")
+
+    monkeypatch.setattr("ftw_jax.envs.make", make)
+    assert cli.main(["train", "--env", "cartpole", "--out", str(tmp_path)]) == 2
+    assert "pip install 'ftw_jax[gymnax]'" in capsys.readouterr().err
