@@ -215,21 +215,34 @@ def _add_train_parser(subparsers) -> None:
     parser.set_defaults(handler=_run_train)
 
 
+def _train_seeds(args) -> list[int]:
+    return args.seeds or list(range(args.num_seeds or 3))
+
+
+def _config_overrides(args, flags) -> dict:
+    """The TrainConfig fields of the given `_TRAIN_OPTIONS` flags that were passed on the command line."""
+    values = {_TRAIN_OPTIONS[flag][0]: getattr(args, flag[2:].replace("-", "_")) for flag in flags}
+    return {field: value for field, value in values.items() if value is not None}
+
+
+def _make_trainer(config, env_options: dict):
+    from ftw_jax.train import make_train
+
+    try:
+        return make_train(config, **env_options)
+    except TypeError as error:  # an option the environment does not have
+        raise ValueError(f"bad --env-options for {config.env}: {error}") from None
+
+
 def _run_train(args) -> int:
     import jax
 
     from ftw_jax import runs
-    from ftw_jax.train import TrainConfig, make_train
+    from ftw_jax.train import TrainConfig
 
-    seeds = args.seeds or list(range(args.num_seeds or 3))
-    overrides = {field: getattr(args, flag[2:].replace("-", "_"))
-                 for flag, (field, _, _) in _TRAIN_OPTIONS.items()
-                 if getattr(args, flag[2:].replace("-", "_")) is not None}
-    config = TrainConfig.for_env(args.env, **overrides)
-    try:
-        trainer = make_train(config, **args.env_options)
-    except TypeError as error:  # an option the environment does not have
-        raise ValueError(f"bad --env-options for {args.env}: {error}") from None
+    seeds = _train_seeds(args)
+    config = TrainConfig.for_env(args.env, **_config_overrides(args, _TRAIN_OPTIONS))
+    trainer = _make_trainer(config, args.env_options)
     folder = runs.new_run_folder(args.out, args.env)
     runs.write_json(folder / "config.json", {"seeds": seeds, "env_options": args.env_options, **dataclasses.asdict(config)})
     log = lambda message: print(message, file=sys.stderr if args.json else sys.stdout, flush=True)  # noqa: E731
@@ -337,20 +350,14 @@ def _run_sweep(args) -> int:
 
     from ftw_jax import runs
     from ftw_jax.sweep import AXES, heatmap_cells, make_sweep, parse_grid, run_sweep, summarise_points, tidy_rows
-    from ftw_jax.train import make_train
 
     grid = parse_grid(args.grid)
-    seeds = args.seeds or list(range(args.num_seeds or 3))
-    overrides = {_TRAIN_OPTIONS[flag][0]: getattr(args, flag[2:].replace("-", "_"))
-                 for flag in _SWEEP_OPTIONS if getattr(args, flag[2:].replace("-", "_")) is not None}
+    seeds = _train_seeds(args)
     heatmap_axes = (args.heatmap.split(",") if args.heatmap else list(grid)[:2])
     if len(heatmap_axes) not in (1, 2) or any(axis not in grid for axis in heatmap_axes):
         raise ValueError(f"--heatmap must name one or two grid axes among {list(grid)}, got {args.heatmap!r}.")
-    sweep = make_sweep(args.env, grid, seeds, args.env_options, **overrides)
-    try:
-        trainer = make_train(sweep.config, **sweep.env_options)
-    except TypeError as error:
-        raise ValueError(f"bad --env-options for {args.env}: {error}") from None
+    sweep = make_sweep(args.env, grid, seeds, args.env_options, **_config_overrides(args, _SWEEP_OPTIONS))
+    trainer = _make_trainer(sweep.config, sweep.env_options)
     metric = args.metric or ("success" if trainer.env.has_success else "return")
     folder = runs.new_run_folder(args.out, f"sweep-{args.env}")
     runs.write_json(folder / "config.json", {"grid": grid, "seeds": seeds, "env_options": sweep.env_options,
