@@ -208,9 +208,7 @@ def _add_train_parser(subparsers) -> None:
         parser.add_argument(flag, type=kind, default=None, help=help_text)
     parser.add_argument("--env-options", type=_env_options, default={},
                         help="environment options, e.g. 'reward=binary,num_train_levels=1000' (sokoban)")
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"),
-                        help="where the run folder is created (default runs/)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress goes to stderr)")
+    _add_run_folder_arguments(parser)
     parser.add_argument("--no-plot", action="store_true", help="do not write the learning-curve PNG")
     parser.set_defaults(handler=_run_train)
 
@@ -234,6 +232,48 @@ def _make_trainer(config, env_options: dict):
         raise ValueError(f"bad --env-options for {config.env}: {error}") from None
 
 
+def _add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where results go, checkpoints and resuming (train and sweep alike)."""
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"),
+                        help="where the run folder is created (default runs/)")
+    parser.add_argument("--name", default=None, help="run folder name (default: ENV-DATE-TIME)")
+    parser.add_argument("--resume", type=pathlib.Path, default=None, metavar="RUN_FOLDER",
+                        help="continue the run in RUN_FOLDER from its last checkpoint (same options as it started with)")
+    parser.add_argument("--checkpoint-every", type=_positive_int, default=1, metavar="PERIODS",
+                        help="checkpoint every PERIODS evaluation periods, and at the end (default 1)")
+    parser.add_argument("--no-checkpoint", action="store_true", help="write no checkpoints")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress goes to stderr)")
+
+
+def _open_run(args, name: str, fingerprint: dict, *, writer: bool = True):
+    """(run folder, Checkpointer or None): a new folder with config.json, or the `--resume` folder after checking
+    that it was started with the same configuration. Only the `writer` process writes files."""
+    from ftw_jax import runs
+    from ftw_jax.checkpoints import Checkpointer, check_same_config
+
+    if args.resume:
+        folder = args.resume
+        if not (folder / "config.json").exists():
+            raise ValueError(f"--resume {folder}: no run there (config.json is missing).")
+        check_same_config(json.loads((folder / "config.json").read_text()), fingerprint, f"the run in {folder}")
+    elif args.name:
+        folder = args.out / args.name
+        if writer and (folder / "config.json").exists():
+            raise ValueError(f"the run folder {folder} already holds a run; pass --resume {folder} to continue it.")
+    else:
+        folder = runs.new_run_folder(args.out, name)
+    if writer:
+        folder.mkdir(parents=True, exist_ok=True)
+        runs.write_json(folder / "config.json", fingerprint)
+    checkpointer = None if args.no_checkpoint else Checkpointer(folder / "checkpoints", fingerprint,
+                                                                every=args.checkpoint_every)
+    return folder, checkpointer
+
+
+def _logger(args):
+    return lambda message: print(message, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+
 def _run_train(args) -> int:
     import jax
 
@@ -243,37 +283,54 @@ def _run_train(args) -> int:
     seeds = _train_seeds(args)
     config = TrainConfig.for_env(args.env, **_config_overrides(args, _TRAIN_OPTIONS))
     trainer = _make_trainer(config, args.env_options)
-    folder = runs.new_run_folder(args.out, args.env)
-    runs.write_json(folder / "config.json", {"seeds": seeds, "env_options": args.env_options, **dataclasses.asdict(config)})
-    log = lambda message: print(message, file=sys.stderr if args.json else sys.stdout, flush=True)  # noqa: E731
+    folder, checkpointer = _open_run(
+        args, args.env, {"seeds": seeds, "env_options": args.env_options, **dataclasses.asdict(config)}
+    )
+    log = _logger(args)
     log(f"training {args.env} for {config.num_iterations} iterations x {len(seeds)} seed(s); run folder {folder}")
 
     started = time.perf_counter()
     carry = jax.vmap(trainer.init)(jax.numpy.stack([jax.random.key(seed) for seed in seeds]))
+    evaluations = []  # per period: {name: [S]}
+    restored = checkpointer.restore(carry) if checkpointer and args.resume else None
+    if restored:
+        periods_done, carry, record = restored
+        evaluations = [{name: np.asarray(value) for name, value in row.items()} for row in record["evaluations"]]
+        log(f"resumed from the checkpoint after iteration {periods_done * config.eval_every}")
+    last_iteration = len(evaluations) * config.eval_every
+    for log_file in ("metrics.jsonl", "evaluation.jsonl"):  # rows written after that checkpoint come again
+        runs.keep_rows_up_to(folder / log_file, last_iteration)
     # Compiled ahead of time, so that throughput is reported without the compile.
     run_period = jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), static_argnums=1).lower(carry, 1).compile()
     compile_seconds = time.perf_counter() - started
     log(f"compiled in {compile_seconds:.1f} s")
     training_started = time.perf_counter()
-    evaluations = []
-    for _ in range(config.num_periods):  # one evaluation period per call: same result as one scan
-        carry, (metrics, evaluation) = run_period(carry)
-        metrics = jax.tree.map(lambda leaf: np.asarray(leaf)[:, 0], metrics)  # [S, eval_every]
-        evaluation = jax.tree.map(lambda leaf: np.asarray(leaf)[:, 0], evaluation)  # [S]
-        iterations = np.asarray(carry.iteration)[0]
-        metrics["iteration"] = iterations - config.eval_every + 1 + np.arange(config.eval_every)[None].repeat(len(seeds), 0)
-        runs.append_rows(folder / "metrics.jsonl", metrics, seeds)
-        runs.append_rows(folder / "evaluation.jsonl", {k: v[:, None] for k, v in evaluation.items()}, seeds)
-        evaluations.append(evaluation)
-        seconds = time.perf_counter() - training_started
-        steps = int(np.asarray(carry.env_steps).sum())
-        success = f"  eval success {evaluation['success'].mean():6.1%}" if trainer.env.has_success else ""
-        log(f"iteration {iterations:>5}/{config.num_iterations}  env steps {steps:>10,}  "
-            f"train return {metrics['return_mean'][:, -1].mean():9.3f}  eval return {evaluation['return'].mean():9.3f}"
-            f"{success}  {steps / seconds:9,.0f} env steps/s")
-        if not np.all(np.isfinite(evaluation["return"])):
-            log("error: non-finite evaluation return; stopping (the run folder keeps what was done).")
-            return 1
+    steps_before = int(np.asarray(carry.env_steps).sum())
+    try:
+        for period in range(len(evaluations), config.num_periods):  # one period per call: same result as one scan
+            carry, (metrics, evaluation) = run_period(carry)
+            metrics = jax.tree.map(lambda leaf: np.asarray(leaf)[:, 0], metrics)  # [S, eval_every]
+            evaluation = jax.tree.map(lambda leaf: np.asarray(leaf)[:, 0], evaluation)  # [S]
+            iterations = np.asarray(carry.iteration)[0]
+            metrics["iteration"] = iterations - config.eval_every + 1 + np.arange(config.eval_every)[None].repeat(len(seeds), 0)
+            runs.append_rows(folder / "metrics.jsonl", metrics, seeds)
+            runs.append_rows(folder / "evaluation.jsonl", {k: v[:, None] for k, v in evaluation.items()}, seeds)
+            evaluations.append(evaluation)
+            if checkpointer:
+                checkpointer.save(period + 1, carry, {"evaluations": [{k: v.tolist() for k, v in e.items()} for e in evaluations]},
+                                  final=period + 1 == config.num_periods)
+            seconds = time.perf_counter() - training_started
+            steps = int(np.asarray(carry.env_steps).sum())
+            success = f"  eval success {evaluation['success'].mean():6.1%}" if trainer.env.has_success else ""
+            log(f"iteration {iterations:>5}/{config.num_iterations}  env steps {steps:>10,}  "
+                f"train return {metrics['return_mean'][:, -1].mean():9.3f}  eval return {evaluation['return'].mean():9.3f}"
+                f"{success}  {(steps - steps_before) / seconds:9,.0f} env steps/s")
+            if not np.all(np.isfinite(evaluation["return"])):
+                log("error: non-finite evaluation return; stopping (the run folder keeps what was done).")
+                return 1
+    finally:  # waits for the checkpoint writes in flight
+        if checkpointer:
+            checkpointer.close()
     training_seconds = time.perf_counter() - training_started
     seconds = time.perf_counter() - started
     final = evaluations[-1]
@@ -286,7 +343,8 @@ def _run_train(args) -> int:
         "iterations": config.num_iterations,
         "seconds": seconds,  # all of it: init, compile, training, evaluations
         "compile_seconds": compile_seconds,
-        "env_steps_per_second": float(np.asarray(carry.env_steps).sum() / training_seconds),  # compile excluded
+        # compile excluded; after --resume, of this process's part of the run
+        "env_steps_per_second": float((np.asarray(carry.env_steps).sum() - steps_before) / training_seconds),
         "run_folder": str(folder),
         "env_options": args.env_options,
         "config": dataclasses.asdict(config),

@@ -45,3 +45,11 @@ def append_rows(path: pathlib.Path, columns: dict, seeds: list[int]) -> None:
 
 def write_json(path: pathlib.Path, payload: dict) -> None:
     path.write_text(json.dumps(payload, indent=2, default=_plain) + "\n")
+
+
+def keep_rows_up_to(path: pathlib.Path, last_iteration: int) -> None:
+    """Drops the JSON lines of iterations after `last_iteration` (written after the checkpoint a run resumes from)."""
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(line for line in lines if json.loads(line)["iteration"] <= last_iteration))

@@ -1,0 +1,101 @@
+"""Checkpoints of a running program with Orbax: the carry and a JSON record, every few evaluation periods.
+
+    checkpointer = Checkpointer(folder / "checkpoints", fingerprint)   # fingerprint: the run's config, as JSON
+    restored = checkpointer.restore(carry)          # None, or (periods done, carry, record)
+    checkpointer.save(periods_done, carry, {"history": ...})
+    checkpointer.close()                            # waits for the last write
+
+The carry holds everything a run needs to go on exactly as if never stopped: parameters, optimizer state, the
+pool, the PRNG keys, the iteration and the hyperparameters. The record holds the fingerprint (the config that
+wrote the checkpoint; a different one is refused) and whatever the caller needs to rebuild its results.
+
+Orbax writes each checkpoint into a temporary folder and renames it into place only when complete, so a kill
+mid-write leaves nothing that loads (`latest_step` never sees the partial folder).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jax
+
+
+def _as_json(value):
+    """A JSON round trip: tuples become lists, so fingerprints compare as they are stored."""
+    return json.loads(json.dumps(value))
+
+
+def config_differences(stored: dict, current: dict) -> list[str]:
+    """'field: stored -> current' for every top-level field where two fingerprints differ."""
+    stored, current = _as_json(stored), _as_json(current)
+    return [f"{name}: {stored.get(name)!r} -> {current.get(name)!r}"
+            for name in sorted(set(stored) | set(current)) if stored.get(name) != current.get(name)]
+
+
+def check_same_config(stored: dict, current: dict, where: str) -> None:
+    differences = config_differences(stored, current)
+    if differences:
+        raise ValueError(
+            f"{where} was written by a different configuration; refusing to mix them. Differences (stored -> "
+            f"now): {'; '.join(differences)}. Resume with the original options, or start a new run."
+        )
+
+
+def _is_key(leaf) -> bool:
+    return jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key)
+
+
+def _storable(carry):
+    """PRNG key arrays as their raw uint32 data (what Orbax stores)."""
+    return jax.tree.map(lambda leaf: jax.random.key_data(leaf) if _is_key(leaf) else leaf, carry)
+
+
+class Checkpointer:
+    """Saves (carry, record) at step = evaluation periods done; keeps the last `keep`."""
+
+    def __init__(self, directory: pathlib.Path, fingerprint: dict, *, every: int = 1, keep: int = 2):
+        import orbax.checkpoint as ocp
+
+        self._ocp = ocp
+        self.directory = pathlib.Path(directory).absolute()
+        self.fingerprint = _as_json(fingerprint)
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=every, create=True)
+        self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def save(self, periods_done: int, carry, record: dict, *, final: bool = False) -> None:
+        """Saves every `every` periods, and always when `final` (writes continue in the background)."""
+        ocp = self._ocp
+        self._manager.save(
+            periods_done,
+            args=ocp.args.Composite(
+                carry=ocp.args.StandardSave(_storable(carry)),
+                record=ocp.args.JsonSave({"fingerprint": self.fingerprint, "periods_done": periods_done, **record}),
+            ),
+            force=final,
+        )
+
+    def restore(self, template):
+        """The latest checkpoint as (periods done, carry shaped and sharded like `template`, record), or None.
+
+        Raises ValueError if it was written by a different configuration.
+        """
+        ocp = self._ocp
+        step = self._manager.latest_step()
+        if step is None:
+            return None
+        record = self._manager.restore(step, args=ocp.args.Composite(record=ocp.args.JsonRestore()))["record"]
+        check_same_config(record["fingerprint"], self.fingerprint, f"the checkpoint {self.directory / str(step)}")
+        stored = self._manager.restore(
+            step, args=ocp.args.Composite(carry=ocp.args.StandardRestore(_storable(template)))
+        )["carry"]
+        carry = jax.tree.map(
+            lambda like, leaf: jax.random.wrap_key_data(leaf, impl=jax.random.key_impl(like)) if _is_key(like) else leaf,
+            template, stored,
+        )
+        return step, carry, record
+
+    def close(self) -> None:
+        """Waits for writes in flight, then releases Orbax's threads."""
+        self._manager.wait_until_finished()
+        self._manager.close()
