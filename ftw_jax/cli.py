@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import dataclasses
 import json
+import os
 import pathlib
 import sys
 import time
@@ -292,7 +295,7 @@ def _run_train(args) -> int:
     started = time.perf_counter()
     carry = jax.vmap(trainer.init)(jax.numpy.stack([jax.random.key(seed) for seed in seeds]))
     evaluations = []  # per period: {name: [S]}
-    restored = checkpointer.restore(carry) if checkpointer and args.resume else None
+    restored = checkpointer.restore(carry) if checkpointer else None  # a new folder has none
     if restored:
         periods_done, carry, record = restored
         evaluations = [{name: np.asarray(value) for name, value in row.items()} for row in record["evaluations"]]
@@ -398,13 +401,55 @@ def _add_sweep_parser(subparsers) -> None:
     parser.add_argument("--metric", choices=["return", "success"], default=None,
                         help="final metric of the table and heatmap (default: success where defined, else return)")
     parser.add_argument("--heatmap", default=None, help="two grid axes, e.g. 'C,K' (default: the grid's first two)")
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"), help="default runs/")
-    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    _add_run_folder_arguments(parser)
+    cluster = parser.add_argument_group(
+        "several processes (one per host)", "all three, the same --name and a shared --out on every process; "
+        "or --distributed alone where jax.distributed.initialize() detects the cluster (SLURM, Open MPI)")
+    cluster.add_argument("--coordinator", default=None, metavar="HOST:PORT", help="address of process 0")
+    cluster.add_argument("--num-processes", type=_positive_int, default=None)
+    cluster.add_argument("--process-id", type=int, default=None)
+    cluster.add_argument("--distributed", action="store_true", help="jax.distributed.initialize() with no arguments")
     parser.set_defaults(handler=_run_sweep)
+
+
+def _start_processes(args) -> None:
+    """Joins the other processes of a multi-process sweep (before anything else touches jax)."""
+    import jax
+
+    explicit = (args.coordinator, args.num_processes, args.process_id)
+    if any(value is not None for value in explicit):
+        if any(value is None for value in explicit):
+            raise ValueError("--coordinator, --num-processes and --process-id go together; got "
+                             f"{args.coordinator!r}, {args.num_processes!r}, {args.process_id!r}.")
+        if not 0 <= args.process_id < args.num_processes:
+            raise ValueError(f"--process-id must be in [0, {args.num_processes}), got {args.process_id}.")
+        jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+    elif args.distributed:
+        jax.distributed.initialize()
+    if jax.process_count() > 1 and not (args.name or args.resume):
+        raise ValueError("a sweep over several processes needs --name (or --resume), so they share one run folder.")
+
+
+@contextlib.contextmanager
+def _native_output_to_stderr():
+    """Sends file descriptor 1 to stderr for a while: native libraries (gloo's connection messages) print there,
+    and with --json stdout must hold nothing but the JSON object."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        ctypes.CDLL(None).fflush(None)  # C stdio buffers a pipe: flush it while it still goes to stderr
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _run_sweep(args) -> int:
     import csv
+
+    import jax
 
     from ftw_jax import runs
     from ftw_jax.sweep import AXES, heatmap_cells, make_sweep, parse_grid, run_sweep, summarise_points, tidy_rows
@@ -415,25 +460,33 @@ def _run_sweep(args) -> int:
     if len(heatmap_axes) not in (1, 2) or any(axis not in grid for axis in heatmap_axes):
         raise ValueError(f"--heatmap must name one or two grid axes among {list(grid)}, got {args.heatmap!r}.")
     sweep = make_sweep(args.env, grid, seeds, args.env_options, **_config_overrides(args, _SWEEP_OPTIONS))
-    trainer = _make_trainer(sweep.config, sweep.env_options)
-    metric = args.metric or ("success" if trainer.env.has_success else "return")
-    folder = runs.new_run_folder(args.out, f"sweep-{args.env}")
-    runs.write_json(folder / "config.json", {"grid": grid, "seeds": seeds, "env_options": sweep.env_options,
-                                             "maxima": dataclasses.asdict(sweep.config)})
-    log = lambda message: print(message, file=sys.stderr if args.json else sys.stdout, flush=True)  # noqa: E731
-    import jax
+    with _native_output_to_stderr() if args.json else contextlib.nullcontext():
+        _start_processes(args)
+        trainer = _make_trainer(sweep.config, sweep.env_options)
+        metric = args.metric or ("success" if trainer.env.has_success else "return")
+        main_process = jax.process_index() == 0  # the one that writes files and prints
+        folder, checkpointer = _open_run(args, f"sweep-{args.env}", {
+            "grid": grid, "seeds": seeds, "env_options": sweep.env_options, "maxima": dataclasses.asdict(sweep.config)
+        }, writer=main_process)
+        log = _logger(args) if main_process else (lambda message: None)
+        log(f"sweep {args.env}: {len(sweep.members)} members ({len(sweep.members) // len(seeds)} grid points x "
+            f"{len(seeds)} seeds) in one program on {jax.device_count()} device(s) in {jax.process_count()} "
+            f"process(es); run folder {folder}")
+        started = time.perf_counter()
 
-    log(f"sweep {args.env}: {len(sweep.members)} members ({len(sweep.members) // len(seeds)} grid points x "
-        f"{len(seeds)} seeds) in one program on {jax.device_count()} device(s); run folder {folder}")
-    started = time.perf_counter()
+        def progress(period, row):
+            log(f"iteration {(period + 1) * sweep.config.eval_every:>5}/{sweep.config.num_iterations}  "
+                f"eval {metric} mean {row[metric].mean():9.3f} (min {row[metric].min():.3f}, max {row[metric].max():.3f})"
+                f"  {time.perf_counter() - started:7.1f} s")
 
-    def progress(period, row):
-        log(f"iteration {(period + 1) * sweep.config.eval_every:>5}/{sweep.config.num_iterations}  "
-            f"eval {metric} mean {row[metric].mean():9.3f} (min {row[metric].min():.3f}, max {row[metric].max():.3f})"
-            f"  {time.perf_counter() - started:7.1f} s")
-
-    results = run_sweep(sweep, progress, trainer)
+        try:
+            results = run_sweep(sweep, progress, trainer, checkpointer)
+        finally:  # waits for the checkpoint writes in flight
+            if checkpointer:
+                checkpointer.close()
     seconds = time.perf_counter() - started
+    if not main_process:
+        return 0
     if not np.all(np.isfinite(results["return"])):
         log("warning: some members' evaluation returns are not finite (see results.csv).")
     rows = tidy_rows(sweep, results)

@@ -17,8 +17,10 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ftw_jax.checkpoints import Checkpointer
 from ftw_jax.train import Hyperparameters, TrainConfig, Trainer, make_train
 
 # Grid axis -> TrainConfig field.
@@ -94,33 +96,53 @@ def member_sharding(num_members: int) -> tuple[NamedSharding, int]:
     return NamedSharding(Mesh(devices, ("members",)), PartitionSpec("members")), padded
 
 
-def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None, trainer: Trainer | None = None) -> dict:
+def _host_array(array: jax.Array) -> np.ndarray:
+    """The whole of a member-sharded array on this host (gathered from the other processes if there are any)."""
+    if array.is_fully_addressable:
+        return np.asarray(array)
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
+
+def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None, trainer: Trainer | None = None,
+              checkpointer: Checkpointer | None = None) -> dict:
     """Runs every member in one compiled program, one evaluation period per call (progress via `on_period`).
 
-    Returns numpy arrays: `return`, `success`, `env_steps` [M, periods] (the evaluations), and the last
-    iteration's training `return_mean` [M, periods].
+    The members are split over every device of every process (`jax.distributed`); each process gets all the
+    results. With a `checkpointer` the carry is saved after every period and a run starts from its latest
+    checkpoint. Returns numpy arrays: `return`, `success`, `env_steps` [M, periods] (the evaluations), and
+    the last iteration's training `return_mean` [M, periods].
     """
     trainer = trainer or make_train(sweep.config, **sweep.env_options)
     num_members = len(sweep.members)
     sharding, padded = member_sharding(num_members)
-    keys, hyperparameters = sweep.keys(), sweep.hyperparameters()
+    key_data = np.asarray(jax.random.key_data(sweep.keys()))  # raw uint32: keys cannot be numpy arrays
+    hyperparameters = jax.tree.map(np.asarray, sweep.hyperparameters())
     if padded > num_members:  # filler members (the last one's settings, fresh keys) whose results are dropped
         extra = padded - num_members
-        keys = jnp.concatenate([keys, jax.random.split(jax.random.key(-1), extra)])
-        hyperparameters = jax.tree.map(lambda leaf: jnp.concatenate([leaf, jnp.repeat(leaf[-1:], extra, 0)]),
-                                       hyperparameters)
-    carry = jax.jit(jax.vmap(trainer.init), out_shardings=sharding)(keys, hyperparameters)
+        key_data = np.concatenate([key_data, np.asarray(jax.random.key_data(jax.random.split(jax.random.key(-1), extra)))])
+        hyperparameters = jax.tree.map(lambda leaf: np.concatenate([leaf, np.repeat(leaf[-1:], extra, 0)]), hyperparameters)
+    # Every process holds the same inputs and gives each of its devices that device's members.
+    to_devices = lambda leaf: jax.make_array_from_callback(leaf.shape, sharding, lambda index: leaf[index])  # noqa: E731
+    init = jax.jit(jax.vmap(lambda data, h: trainer.init(jax.random.wrap_key_data(data), h)), out_shardings=sharding)
+    carry = init(to_devices(key_data), jax.tree.map(to_devices, hyperparameters))
+    history = []  # per period: {name: [M]}
+    restored = checkpointer.restore(carry) if checkpointer else None
+    if restored:
+        _, carry, record = restored
+        history = [{name: np.asarray(value) for name, value in row.items()} for row in record["history"]]
     run_period = jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), static_argnums=1)
-    history = []
-    for period in range(sweep.config.num_periods):
+    for period in range(len(history), sweep.config.num_periods):
         carry, (metrics, evaluation) = run_period(carry, 1)
         row = {
-            "return": np.asarray(evaluation["return"])[:num_members, 0],
-            "success": np.asarray(evaluation["success"])[:num_members, 0],
-            "env_steps": np.asarray(evaluation["env_steps"])[:num_members, 0],
-            "train_return": np.asarray(metrics["return_mean"])[:num_members, 0, -1],
+            "return": _host_array(evaluation["return"])[:num_members, 0],
+            "success": _host_array(evaluation["success"])[:num_members, 0],
+            "env_steps": _host_array(evaluation["env_steps"])[:num_members, 0],
+            "train_return": _host_array(metrics["return_mean"])[:num_members, 0, -1],
         }
         history.append(row)
+        if checkpointer:
+            checkpointer.save(period + 1, carry, {"history": [{k: v.tolist() for k, v in r.items()} for r in history]},
+                              final=period + 1 == sweep.config.num_periods)
         if on_period is not None:
             on_period(period, row)
     return {name: np.stack([row[name] for row in history], axis=1) for name in history[0]}

@@ -3,6 +3,8 @@
 import json
 import os
 import pathlib
+import shutil
+import socket
 import subprocess
 import sys
 
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 
 from ftw_jax import cli
+from ftw_jax.checkpoints import Checkpointer
 from ftw_jax.sweep import make_sweep, parse_grid, run_sweep
 from ftw_jax.train import TrainConfig, make_train
 
@@ -39,14 +42,19 @@ def test_make_sweep_takes_the_maxima_and_rejects_bad_points():
 
 
 @pytest.fixture(scope="module")
-def small_sweep():
+def small_sweep(tmp_path_factory):
+    """A 24-member CartPole sweep, checkpointed after each of its two periods (into `checkpoints`)."""
     sweep = make_sweep("cartpole", parse_grid("C=4,8 K=1,2 kl=0,0.5"), seeds=[0, 1, 2], **TINY)
+    checkpoints = tmp_path_factory.mktemp("checkpoints")
+    checkpointer = Checkpointer(checkpoints, {"test": 1})
     with jax.debug_key_reuse(False):  # the checker's false positive on vmapped scans (conftest)
-        return sweep, run_sweep(sweep)
+        results = run_sweep(sweep, checkpointer=checkpointer)
+    checkpointer.close()
+    return sweep, results, checkpoints
 
 
 def test_members_reproduce_their_own_runs(small_sweep):
-    sweep, results = small_sweep
+    sweep, results, _ = small_sweep
     assert results["return"].shape == (len(sweep.members), 2)
     trainer = make_train(sweep.config)
     hyperparameters = sweep.hyperparameters()
@@ -65,7 +73,7 @@ def test_members_reproduce_their_own_runs(small_sweep):
 
 
 def test_sharded_over_five_devices_gives_the_single_device_results(small_sweep, tmp_path):
-    sweep, results = small_sweep
+    sweep, results, _ = small_sweep
     script = (
         "import json, sys, jax, numpy as np\n"
         "from ftw_jax.sweep import make_sweep, parse_grid, run_sweep\n"
@@ -80,6 +88,38 @@ def test_sharded_over_five_devices_gives_the_single_device_results(small_sweep, 
     sharded = json.loads(out.read_text())  # 24 members on 5 devices: one filler member, dropped
     for name in ("return", "env_steps"):
         np.testing.assert_allclose(np.asarray(sharded[name]), results[name], rtol=1e-5)
+
+
+def test_a_sweep_resumes_from_its_last_checkpoint(small_sweep):
+    sweep, results, checkpoints = small_sweep
+    assert sorted(path.name for path in checkpoints.iterdir()) == ["1", "2"]
+    shutil.rmtree(checkpoints / "2")  # as if killed during the second period
+    periods_run = []
+    checkpointer = Checkpointer(checkpoints, {"test": 1})
+    resumed = run_sweep(sweep, lambda period, row: periods_run.append(period), checkpointer=checkpointer)
+    checkpointer.close()
+    assert periods_run == [1]
+    for name in results:
+        np.testing.assert_array_equal(resumed[name], results[name])
+
+
+def test_two_processes_on_loopback_give_the_one_process_results(small_sweep, tmp_path):
+    sweep, results, _ = small_sweep
+    with socket.socket() as probe:  # a free port for the coordinator
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, "-m", "ftw_jax.cli", "sweep", "--env", "cartpole", "--grid", "C=4,8 K=1,2 kl=0,0.5",
+            "--seeds", "0,1,2", "--iterations", "6", "--eval-every", "3", "--episodes-per-iteration", "4",
+            "--eval-episodes", "4", "--out", str(tmp_path), "--name", "two", "--coordinator", f"127.0.0.1:{port}",
+            "--num-processes", "2", "--json"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    processes = [subprocess.Popen([*argv, "--process-id", str(i)], env=env, stdout=subprocess.PIPE) for i in (0, 1)]
+    outputs = [process.communicate(timeout=600)[0] for process in processes]
+    assert [process.returncode for process in processes] == [0, 0]
+    assert json.loads(outputs[0])["devices"] == 2 and outputs[1] == b""  # process 0 alone reports and writes
+    curves = np.load(tmp_path / "two" / "curves.npz")
+    for name in results:
+        np.testing.assert_array_equal(curves[name], results[name])
 
 
 def test_sweep_cli_writes_the_table_curves_and_heatmap(capsys, tmp_path):

@@ -25,10 +25,12 @@ import dataclasses
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ftw_jax.envs.base import Environment
 
-MOVES = jnp.array([[-1, 0], [1, 0], [0, -1], [0, 1]], jnp.int32)  # up, down, left, right
+# up, down, left, right (numpy, so importing the package starts no JAX backend: jax.distributed needs that)
+MOVES = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]], np.int32)
 _GENERATION_ATTEMPTS = 32
 _PULL_PROBABILITY = 0.8
 
@@ -107,7 +109,7 @@ class Sokoban(Environment):
     def step(self, key, state, action, params):
         del key, params
         level = state.level
-        move = MOVES[action]
+        move = jnp.asarray(MOVES)[action]
         here = level.player
         ahead = here + move
         beyond = jnp.clip(here + 2 * move, 0, jnp.array([self.height - 1, self.width - 1]))
@@ -164,7 +166,7 @@ def _generate_once(key: jax.Array, env: Sokoban) -> tuple[Level, jax.Array]:
 
     def carve(carry, step_key):
         floor, position = carry
-        position = jnp.clip(position + MOVES[jax.random.randint(step_key, (), 0, 4)], interior_low, interior_high)
+        position = jnp.clip(position + jnp.asarray(MOVES)[jax.random.randint(step_key, (), 0, 4)], interior_low, interior_high)
         return (floor.at[position[0], position[1]].set(True), position), None
 
     floor = jnp.zeros((height, width), bool).at[start[0], start[1]].set(True)
@@ -184,7 +186,7 @@ def _generate_once(key: jax.Array, env: Sokoban) -> tuple[Level, jax.Array]:
     def reverse(carry, step_key):
         boxes, player = carry
         move_key, pull_key = jax.random.split(step_key)
-        move = MOVES[jax.random.randint(move_key, (), 0, 4)]
+        move = jnp.asarray(MOVES)[jax.random.randint(move_key, (), 0, 4)]
         ahead = player + move
         behind = player - move
         can_walk = ~walls[ahead[0], ahead[1]] & ~boxes[ahead[0], ahead[1]]
