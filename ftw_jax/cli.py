@@ -385,12 +385,12 @@ def _add_sweep_parser(subparsers) -> None:
 
     parser = subparsers.add_parser(
         "sweep",
-        help="run a grid of J, C, K, beta, learning rate x seeds as one compiled program",
+        help="run a grid of N, J, C, K, beta, learning rate x seeds as one compiled program",
         description="Every grid point and seed is one member of one vmapped, jitted program, sharded over the "
         "visible devices. Axes not in the grid keep the environment's defaults.",
     )
     parser.add_argument("--env", required=True, choices=sorted(ENV_DEFAULTS))
-    parser.add_argument("--grid", required=True, help="e.g. 'C=4,5,8 K=1,2,3 kl=0.01,0.05' (axes: J C K kl lr)")
+    parser.add_argument("--grid", required=True, help="e.g. 'C=4,5,8 K=1,2,3 kl=0.01,0.05' (axes: N J C K kl lr)")
     seeds = parser.add_mutually_exclusive_group()
     seeds.add_argument("--seeds", type=_int_list, help="comma-separated seeds (default 0,1,2)")
     seeds.add_argument("--num-seeds", type=_positive_int, help="run seeds 0..N-1")

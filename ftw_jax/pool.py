@@ -2,7 +2,9 @@
 
 Capacity N and trajectory length T are static (they are array shapes); the write position, the fill level
 and the add counter are arrays, so `add` is pure, jittable, never retraces, and its input pool can be
-donated (`jax.jit(pool.add, donate_argnums=0)`) to update the buffers in place.
+donated (`jax.jit(pool.add, donate_argnums=0)`) to update the buffers in place. A pool may use only its
+first n <= N slots (`slots_in_use`, an array): it then holds exactly what a pool of capacity n would, so the
+members of one compiled sweep can differ in pool capacity.
 
 Axis legend: N pool entries, B new trajectories, T steps.
 """
@@ -41,8 +43,9 @@ class Pool:
     trajectories: Trajectory  # leaves [N, T, ...]
     added_at: jax.Array  # [N] int32: the add call (0, 1, ...) that wrote each entry; -1 if never written
     insert_index: jax.Array  # [] int32: where the next trajectory goes
-    size: jax.Array  # [] int32: number of valid entries, min(total added, N)
+    size: jax.Array  # [] int32: number of valid entries, min(total added, slots in use)
     num_adds: jax.Array  # [] int32: number of add calls so far
+    slots_in_use: jax.Array  # [] int32: n <= N, the ring's length (the slots after it stay empty)
 
     @property
     def capacity(self) -> int:
@@ -82,9 +85,15 @@ def _check_record(record: Trajectory, leading: tuple[int, ...], what: str) -> in
     return num_steps
 
 
-def init(capacity: int, example: Trajectory) -> Pool:
-    """An empty pool of `capacity` entries shaped like `example` (one trajectory, no leading axis)."""
+def init(capacity: int, example: Trajectory, slots_in_use: int | jax.Array | None = None) -> Pool:
+    """An empty pool of `capacity` entries shaped like `example` (one trajectory, no leading axis).
+
+    `slots_in_use` (default: all) makes it behave as a pool of that capacity; it may be a traced array,
+    which is not checked: keep it in [B, N] where B is the size of the batches added.
+    """
     check_positive_int("capacity", capacity)
+    if isinstance(slots_in_use, (int, np.integer)) and not 1 <= slots_in_use <= capacity:
+        raise ValueError(f"slots_in_use must be in [1, capacity={capacity}], got {slots_in_use}.")
     _check_record(example, (), "example")
     trajectories = jax.tree.map(lambda leaf: jnp.zeros((capacity,) + jnp.shape(leaf), jnp.result_type(leaf)), example)
     return Pool(
@@ -93,13 +102,15 @@ def init(capacity: int, example: Trajectory) -> Pool:
         insert_index=jnp.zeros((), jnp.int32),
         size=jnp.zeros((), jnp.int32),
         num_adds=jnp.zeros((), jnp.int32),
+        slots_in_use=jnp.asarray(capacity if slots_in_use is None else slots_in_use, jnp.int32),
     )
 
 
 def add(pool: Pool, batch: Trajectory) -> Pool:
     """Writes B <= N trajectories (leaves [B, ...]) at the insert position, wrapping around.
 
-    The B oldest entries are overwritten once the pool is full. Shapes and dtypes must match the pool's.
+    The B oldest entries are overwritten once the pool is full (its slots in use all hold trajectories).
+    Shapes and dtypes must match the pool's.
     """
     capacity = pool.capacity
     batch_size = np.shape(batch.action)[0] if isinstance(batch, Trajectory) and np.ndim(batch.action) else None
@@ -117,12 +128,13 @@ def add(pool: Pool, batch: Trajectory) -> Pool:
                 f"batch{jax.tree_util.keystr(path)} has shape {np.shape(new)} and dtype {jnp.result_type(new)}; "
                 f"the pool expects [B, {', '.join(map(str, stored.shape[1:]))}] {stored.dtype}."
             )
-    slots = (pool.insert_index + jnp.arange(batch_size, dtype=jnp.int32)) % capacity
+    ring = pool.slots_in_use
+    slots = (pool.insert_index + jnp.arange(batch_size, dtype=jnp.int32)) % ring
     return pool.replace(
         trajectories=jax.tree.map(lambda stored, new: stored.at[slots].set(new), pool.trajectories, batch),
         added_at=pool.added_at.at[slots].set(pool.num_adds),
-        insert_index=(pool.insert_index + batch_size) % capacity,
-        size=jnp.minimum(pool.size + batch_size, capacity),
+        insert_index=(pool.insert_index + batch_size) % ring,
+        size=jnp.minimum(pool.size + batch_size, ring),
         num_adds=pool.num_adds + 1,
     )
 

@@ -1,11 +1,16 @@
-"""Sweeps: seeds × (J, C, K, β, learning rate) as one compiled program, sharded over the visible devices.
+"""Sweeps: seeds × (N, J, C, K, β, learning rate) as one compiled program, sharded over every device.
 
     sweep = make_sweep("cartpole", parse_grid("C=4,8 K=1,2 kl=0,0.05"), seeds=[0, 1, 2])
     results = run_sweep(sweep)          # evaluation curves [M, periods] of every member
 
-Every member (one grid point and one seed) runs the same program: the config's J, C, K are the grid's maxima
-and each member selects with its own sizes inside them (`select_elites_masked`); β and the learning rate
-are arrays in its state. The member axis is a `vmap`, split over the devices with a `NamedSharding`.
+Every member (one grid point and one seed) runs the same program: the config's N, J, C, K are the grid's
+maxima and each member uses its own sizes inside them (a pool using its first N slots, `select_elites_masked`);
+β and the learning rate are arrays in its state. The member axis is a `vmap`, split over the devices (of
+every process) with a `NamedSharding`.
+
+A member draws exactly as a run with its own sizes does, in distribution. It also reproduces that run
+number for number when both take the same subset method and elite path, which depend on the static sizes
+(`selection.uses_floyd(N, C)`, `UpdateConfig.uses_counts`): always at the maxima.
 """
 
 from __future__ import annotations
@@ -24,12 +29,13 @@ from ftw_jax.checkpoints import Checkpointer
 from ftw_jax.train import Hyperparameters, TrainConfig, Trainer, make_train
 
 # Grid axis -> TrainConfig field.
-AXES = {"J": "num_batches", "C": "batch_size", "K": "num_elites", "kl": "kl_coef", "lr": "learning_rate"}
-_INTEGER_AXES = ("J", "C", "K")
+AXES = {"N": "pool_capacity", "J": "num_batches", "C": "batch_size", "K": "num_elites", "kl": "kl_coef",
+        "lr": "learning_rate"}
+_INTEGER_AXES = ("N", "J", "C", "K")
 
 
 def parse_grid(text: str) -> dict[str, list]:
-    """'C=4,5,8 K=1,2 kl=0.01,0.05' -> {'C': [4, 5, 8], 'K': [1, 2], 'kl': [0.01, 0.05]} (axes: J C K kl lr)."""
+    """'C=4,5,8 K=1,2 kl=0.01,0.05' -> {'C': [4, 5, 8], 'K': [1, 2], 'kl': [0.01, 0.05]} (axes: N J C K kl lr)."""
     grid: dict[str, list] = {}
     for item in text.split():
         name, separator, values = item.partition("=")
@@ -57,11 +63,12 @@ class Sweep:
     grid: dict[str, list]
 
     def hyperparameters(self) -> Hyperparameters:
-        """Leaves [M, ...]: every member's sizes, β and learning rate."""
+        """Leaves [M, ...]: every member's sizes, β, learning rate and pool capacity."""
         return Hyperparameters(
             sizes=jnp.array([[m["J"], m["C"], m["K"]] for m in self.members], jnp.int32),
             kl_coef=jnp.array([m["kl"] for m in self.members], jnp.float32),
             learning_rate=jnp.array([m["lr"] for m in self.members], jnp.float32),
+            pool_capacity=jnp.array([m["N"] for m in self.members], jnp.int32),
         )
 
     def keys(self) -> jax.Array:
@@ -77,10 +84,10 @@ def make_sweep(env: str, grid: dict[str, list], seeds: list[int], env_options: d
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     members = [{**defaults, **point, "seed": seed} for point in points for seed in seeds]
     for member in members:
-        if not 1 <= member["K"] <= member["C"] <= base.pool_capacity or member["J"] < 1:
+        if not 1 <= member["K"] <= member["C"] <= member["N"] or member["J"] < 1 or member["N"] < base.episodes_per_iteration:
             raise ValueError(
-                f"grid point J={member['J']}, C={member['C']}, K={member['K']} is outside 1 <= K <= C <= N "
-                f"(N={base.pool_capacity}), J >= 1."
+                f"grid point N={member['N']}, J={member['J']}, C={member['C']}, K={member['K']} is outside "
+                f"1 <= K <= C <= N, J >= 1, N >= B (B={base.episodes_per_iteration}, episodes per iteration)."
             )
         if member["kl"] < 0 or member["lr"] <= 0:
             raise ValueError(f"grid point kl={member['kl']}, lr={member['lr']}: expected kl >= 0 and lr > 0.")

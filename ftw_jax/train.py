@@ -126,6 +126,7 @@ class TrainConfig:
             sizes=jnp.array([self.num_batches, self.batch_size, self.num_elites], jnp.int32),
             kl_coef=jnp.asarray(self.kl_coef, jnp.float32),
             learning_rate=jnp.asarray(self.learning_rate, jnp.float32),
+            pool_capacity=jnp.asarray(self.pool_capacity, jnp.int32),
         )
 
 
@@ -133,12 +134,14 @@ class TrainConfig:
 class Hyperparameters:
     """What may differ between the members of one compiled program (a sweep vmaps over these).
 
-    The sizes live inside the config's, which act as maxima (`select_elites_masked`).
+    The sizes live inside the config's, which act as maxima (`select_elites_masked`, `pool.init`'s
+    `slots_in_use`).
     """
 
     sizes: jax.Array  # [3] int32: J, C, K
     kl_coef: jax.Array  # [] float32: β at the start (it decays to `kl_coef_final` if that is set)
     learning_rate: jax.Array  # [] float32
+    pool_capacity: jax.Array  # [] int32: N, the pool's slots in use
 
 
 @flax.struct.dataclass
@@ -215,7 +218,7 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
         opt_state.hyperparams["learning_rate"] = jnp.asarray(hyperparameters.learning_rate, jnp.float32)
         return TrainCarry(
             state=state.replace(opt_state=opt_state),
-            pool=pool_lib.init(config.pool_capacity, example),
+            pool=pool_lib.init(config.pool_capacity, example, slots_in_use=hyperparameters.pool_capacity),
             key=key,
             iteration=jnp.zeros((), jnp.int32),
             env_steps=jnp.zeros((), jnp.int32),

@@ -50,6 +50,24 @@ def test_adding_n_replaces_everything(empty_pool):
     np.testing.assert_array_equal(pool.trajectories.episode_return, [13, 14, 10, 11, 12])
 
 
+def test_a_pool_using_fewer_slots_holds_what_a_smaller_pool_holds():
+    example = one(make_trajectories(1, 4))
+    small, inside = pool_lib.init(5, example), pool_lib.init(8, example, slots_in_use=jnp.int32(5))
+    add = jax.jit(pool_lib.add)
+    for start in (0, 3, 6, 9):
+        batch = make_trajectories(3, 4, returns=jnp.arange(start, start + 3), seed=start)
+        small, inside = add(small, batch), add(inside, batch)
+        for got, expected in zip(jax.tree.leaves(inside), jax.tree.leaves(small)):
+            if np.ndim(expected):  # the first 5 slots are the small pool's; the other 3 never fill
+                np.testing.assert_array_equal(np.asarray(got)[:5], expected)
+            else:
+                np.testing.assert_array_equal(got, expected)
+        np.testing.assert_array_equal(pool_lib.valid_mask(inside), np.r_[pool_lib.valid_mask(small), [False] * 3])
+    np.testing.assert_array_equal(inside.added_at[5:], -1)
+    with pytest.raises(ValueError, match="slots_in_use must be in \\[1, capacity=8\\], got 9"):
+        pool_lib.init(8, example, slots_in_use=9)
+
+
 def test_add_does_not_mutate_its_input(empty_pool):
     pool_lib.add(empty_pool, make_trajectories(2, 4))
     assert int(empty_pool.size) == 0 and float(jnp.abs(empty_pool.trajectories.observation).sum()) == 0.0

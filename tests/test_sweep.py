@@ -25,7 +25,7 @@ def test_parse_grid():
     assert parse_grid("C=4,5,8 K=1,2 kl=0.01,0.05 lr=1e-3 J=8") == {
         "C": [4, 5, 8], "K": [1, 2], "kl": [0.01, 0.05], "lr": [0.001], "J": [8]
     }
-    for text, message in [("N=4", "AXIS"), ("C=4 C=5", "twice"), ("C=4.5", "ints"), ("", "empty"), ("C", "AXIS")]:
+    for text, message in [("M=4", "AXIS"), ("C=4 C=5", "twice"), ("C=4.5", "ints"), ("", "empty"), ("C", "AXIS")]:
         with pytest.raises(ValueError, match=message):
             parse_grid(text)
 
@@ -34,9 +34,11 @@ def test_make_sweep_takes_the_maxima_and_rejects_bad_points():
     sweep = make_sweep("cartpole", parse_grid("C=4,8 K=1,3 kl=0,0.1"), seeds=[0, 1, 2], **TINY)
     assert len(sweep.members) == 2 * 2 * 2 * 3
     assert (sweep.config.batch_size, sweep.config.num_elites, sweep.config.num_batches) == (8, 3, 16)
-    assert sweep.members[0] == {"J": 16, "C": 4, "K": 1, "kl": 0.0, "lr": 3e-3, "seed": 0}
+    assert sweep.members[0] == {"N": 64, "J": 16, "C": 4, "K": 1, "kl": 0.0, "lr": 3e-3, "seed": 0}
     with pytest.raises(ValueError, match="K=5"):
         make_sweep("cartpole", parse_grid("C=4 K=5"), seeds=[0], **TINY)
+    with pytest.raises(ValueError, match="N=3, J=16, C=8"):  # N below C (and below B = 4)
+        make_sweep("cartpole", parse_grid("N=3,64"), seeds=[0], **TINY)
     with pytest.raises(ValueError, match="lr=0"):
         make_sweep("cartpole", parse_grid("lr=0"), seeds=[0], **TINY)
 
@@ -64,12 +66,26 @@ def test_members_reproduce_their_own_runs(small_sweep):
         np.testing.assert_allclose(results["return"][index], evaluation["return"], rtol=1e-5)
     # A member at the maxima is the plain run of its config.
     top = len(sweep.members) - 1
-    assert sweep.members[top] == {"J": 16, "C": 8, "K": 2, "kl": 0.5, "lr": 3e-3, "seed": 2}
+    assert sweep.members[top] == {"N": 64, "J": 16, "C": 8, "K": 2, "kl": 0.5, "lr": 3e-3, "seed": 2}
     alone = make_train(TrainConfig.for_env("cartpole", **TINY, batch_size=8, num_elites=2, kl_coef=0.5))
     _, (_, evaluation) = alone.train(jax.random.key(2))
     np.testing.assert_allclose(results["return"][top], evaluation["return"], rtol=1e-5)
     # Different grid points differ.
     assert len({tuple(row) for row in results["return"]}) > len(sweep.members) // 2
+
+
+def test_a_member_with_a_smaller_pool_reproduces_its_own_run():
+    # C = 4, K = 1, J = 16: Floyd subsets (C² <= N) and the gather path (J·K < N) for both N: the same numbers.
+    # 6 iterations x 8 episodes: the pool of 24 wraps around, the pool of 64 does not.
+    settings = {**TINY, "episodes_per_iteration": 8, "batch_size": 4, "num_elites": 1}
+    sweep = make_sweep("cartpole", parse_grid("N=24,64"), seeds=[3], **settings)
+    assert sweep.config.pool_capacity == 64
+    results = run_sweep(sweep)
+    alone = make_train(TrainConfig.for_env("cartpole", **settings, pool_capacity=24))
+    _, (metrics, evaluation) = alone.train(jax.random.key(3))
+    np.testing.assert_allclose(results["return"][0], evaluation["return"], rtol=1e-5)
+    np.testing.assert_allclose(results["train_return"][0], metrics["return_mean"][:, -1], rtol=1e-5)
+    assert not np.array_equal(results["train_return"][0], results["train_return"][1])
 
 
 def test_sharded_over_five_devices_gives_the_single_device_results(small_sweep, tmp_path):
@@ -132,7 +148,7 @@ def test_sweep_cli_writes_the_table_curves_and_heatmap(capsys, tmp_path):
     (folder,) = tmp_path.iterdir()
     assert {p.name for p in folder.iterdir()} >= {"config.json", "results.csv", "curves.npz", "heatmap.png", "summary.json"}
     rows = (folder / "results.csv").read_text().splitlines()
-    assert rows[0].startswith("J,C,K,kl,lr,seed,final_return") and len(rows) == 1 + 4 * 2
+    assert rows[0].startswith("N,J,C,K,kl,lr,seed,final_return") and len(rows) == 1 + 4 * 2
     curves = np.load(folder / "curves.npz")
     assert curves["return"].shape == (8, 2) and list(curves["member_C"]) == [4, 4, 4, 4, 8, 8, 8, 8]
     means = {(p["C"], p["K"]): p["mean"] for p in summary["points"]}
