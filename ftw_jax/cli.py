@@ -473,11 +473,13 @@ def _run_sweep(args) -> int:
             f"{len(seeds)} seeds) in one program on {jax.device_count()} device(s) in {jax.process_count()} "
             f"process(es); run folder {folder}")
         started = time.perf_counter()
+        clock = []  # (seconds since the start, env steps of all members) after each period run here
 
         def progress(period, row):
+            clock.append((time.perf_counter() - started, int(row["env_steps"].sum())))
             log(f"iteration {(period + 1) * sweep.config.eval_every:>5}/{sweep.config.num_iterations}  "
                 f"eval {metric} mean {row[metric].mean():9.3f} (min {row[metric].min():.3f}, max {row[metric].max():.3f})"
-                f"  {time.perf_counter() - started:7.1f} s")
+                f"  {clock[-1][0]:7.1f} s")
 
         try:
             results = run_sweep(sweep, progress, trainer, checkpointer)
@@ -506,8 +508,11 @@ def _run_sweep(args) -> int:
     save_heatmap(folder / "heatmap.png", means, spreads, x_values=grid[x_axis],
                  y_values=grid[y_axis] if y_axis else [""], x_label=x_axis, y_label=y_axis or "",
                  title=f"{args.env}: final {metric}, mean ± sd over {len(seeds)} seeds")
+    # The first period run here includes compiling; the throughput is measured after it.
+    throughput = ((clock[-1][1] - clock[0][1]) / (clock[-1][0] - clock[0][0])) if len(clock) > 1 else None
     summary = {"env": args.env, "metric": metric, "grid": grid, "seeds": seeds, "seconds": seconds,
-               "devices": jax.device_count(), "run_folder": str(folder),
+               "first_period_seconds": clock[0][0] if clock else None, "env_steps_per_second": throughput,
+               "devices": jax.device_count(), "processes": jax.process_count(), "run_folder": str(folder),
                "points": [{**dict(zip(grid, point)), "mean": mean, "sd": sd} for point, mean, sd in table]}
     runs.write_json(folder / "summary.json", summary)
     if args.json:
@@ -516,7 +521,10 @@ def _run_sweep(args) -> int:
     print("\n" + "  ".join(f"{axis:>8}" for axis in grid) + f"  {'final ' + metric:>14}  {'sd':>8}")
     for point, mean, sd in table:
         print("  ".join(f"{value:>8}" for value in point) + f"  {mean:>14.3f}  {sd:>8.3f}")
-    print(f"\n{seconds:.1f} s; results.csv, curves.npz, heatmap.png in {folder}")
+    if throughput is not None:
+        print(f"\n{seconds:.1f} s, of which {clock[0][0]:.1f} s to the first evaluation (compiling included); "
+              f"then {throughput:,.0f} env steps/s (all members, training steps)")
+    print(f"results.csv, curves.npz, heatmap.png in {folder}")
     return 0
 
 

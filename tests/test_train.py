@@ -112,8 +112,9 @@ def test_train_cli_json_and_run_folder(capsys, tmp_path):
     assert 0 < result["compile_seconds"] < result["seconds"] and result["env_steps_per_second"] > 0
     (folder,) = tmp_path.iterdir()
     assert {p.name for p in folder.iterdir()} == {
-        "config.json", "metrics.jsonl", "evaluation.jsonl", "summary.json", "learning_curve.png"
+        "config.json", "metrics.jsonl", "evaluation.jsonl", "summary.json", "learning_curve.png", "checkpoints"
     }
+    assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["1", "2"]  # after each period
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 4 * 2 and rows[-1]["iteration"] == 4 and rows[-1]["seed"] == 1
     assert json.loads((folder / "summary.json").read_text())["return"] == result["return"]

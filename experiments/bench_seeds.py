@@ -1,0 +1,110 @@
+"""S seeds in one vmapped program vs the same S seeds run one after another: throughput ratios, memory per member.
+
+Both sides run the same training program (the environment's defaults, a few iterations, one evaluation at
+the end), compiled ahead of time; the timings exclude compiling. Memory is XLA's own account of the compiled
+program (arguments + outputs + temporaries); per member is its growth from S = 1 to the largest S.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ftw_jax.train import TrainConfig, make_train
+
+
+def program_bytes(compiled) -> int:
+    """Arguments + outputs + temporaries of a compiled program, minus what outputs alias in the arguments."""
+    memory = compiled.memory_analysis()
+    return (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
+            - memory.alias_size_in_bytes)
+
+
+def carry_bytes(carry) -> int:
+    return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(jax.tree.map(
+        lambda leaf: jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf,
+        carry)))
+
+
+def timed(function, *args) -> tuple[float, object]:
+    started = time.perf_counter()
+    result = function(*args)
+    if not hasattr(result, "memory_analysis"):  # a compiled program is not something to wait for
+        result = jax.block_until_ready(result)
+    return time.perf_counter() - started, result
+
+
+def measure(trainer, num_seeds: int) -> dict:
+    """Seeds 0..S−1: vmapped in one program, then one at a time through the single-seed program."""
+    keys = jnp.stack([jax.random.key(seed) for seed in range(num_seeds)])
+    carries = jax.vmap(trainer.init)(keys)
+    compile_seconds, vmapped = timed(
+        lambda: jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), static_argnums=1).lower(carries, 1).compile()
+    )
+    vmapped_seconds, (carries, (_, evaluation)) = timed(vmapped, carries)
+
+    single_init = jax.jit(trainer.init)
+    single = jax.jit(trainer.run, static_argnums=1).lower(single_init(keys[0]), 1).compile()
+    sequential_seconds, sequential_returns = 0.0, []
+    for key in keys:
+        seconds, (carry, (_, alone)) = timed(single, single_init(key))
+        sequential_seconds += seconds
+        sequential_returns.append(float(alone["return"][0]))
+    steps = int(np.asarray(carries.env_steps).sum())
+    return {
+        "seeds": num_seeds,
+        "compile_seconds": compile_seconds,
+        "vmapped_seconds": vmapped_seconds,
+        "sequential_seconds": sequential_seconds,
+        "vmapped_steps_per_second": steps / vmapped_seconds,
+        "sequential_steps_per_second": steps / sequential_seconds,
+        "speedup": sequential_seconds / vmapped_seconds,
+        "same_returns": bool(np.allclose(np.asarray(evaluation["return"])[:, 0], sequential_returns, rtol=1e-4)),
+        "program_bytes": program_bytes(vmapped),
+        "carry_bytes": carry_bytes(carries),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--env", default="sokoban", help="default sokoban (JAX-native, no extra needed)")
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--seeds", default="1,8,64", help="values of S (default 1,8,64)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per S")
+    args = parser.parse_args()
+    config = TrainConfig.for_env(args.env, num_iterations=args.iterations, eval_every=args.iterations)
+    trainer = make_train(config)
+    print(f"{jax.devices()[0].device_kind} x {jax.device_count()}: {args.env}, {args.iterations} iterations of "
+          f"B={config.episodes_per_iteration} episodes, U={config.updates_per_iteration} updates "
+          f"(N={config.pool_capacity}, J={config.num_batches}, C={config.batch_size}, K={config.num_elites}); "
+          "compile excluded\n", flush=True)
+    rows = []
+    if not args.json:
+        print("| S | vmapped env steps/s | sequential env steps/s | speed-up (sequential time / vmapped time) "
+              "| same returns | compile s (vmapped) |")
+        print("|---:|---:|---:|---:|:---:|---:|")
+    for num_seeds in (int(s) for s in args.seeds.split(",")):
+        row = measure(trainer, num_seeds)
+        rows.append(row)
+        if args.json:
+            print(json.dumps(row), flush=True)
+        else:
+            print(f"| {num_seeds} | {row['vmapped_steps_per_second']:,.0f} | {row['sequential_steps_per_second']:,.0f} "
+                  f"| {row['speedup']:.2f}x | {'yes' if row['same_returns'] else 'NO'} | {row['compile_seconds']:.1f} |",
+                  flush=True)
+    if len(rows) > 1 and not args.json:
+        first, last = rows[0], rows[-1]
+        extra = last["seeds"] - first["seeds"]
+        per_member = (last["program_bytes"] - first["program_bytes"]) / extra
+        print(f"\nmemory per member: {per_member / 2**20:.2f} MiB of compiled program (arguments + outputs + "
+              f"temporaries, growth from S={first['seeds']} to S={last['seeds']}); the carry alone (params, "
+              f"optimizer state, pool, keys) {last['carry_bytes'] / last['seeds'] / 2**20:.2f} MiB")
+
+
+if __name__ == "__main__":
+    main()

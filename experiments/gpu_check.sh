@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The GPU check (about 3 minutes on one GPU; nothing here needs a GPU to run, it is just slower on a CPU):
+# the device, the update benchmark, 64 seeds vmapped vs sequential, and a 64-member sweep through the CLI.
+# Prints the device name, compile times and env steps per second. Run from a checkout with the project
+# installed against a CUDA jax (pip install -e . "jax[cuda12]"): bash experiments/gpu_check.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${TMPDIR:-/tmp}/ftw_jax_gpu_check"
+rm -rf "$out"
+python -c "import jax; print('jax', jax.__version__, '|', jax.device_count(), 'x', jax.devices()[0].device_kind)"
+echo; echo "== update vs floor (experiments/bench_update.py --repeats 10)"
+timeout 120 python experiments/bench_update.py --repeats 10
+echo; echo "== 64 Sokoban seeds in one program vs one after another (experiments/bench_seeds.py)"
+timeout 150 python experiments/bench_seeds.py --env sokoban --iterations 10 --seeds 1,64
+echo; echo "== a 64-member search sweep (4 grid points x 16 seeds), one compiled program"
+timeout 240 ftw-jax sweep --env search --grid 'C=8,32 K=1,2' --num-seeds 16 --iterations 80 --eval-every 40 \
+    --no-checkpoint --out "$out"
