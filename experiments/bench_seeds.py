@@ -1,8 +1,11 @@
 """S seeds in one vmapped program vs the same S seeds run one after another: throughput ratios, memory per member.
 
 Both sides run the same training program (the environment's defaults, a few iterations, one evaluation at
-the end), compiled ahead of time; the timings exclude compiling. Memory is XLA's own account of the compiled
-program (arguments + outputs + temporaries); per member is its growth from S = 1 to the largest S.
+the end), compiled ahead of time; each compiled program runs once untimed first, so the timings exclude
+compiling and first-call set-up. Memory is XLA's own account of the compiled program (arguments + outputs +
+temporaries); per member is its growth from S = 1 to the largest S. Batched and unbatched kernels may round
+differently, and a rounding difference can flip a sampled action, so the two sides' returns are compared
+(largest difference) rather than required to be equal.
 """
 
 from __future__ import annotations
@@ -46,10 +49,12 @@ def measure(trainer, num_seeds: int) -> dict:
     compile_seconds, vmapped = timed(
         lambda: jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), static_argnums=1).lower(carries, 1).compile()
     )
+    timed(vmapped, carries)  # warm-up
     vmapped_seconds, (carries, (_, evaluation)) = timed(vmapped, carries)
 
     single_init = jax.jit(trainer.init)
     single = jax.jit(trainer.run, static_argnums=1).lower(single_init(keys[0]), 1).compile()
+    timed(single, single_init(keys[0]))  # warm-up
     sequential_seconds, sequential_returns = 0.0, []
     for key in keys:
         seconds, (carry, (_, alone)) = timed(single, single_init(key))
@@ -64,7 +69,7 @@ def measure(trainer, num_seeds: int) -> dict:
         "vmapped_steps_per_second": steps / vmapped_seconds,
         "sequential_steps_per_second": steps / sequential_seconds,
         "speedup": sequential_seconds / vmapped_seconds,
-        "same_returns": bool(np.allclose(np.asarray(evaluation["return"])[:, 0], sequential_returns, rtol=1e-4)),
+        "largest_return_difference": float(np.max(np.abs(np.asarray(evaluation["return"])[:, 0] - sequential_returns))),
         "program_bytes": program_bytes(vmapped),
         "carry_bytes": carry_bytes(carries),
     }
@@ -73,7 +78,7 @@ def measure(trainer, num_seeds: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--env", default="sokoban", help="default sokoban (JAX-native, no extra needed)")
-    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--seeds", default="1,8,64", help="values of S (default 1,8,64)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per S")
     args = parser.parse_args()
@@ -86,8 +91,8 @@ def main() -> None:
     rows = []
     if not args.json:
         print("| S | vmapped env steps/s | sequential env steps/s | speed-up (sequential time / vmapped time) "
-              "| same returns | compile s (vmapped) |")
-        print("|---:|---:|---:|---:|:---:|---:|")
+              "| largest return difference | compile s (vmapped) |")
+        print("|---:|---:|---:|---:|---:|---:|")
     for num_seeds in (int(s) for s in args.seeds.split(",")):
         row = measure(trainer, num_seeds)
         rows.append(row)
@@ -95,7 +100,7 @@ def main() -> None:
             print(json.dumps(row), flush=True)
         else:
             print(f"| {num_seeds} | {row['vmapped_steps_per_second']:,.0f} | {row['sequential_steps_per_second']:,.0f} "
-                  f"| {row['speedup']:.2f}x | {'yes' if row['same_returns'] else 'NO'} | {row['compile_seconds']:.1f} |",
+                  f"| {row['speedup']:.2f}x | {row['largest_return_difference']:.3g} | {row['compile_seconds']:.1f} |",
                   flush=True)
     if len(rows) > 1 and not args.json:
         first, last = rows[0], rows[-1]
