@@ -2,6 +2,7 @@
 
 from ftw_jax import losses, pool
 from ftw_jax.occupancy import (
+    expected_failure_share,
     expected_selection_counts,
     rank_occupancy,
     rank_occupancy_jax,
@@ -18,6 +19,7 @@ __all__ = [
     "Pool",
     "Trajectory",
     "UpdateConfig",
+    "expected_failure_share",
     "expected_selection_counts",
     "losses",
     "make_update",

@@ -176,6 +176,7 @@ _TRAIN_OPTIONS = {
     "--eval-episodes": ("eval_episodes", int, "episodes per evaluation"),
     "--normalisation": ("normalisation", str, "token or trajectory"),
     "--reference": ("reference", str, "initial or previous"),
+    "--elite-rule": ("elite_rule", str, "top_k (default) or beat_minimum (keep only elites above the minibatch's lowest return)"),
 }
 
 
@@ -377,7 +378,7 @@ def _run_train(args) -> int:
 
 # The training options a sweep takes besides its grid.
 _SWEEP_OPTIONS = ("--iterations", "--episodes-per-iteration", "--updates-per-iteration", "--pool-capacity",
-                  "--eval-every", "--eval-episodes")
+                  "--eval-every", "--eval-episodes", "--elite-rule")
 
 
 def _add_sweep_parser(subparsers) -> None:

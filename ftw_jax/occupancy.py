@@ -199,3 +199,31 @@ def tied_occupancy(returns, batch_size: int, num_elites: int, valid=None) -> np.
     result = np.zeros(returns.shape)
     result[entries[order]] = np.repeat(block_means, block_sizes)
     return result
+
+
+def expected_failure_share(pool_size: int, num_successes, batch_size: int, num_elites: int) -> np.ndarray:
+    """Expected share of failures among the K kept of a C-subset when returns are binary: E[max(0, K − S)] / K.
+
+    S, the successes in the minibatch, is Hypergeometric(N, m successes in the pool, C). With top-K
+    selection a minibatch with S < K successes keeps K − S failures (tied at the bottom, chosen at random):
+    the mechanism by which FTW imitates failures when successes are rare.
+
+    Args:
+      pool_size: N.
+      num_successes: m, an int or an array of ints in [0, N].
+      batch_size: C.
+      num_elites: K.
+
+    Returns:
+      float64 array shaped like `num_successes`.
+    """
+    check_sizes(pool_size, batch_size, num_elites)
+    successes = np.asarray(num_successes)
+    if not np.issubdtype(successes.dtype, np.integer) or np.any((successes < 0) | (successes > pool_size)):
+        raise ValueError(f"num_successes must be integers in [0, N={pool_size}], got {num_successes!r}.")
+    m = successes.astype(np.float64)[..., None]
+    s = np.arange(min(batch_size, num_elites) + 1, dtype=np.float64)  # only S < K leaves failures
+    log_probability = (_log_binomial(m, s, np) + _log_binomial(pool_size - m, batch_size - s, np)
+                       - _log_binomial(np.float64(pool_size), np.float64(batch_size), np))
+    shortfall = np.maximum(num_elites - s, 0.0) / num_elites
+    return np.sum(np.exp(log_probability) * shortfall, axis=-1)

@@ -15,6 +15,9 @@ import numpy as np
 from ftw_jax.checks import check_positive_int
 from ftw_jax.occupancy import check_sizes
 
+# "top_k": the K best of each minibatch; "beat_minimum": those of them above the minibatch's lowest return.
+ELITE_RULES = ("top_k", "beat_minimum")
+
 
 def select_elites(
     key: jax.Array,
@@ -24,6 +27,7 @@ def select_elites(
     num_batches: int,
     batch_size: int,
     num_elites: int,
+    rule: str = "top_k",
 ) -> jax.Array:
     """Pool indices of the K best returns in each of J uniformly drawn C-subsets of the valid entries.
 
@@ -41,13 +45,16 @@ def select_elites(
       num_batches: J (static).
       batch_size: C (static), 1 <= C <= N.
       num_elites: K (static), 1 <= K <= C.
+      rule: "top_k" (default): keep the K best. "beat_minimum" (tie-aware): keep those of the K best whose
+        return is strictly above the minibatch's lowest, so a minibatch of equal returns keeps nothing and,
+        with binary rewards, failures are never kept; the freed slots hold −1.
 
     Returns:
       int32 [J, K] pool indices, best first within each minibatch.
     """
     return select_elites_masked(
         key, returns, valid, (num_batches, batch_size, num_elites),
-        max_batches=num_batches, max_batch_size=batch_size, max_elites=num_elites,
+        max_batches=num_batches, max_batch_size=batch_size, max_elites=num_elites, rule=rule,
     )
 
 
@@ -60,6 +67,7 @@ def select_elites_masked(
     max_batches: int,
     max_batch_size: int,
     max_elites: int,
+    rule: str = "top_k",
 ) -> jax.Array:
     """`select_elites` with (J, C, K) traced inside static maxima, so one program serves a grid of sizes.
 
@@ -75,6 +83,7 @@ def select_elites_masked(
       valid: [N] bool, which entries hold trajectories.
       sizes: (J, C, K) as ints or int arrays (traced under jit).
       max_batches, max_batch_size, max_elites: J_max, C_max, K_max (static), K_max <= C_max <= N.
+      rule: "top_k" or "beat_minimum" (static), as in `select_elites`.
 
     Returns:
       int32 [J_max, K_max] pool indices, best first within each minibatch, −1 where nothing is kept.
@@ -84,6 +93,8 @@ def select_elites_masked(
         raise ValueError(f"returns must have shape [N], got shape {np.shape(returns)}.")
     check_sizes(pool_size, max_batch_size, max_elites)
     check_positive_int("num_batches (J)", max_batches)
+    if rule not in ELITE_RULES:
+        raise ValueError(f"rule must be one of {ELITE_RULES}, got {rule!r}.")
     if not jnp.issubdtype(jnp.result_type(returns), jnp.floating):
         raise ValueError(f"returns must be floating point, got dtype {jnp.result_type(returns)}.")
     if np.shape(valid) != (pool_size,) or jnp.result_type(valid) != jnp.bool_:
@@ -115,6 +126,9 @@ def select_elites_masked(
             num_keys=4,
         )
         unkept = invalid[:max_elites] | (jnp.arange(max_elites) >= num_elites)
+        if rule == "beat_minimum":  # NaN counts as the lowest return and never beats anything
+            lowest = jnp.min(jnp.where(candidate_valid, jnp.where(is_nan, -jnp.inf, candidate_returns), jnp.inf))
+            unkept = unkept | ~(returns[ranked[:max_elites]] > lowest)
         return jnp.where(unkept, -1, ranked[:max_elites]).astype(jnp.int32)
 
     elites = jax.vmap(one_minibatch)(jax.random.split(key, max_batches))

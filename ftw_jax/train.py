@@ -73,6 +73,7 @@ class TrainConfig:
     normalisation: str = "token"
     reference: str = "initial"
     kl_direction: str = "policy_to_reference"
+    elite_rule: str = "top_k"  # or "beat_minimum": keep only elites above their minibatch's lowest return
 
     @classmethod
     def for_env(cls, env: str, **overrides) -> "TrainConfig":
@@ -114,6 +115,7 @@ class TrainConfig:
             normalisation=self.normalisation,
             reference=self.reference,
             kl_direction=self.kl_direction,
+            elite_rule=self.elite_rule,
         )
 
     @property

@@ -19,7 +19,7 @@ from ftw_jax import losses
 from ftw_jax import pool as pool_lib
 from ftw_jax.checks import check_positive_int
 from ftw_jax.occupancy import check_sizes
-from ftw_jax.selection import select_elites_masked
+from ftw_jax.selection import ELITE_RULES, select_elites_masked
 
 # apply_fn(params, observation) -> [T, A] logits for one trajectory's observation pytree (leaves [T, ...]).
 ApplyFn = Callable[[Any, Any], jax.Array]
@@ -29,6 +29,7 @@ _CHOICES = {
     "kl_direction": ("policy_to_reference", "reference_to_policy"),
     "normalisation": ("token", "trajectory"),
     "elite_path": ("auto", "gather", "counts"),
+    "elite_rule": ELITE_RULES,
 }
 
 
@@ -52,6 +53,9 @@ class UpdateConfig:
         trajectories (repeats included); "counts" runs it once on every pool entry, weighted by how often
         each was selected (no repeated forward passes, but N of them); "auto" (default) takes "counts"
         when J·K >= N. Both give the same loss and gradient.
+      elite_rule: "top_k" (default) keeps the K best of each minibatch; "beat_minimum" keeps only those
+        above the minibatch's lowest return (tied rewards: no minibatch of equal returns, no failure among
+        binary rewards is imitated). An update that keeps nothing is not applied.
     """
 
     pool_capacity: int
@@ -62,6 +66,7 @@ class UpdateConfig:
     kl_direction: Literal["policy_to_reference", "reference_to_policy"] = "policy_to_reference"
     normalisation: Literal["token", "trajectory"] = "token"
     elite_path: Literal["auto", "gather", "counts"] = "auto"
+    elite_rule: Literal["top_k", "beat_minimum"] = "top_k"
 
     def __post_init__(self):
         check_sizes(self.pool_capacity, self.batch_size, self.num_elites)
@@ -117,8 +122,9 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
 
     (repeats counted; see `UpdateConfig` for the normalisation and KL options), and applies one step of
     `state.optimizer`. It is a no-op (params, optimizer state and version unchanged; `metrics["applied"]`
-    False) while the pool holds fewer than C valid entries, and when the loss or any gradient or update
-    is not finite (`metrics["nonfinite"]` True). The key is consumed.
+    False) while the pool holds fewer than C valid entries, when the loss or any gradient or update is not
+    finite (`metrics["nonfinite"]` True), and when no elite is kept (possible under "beat_minimum"). The key
+    is consumed.
 
     `sizes`, an int32 [3] array (J, C, K), runs the update for those sizes inside the config's, which are then
     maxima (`select_elites_masked`): one compiled update serves a grid of sizes, e.g. vmapped in a sweep.
@@ -178,14 +184,16 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
         else:
             chex.assert_shape(sizes, (3,))
             num_batches, batch_size, num_elites = sizes[0], sizes[1], sizes[2]
+        valid = pool_lib.valid_mask(pool)
         elites = select_elites_masked(
             key,
             returns,
-            pool_lib.valid_mask(pool),
+            valid,
             (num_batches, batch_size, num_elites),
             max_batches=config.num_batches,
             max_batch_size=config.batch_size,
             max_elites=config.num_elites,
+            rule=config.elite_rule,
         ).reshape(num_kept)
         filled = elites >= 0
         safe_elites = jnp.maximum(elites, 0)
@@ -205,7 +213,7 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
 
         ready = pool.size >= batch_size
         finite = jnp.isfinite(loss) & _all_finite(grads) & _all_finite(updates)
-        applied = ready & finite
+        applied = ready & finite & jnp.any(filled)  # nothing kept: no step (Adam's momentum would still move)
         reference_params = state.reference_params
         if config.reference == "previous":
             reference_params = _select_tree(applied, state.params, reference_params)
@@ -222,7 +230,9 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
             "elite_return_mean": jnp.sum(jnp.where(filled, elite_returns, 0.0)) / jnp.maximum(jnp.sum(filled), 1),
             "elite_return_min": jnp.min(jnp.where(filled, elite_returns, jnp.inf)),
             "unique_elite_fraction": jnp.sum(counts > 0) / (num_batches * num_elites),
+            "kept_fraction": jnp.sum(filled) / (num_batches * num_elites),  # < 1 only under beat_minimum
             "pool_size": pool.size,
+            "pool_return_mean": jnp.sum(jnp.where(valid, returns, 0.0)) / jnp.maximum(pool.size, 1),
             "grad_norm": optax.tree_utils.tree_norm(grads),
             "ready": ready,
             "nonfinite": ~finite,

@@ -142,3 +142,17 @@ def test_jax_version_matches_numpy_with_traced_sizes():
 def test_bad_sizes_raise_value_error(args, message):
     with pytest.raises(ValueError, match=message):
         ftw_jax.rank_occupancy(*args)
+
+
+def test_expected_failure_share_is_the_hypergeometric_expectation():
+    from math import comb
+
+    def exact(n, m, c, k):
+        return sum(comb(m, s) * comb(n - m, c - s) * max(0, k - s) for s in range(c + 1)) / (comb(n, c) * k)
+
+    for n, m, c, k in [(10, 3, 5, 3), (64, 0, 5, 3), (64, 64, 5, 3), (512, 100, 5, 3), (512, 100, 4, 1), (20, 19, 20, 20)]:
+        np.testing.assert_allclose(ftw_jax.expected_failure_share(n, m, c, k), exact(n, m, c, k), rtol=1e-12, atol=1e-15)
+    shares = ftw_jax.expected_failure_share(64, np.arange(65), 5, 3)
+    assert shares.shape == (65,) and shares[0] == 1.0 and shares[-1] == 0.0 and np.all(np.diff(shares) <= 0)
+    with pytest.raises(ValueError, match="num_successes must be integers in \\[0, N=64\\]"):
+        ftw_jax.expected_failure_share(64, 65, 5, 3)

@@ -176,3 +176,38 @@ def test_keys_matter():
 def test_bad_arguments_raise_before_work(returns, valid, sizes, message):
     with pytest.raises(ValueError, match=message):
         ftw_jax.select_elites(jax.random.key(0), jnp.asarray(returns), jnp.asarray(valid), **sizes)
+
+
+@KEYS_AND_FLOYD
+def test_failure_share_of_top_k_matches_the_hypergeometric_prediction_and_beat_minimum_keeps_none(floyd):
+    n, m, c, k, j = (64, 10, 5, 3, 20_000) if floyd else (16, 4, 5, 3, 20_000)  # m successes (return 1), the rest 0
+    assert uses_floyd(n, c) == floyd
+    returns = np.zeros(n, np.float32)
+    returns[np.random.default_rng(2).choice(n, m, replace=False)] = 1.0
+    sizes = dict(num_batches=j, batch_size=c, num_elites=k)
+    top_k = select(jax.random.key(3), returns, np.ones(n, bool), **sizes)
+    failures = np.mean(returns[top_k] == 0)  # every slot is filled under top_k
+    predicted = float(ftw_jax.expected_failure_share(n, m, c, k))
+    # Slots within a minibatch are dependent: bound the sd by that of J independent minibatch shares.
+    assert abs(failures - predicted) < 5 * np.sqrt(0.25 / j) and 0.2 < predicted < 0.9
+    assert abs(failures - float(ftw_jax.expected_failure_share(n, m, c, k - 1))) > 0.05  # it could fail
+
+    beat = select(jax.random.key(3), returns, np.ones(n, bool), rule="beat_minimum", **sizes)
+    kept = beat[beat >= 0]
+    assert kept.size and np.all(returns[kept] == 1.0)  # no failure is ever imitated
+    # A minibatch keeps min(S, K) successes when it also holds a failure, nothing when all C succeed.
+    chance_all_succeed = np.prod([(m - i) / (n - i) for i in range(c)])
+    expected_kept = k * (1 - float(ftw_jax.expected_failure_share(n, m, c, k))) - k * chance_all_succeed
+    assert abs((beat >= 0).sum(axis=1).mean() - expected_kept) < 0.05
+
+
+def test_beat_minimum_keeps_nothing_from_ties_and_never_a_nan():
+    sizes = dict(num_batches=200, batch_size=4, num_elites=2, rule="beat_minimum")
+    tied = select(jax.random.key(0), np.full(8, 3.0), np.ones(8, bool), **sizes)
+    assert np.all(tied == -1)
+    returns = np.array([np.nan, 1.0, np.nan, 1.0, 2.0, np.nan, 0.0, 5.0], np.float32)
+    elites = select(jax.random.key(1), returns, np.ones(8, bool), **sizes)
+    kept = elites[elites >= 0]
+    assert kept.size and not np.any(np.isnan(returns[kept]))
+    with pytest.raises(ValueError, match="rule must be one of"):
+        select(jax.random.key(0), returns, np.ones(8, bool), num_batches=1, batch_size=2, num_elites=1, rule="best")

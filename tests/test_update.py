@@ -211,3 +211,14 @@ def test_pool_of_the_wrong_capacity_raises():
     update = ftw_jax.make_update(linear_apply, config(pool_capacity=16))
     with pytest.raises(ValueError, match="capacity 16"):
         update(state(), filled_pool(), jax.random.key(0))
+
+
+def test_beat_minimum_on_tied_returns_keeps_nothing_and_applies_nothing():
+    update = ftw_jax.make_update(linear_apply, config(elite_rule="beat_minimum", num_batches=8))
+    start = state(optimizer=optax.adam(0.1))
+    new_state, metrics = update(start, filled_pool(returns=jnp.ones(N)), jax.random.key(0))
+    chex.assert_trees_all_equal(new_state, start)
+    assert bool(metrics["ready"]) and not bool(metrics["applied"]) and float(metrics["kept_fraction"]) == 0.0
+    new_state, metrics = update(start, filled_pool(returns=jnp.arange(N) >= 6), jax.random.key(1))  # 2 successes
+    assert bool(metrics["applied"]) and float(metrics["elite_return_min"]) == 1.0
+    assert 0 < float(metrics["kept_fraction"]) < 1 and float(metrics["pool_return_mean"]) == 0.25
