@@ -34,6 +34,14 @@ def _float_list(text: str) -> tuple[float, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
 
 
+def _yes_no(text: str) -> bool:
+    if text.lower() in ("yes", "true", "1"):
+        return True
+    if text.lower() in ("no", "false", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected yes or no, got {text!r}")
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -177,6 +185,10 @@ _TRAIN_OPTIONS = {
     "--normalisation": ("normalisation", str, "token or trajectory"),
     "--reference": ("reference", str, "initial or previous"),
     "--elite-rule": ("elite_rule", str, "top_k (default) or beat_minimum (keep only elites above the minibatch's lowest return)"),
+    "--algorithm": ("algorithm", str, "ftw (default), or a baseline on the same rollouts: reinforce, grpo"),
+    "--group-size": ("group_size", int, "GRPO: G episodes per start state (B a multiple of G)"),
+    "--normalise-advantages": ("normalise_advantages", _yes_no, "GRPO: yes (default) or no"),
+    "--clip-epsilon": ("clip_epsilon", float, "GRPO's ratio clip (default 0.2)"),
 }
 
 

@@ -24,6 +24,7 @@ def rollout(
     policy: nn.Module,
     params: Any,
     version: jax.Array,
+    reset_key: jax.Array | None = None,
 ) -> tuple[Trajectory, jax.Array]:
     """Plays one episode of at most `env.max_steps` steps with actions sampled from `policy`.
 
@@ -33,14 +34,16 @@ def rollout(
       policy: a module from `ftw_jax.policies` (`policy.apply(params, observations [T, ...]) -> [T, A]`).
       params: the policy's params.
       version: [] int32 policy version, recorded on every step.
+      reset_key: if given, the start state comes from it (episodes that share it start alike, as GRPO's
+        groups do) and `key` drives only the actions and the environment's steps.
 
     Returns:
       A `Trajectory` with leaves [T, ...] (T = env.max_steps), and whether the episode solved the task
       ([] bool; always False where the environment has no notion of success).
     """
     num_steps = env.max_steps
-    reset_key, steps_key = jax.random.split(key)
-    observation, state = env.reset(reset_key, env_params)
+    own_reset_key, steps_key = jax.random.split(key)
+    observation, state = env.reset(own_reset_key if reset_key is None else reset_key, env_params)
     # A history buffer only for policies that read it (markov ones act on the current observation).
     history = None if policy.markov else jax.tree.map(
         lambda leaf: jnp.zeros((num_steps,) + jnp.shape(leaf), jnp.result_type(leaf)), observation
@@ -77,3 +80,20 @@ def rollout(
         episode_return=episode_return.astype(jnp.float32),
     )
     return trajectory, success
+
+
+def rollouts(key: jax.Array, env: Environment, env_params: Any, policy: nn.Module, params: Any, version: jax.Array,
+             num_episodes: int, group_size: int = 1) -> tuple[Trajectory, jax.Array]:
+    """B episodes in parallel (a vmap of `rollout`): trajectories [B, T, ...] and success [B].
+
+    With `group_size` G > 1, consecutive groups of G episodes start from the same state (B a multiple of G).
+    """
+    if group_size == 1:
+        return jax.vmap(rollout, in_axes=(0, None, None, None, None, None))(
+            jax.random.split(key, num_episodes), env, env_params, policy, params, version
+        )
+    reset_key, key = jax.random.split(key)
+    reset_keys = jnp.repeat(jax.random.split(reset_key, num_episodes // group_size), group_size, axis=0)
+    return jax.vmap(rollout, in_axes=(0, None, None, None, None, None, 0))(
+        jax.random.split(key, num_episodes), env, env_params, policy, params, version, reset_keys
+    )

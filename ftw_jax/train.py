@@ -25,8 +25,9 @@ import optax
 from ftw_jax import envs
 from ftw_jax import pool as pool_lib
 from ftw_jax.checks import check_positive_int
+from ftw_jax.policy_gradient import PolicyGradientConfig, batch_advantages, make_policy_gradient_update
 from ftw_jax.policies import ConvPolicy, MLPPolicy, TabularPolicy, TransformerPolicy
-from ftw_jax.rollout import rollout
+from ftw_jax.rollout import rollout, rollouts
 from ftw_jax.update import FTWState, UpdateConfig, make_update
 
 # Per environment, the defaults that train in seconds to minutes on 2 CPU cores.
@@ -74,6 +75,11 @@ class TrainConfig:
     reference: str = "initial"
     kl_direction: str = "policy_to_reference"
     elite_rule: str = "top_k"  # or "beat_minimum": keep only elites above their minibatch's lowest return
+    # "ftw", or a baseline on the same rollouts (ftw_jax.policy_gradient): "reinforce", "grpo".
+    algorithm: str = "ftw"
+    group_size: int = 8  # GRPO: G episodes per start state (B a multiple of G)
+    normalise_advantages: bool = True  # GRPO: divide advantages by the group's sd
+    clip_epsilon: float = 0.2  # GRPO
 
     @classmethod
     def for_env(cls, env: str, **overrides) -> "TrainConfig":
@@ -104,6 +110,11 @@ class TrainConfig:
         if self.kl_coef_final is not None and not self.kl_coef_final >= 0:
             raise ValueError(f"kl_coef_final must be >= 0 or None, got {self.kl_coef_final!r}.")
         self.update_config  # validates N, J, C, K and the update options
+        if self.algorithm != "ftw":
+            self.policy_gradient_config  # validates the baseline's options
+            if self.algorithm == "grpo" and self.episodes_per_iteration % self.group_size:
+                raise ValueError(f"episodes_per_iteration (B={self.episodes_per_iteration}) must be a multiple of "
+                                 f"group_size (G={self.group_size}) for GRPO.")
 
     @property
     def update_config(self) -> UpdateConfig:
@@ -117,6 +128,11 @@ class TrainConfig:
             kl_direction=self.kl_direction,
             elite_rule=self.elite_rule,
         )
+
+    @property
+    def policy_gradient_config(self) -> PolicyGradientConfig:
+        return PolicyGradientConfig(algorithm=self.algorithm, group_size=self.group_size,
+                                    normalise_advantages=self.normalise_advantages, clip_epsilon=self.clip_epsilon)
 
     @property
     def num_periods(self) -> int:
@@ -193,17 +209,16 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
     eval_params = env.evaluation_params(env_params)
     policy = make_policy(config, env)
     update = make_update(policy.apply, config.update_config)
+    if config.algorithm != "ftw":
+        policy_gradient_update = make_policy_gradient_update(policy.apply, config.policy_gradient_config)
     # The learning rate is a state array (optax.inject_hyperparams), so members of a sweep can differ in it.
     optimizer = optax.inject_hyperparams(optax.adam if config.optimizer == "adam" else optax.sgd)(
         learning_rate=config.learning_rate
     )
 
-    def play(key, params, version, num_episodes, env_params=env_params):
+    def play(key, params, version, num_episodes, env_params=env_params, group_size=1):
         """(trajectories [B, T, ...], success [B]) of B episodes with the current policy."""
-        keys = jax.random.split(key, num_episodes)
-        return jax.vmap(rollout, in_axes=(0, None, None, None, None, None))(
-            keys, env, env_params, policy, params, version
-        )
+        return rollouts(key, env, env_params, policy, params, version, num_episodes, group_size)
 
     def init(key: jax.Array, hyperparameters: Hyperparameters | None = None) -> TrainCarry:
         if hyperparameters is None:
@@ -233,18 +248,30 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
         start = carry.hyperparameters.kl_coef
         return ((start - config.kl_coef_final) * (1 - progress) + config.kl_coef_final).astype(jnp.float32)
 
-    def iteration(carry: TrainCarry, _):
-        key, play_key, update_key = jax.random.split(carry.key, 3)
-        batch, success = play(play_key, carry.state.params, carry.state.version, config.episodes_per_iteration)
+    def learn(carry: TrainCarry, state: FTWState, batch, update_key):
+        """(state, pool, metrics of the last update) after learning from the batch just played."""
+        if config.algorithm != "ftw":  # a baseline: no pool; REINFORCE one step, GRPO U steps on the batch
+            advantages = batch_advantages(config.policy_gradient_config, batch.episode_return)
+            steps = 1 if config.algorithm == "reinforce" else config.updates_per_iteration
+            state, metrics = jax.lax.scan(lambda state, _: policy_gradient_update(state, batch, advantages),
+                                          state, None, length=steps)
+            return state, carry.pool, metrics
         pool = pool_lib.add(carry.pool, batch)
-        state = carry.state
-        if config.kl_coef_final is not None:
-            state = state.replace(kl_coef=kl_coef_at(carry))
         sizes = carry.hyperparameters.sizes
-        state, update_metrics = jax.lax.scan(
+        state, metrics = jax.lax.scan(
             lambda state, k: update(state, pool, k, sizes), state,
             jax.random.split(update_key, config.updates_per_iteration),
         )
+        return state, pool, metrics
+
+    def iteration(carry: TrainCarry, _):
+        key, play_key, update_key = jax.random.split(carry.key, 3)
+        batch, success = play(play_key, carry.state.params, carry.state.version, config.episodes_per_iteration,
+                              group_size=config.group_size if config.algorithm == "grpo" else 1)
+        state = carry.state
+        if config.kl_coef_final is not None:
+            state = state.replace(kl_coef=kl_coef_at(carry))
+        state, pool, update_metrics = learn(carry, state, batch, update_key)
         returns = batch.episode_return
         env_steps = carry.env_steps + jnp.sum(batch.mask, dtype=jnp.int32)
         metrics = {

@@ -105,11 +105,13 @@ class FTWState:
         )
 
 
-def _all_finite(tree) -> jax.Array:
+def all_finite(tree) -> jax.Array:
+    """Whether every leaf of `tree` is finite ([] bool)."""
     return jnp.all(jnp.asarray([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))
 
 
-def _select_tree(condition: jax.Array, on_true, on_false):
+def select_tree(condition: jax.Array, on_true, on_false):
+    """`on_true` where `condition`, else `on_false`, leaf by leaf (a skipped step keeps the old tree)."""
     return jax.tree.map(lambda a, b: jnp.where(condition, a, b), on_true, on_false)
 
 
@@ -212,14 +214,14 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
         params = optax.apply_updates(state.params, updates)
 
         ready = pool.size >= batch_size
-        finite = jnp.isfinite(loss) & _all_finite(grads) & _all_finite(updates)
+        finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(updates)
         applied = ready & finite & jnp.any(filled)  # nothing kept: no step (Adam's momentum would still move)
         reference_params = state.reference_params
         if config.reference == "previous":
-            reference_params = _select_tree(applied, state.params, reference_params)
+            reference_params = select_tree(applied, state.params, reference_params)
         new_state = state.replace(
-            params=_select_tree(applied, params, state.params),
-            opt_state=_select_tree(applied, opt_state, state.opt_state),
+            params=select_tree(applied, params, state.params),
+            opt_state=select_tree(applied, opt_state, state.opt_state),
             reference_params=reference_params,
             version=state.version + applied.astype(jnp.int32),
         )

@@ -1,0 +1,106 @@
+"""Baselines: advantages, the k3 KL estimator, the clipped surrogate, GRPO groups, and learning a probe task."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from conftest import make_trajectories
+from ftw_jax import envs, losses
+from ftw_jax.policy_gradient import (
+    PolicyGradientConfig,
+    clipped_surrogate,
+    group_advantages,
+    k3_kl,
+    make_policy_gradient_update,
+    mean_baseline_advantages,
+)
+from ftw_jax.policies import MLPPolicy
+from ftw_jax.rollout import rollouts
+from ftw_jax.train import TrainConfig, make_train
+from ftw_jax.update import FTWState
+
+pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
+
+
+def test_advantages_are_centred_per_group_and_optionally_scaled():
+    returns = jnp.array([1.0, 0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0])
+    np.testing.assert_allclose(mean_baseline_advantages(returns), returns - 1.125)
+    plain = group_advantages(returns, 4, normalise=False)
+    np.testing.assert_allclose(plain, [0.75, -0.25, -0.25, -0.25, 0, 0, 0, 0])
+    scaled = group_advantages(returns, 4)
+    np.testing.assert_allclose(scaled[:4], np.array([0.75, -0.25, -0.25, -0.25]) / (np.sqrt(0.1875) + 1e-6), rtol=1e-6)
+    np.testing.assert_array_equal(scaled[4:], 0.0)  # a group of ties teaches nothing
+    with pytest.raises(ValueError, match="B=8 returns do not split into groups of G=3"):
+        group_advantages(returns, 3)
+
+
+def test_k3_is_an_unbiased_non_negative_estimate_of_the_kl():
+    logits, reference = jnp.array([1.0, 0.0, -1.0]), jnp.array([0.0, 0.5, 0.0])
+    actions = jax.random.categorical(jax.random.key(0), logits, shape=(200_000,))
+    log_p, log_ref = jax.nn.log_softmax(logits)[actions], jax.nn.log_softmax(reference)[actions]
+    estimates = k3_kl(log_p, log_ref)
+    exact = losses.categorical_kl(logits[None], reference[None], jnp.ones(1, bool))[0]
+    assert float(estimates.min()) >= 0.0
+    assert abs(float(estimates.mean()) - float(exact)) < 4 * float(estimates.std()) / np.sqrt(actions.size)
+    np.testing.assert_array_equal(k3_kl(log_p, log_p), 0.0)
+
+
+def test_clipped_surrogate_is_written_out():
+    log_q = jnp.log(jnp.array([0.5, 0.5, 0.5, 0.5]))
+    log_p = jnp.log(jnp.array([0.8, 0.8, 0.2, 0.2]))  # ratios 1.6, 1.6, 0.4, 0.4
+    advantages = jnp.array([1.0, -1.0, 1.0, -1.0])
+    # -min(r A, clip(r, 0.8, 1.2) A): 1.2 clipped for A > 0; -1.6 for A < 0; 0.4 for A > 0; clipped 0.8 for A < 0.
+    np.testing.assert_allclose(clipped_surrogate(log_p, log_q, advantages, 0.2), [-1.2, 1.6, -0.4, 0.8], rtol=1e-6)
+
+
+def test_reinforce_loss_is_the_advantage_weighted_log_likelihood():
+    batch = make_trajectories(4, 3, returns=jnp.array([3.0, 1.0, 0.0, 0.0]))
+
+    def apply(params, observation):
+        return observation @ params
+
+    params = 0.1 * jnp.arange(6.0).reshape(3, 2)
+    update = make_policy_gradient_update(apply, PolicyGradientConfig(algorithm="reinforce"))
+    state = FTWState.create(params, optax.sgd(1.0), kl_coef=0.0)
+    advantages = mean_baseline_advantages(batch.episode_return)
+    new_state, metrics = update(state, batch, advantages)
+
+    def written_out(params):
+        log_probs = jax.vmap(lambda o, a, m: losses.log_likelihood(apply(params, o), a, m))(
+            batch.observation, batch.action, batch.mask)
+        return -jnp.sum(advantages[:, None] * log_probs) / jnp.sum(batch.mask)
+
+    np.testing.assert_allclose(metrics["loss"], written_out(params), rtol=1e-6)
+    np.testing.assert_allclose(new_state.params, params - jax.grad(written_out)(params), rtol=1e-5)
+    assert bool(metrics["applied"]) and int(new_state.version) == 1
+
+
+def test_grpo_groups_share_their_start_state():
+    env = envs.make("cartpole")  # a random start state per reset
+    policy = MLPPolicy(num_actions=env.num_actions, hidden_sizes=(8,))
+    observation, _ = env.reset(jax.random.key(0), env.default_params())
+    params = policy.init(jax.random.key(1), observation[None])
+    batch, _ = jax.jit(lambda key: rollouts(key, env, env.default_params(), policy, params, jnp.int32(0), 8, 4))(
+        jax.random.key(2))
+    first = np.asarray(batch.observation[:, 0]).reshape(2, 4, -1)  # the start states, by group
+    assert (first == first[:, :1]).all() and not (first[0, 0] == first[1, 0]).all()
+    assert not (np.asarray(batch.action[:4]) == np.asarray(batch.action[0])).all()  # the actions differ
+
+
+@pytest.mark.parametrize("algorithm", ["reinforce", "grpo"])
+def test_baselines_learn_the_probe_bandit(algorithm):
+    # Arms with means 1.0 and 0.3: a uniform policy earns 0.65, the best arm 1.0.
+    config = TrainConfig.for_env("bandit", algorithm=algorithm, episodes_per_iteration=16, num_iterations=60,
+                                 eval_every=20, kl_coef=0.0, learning_rate=0.1)
+    _, (metrics, evaluation) = make_train(config).train(jax.random.key(0))
+    assert float(evaluation["return"][0]) < float(evaluation["return"][-1]) and float(evaluation["return"][-1]) > 0.85
+    assert np.asarray(metrics["applied"]).all()
+
+
+def test_bad_baseline_options_raise():
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        TrainConfig.for_env("bandit", algorithm="ppo2")
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        TrainConfig.for_env("bandit", algorithm="grpo", episodes_per_iteration=6, group_size=4)
