@@ -25,7 +25,7 @@ import optax
 from ftw_jax import envs
 from ftw_jax import pool as pool_lib
 from ftw_jax.checks import check_positive_int
-from ftw_jax.policy_gradient import PolicyGradientConfig, batch_advantages, make_policy_gradient_update
+from ftw_jax.policy_gradient import ALGORITHMS, PolicyGradientConfig, batch_advantages, make_policy_gradient_update
 from ftw_jax.policies import ConvPolicy, MLPPolicy, TabularPolicy, TransformerPolicy
 from ftw_jax.rollout import rollout, rollouts
 from ftw_jax.update import FTWState, UpdateConfig, make_update
@@ -110,6 +110,8 @@ class TrainConfig:
         if self.kl_coef_final is not None and not self.kl_coef_final >= 0:
             raise ValueError(f"kl_coef_final must be >= 0 or None, got {self.kl_coef_final!r}.")
         self.update_config  # validates N, J, C, K and the update options
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}.")
         if self.algorithm != "ftw":
             self.policy_gradient_config  # validates the baseline's options
             if self.algorithm == "grpo" and self.episodes_per_iteration % self.group_size:
