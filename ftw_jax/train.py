@@ -8,7 +8,7 @@
 The program is a scan over evaluation periods, each a scan over `eval_every` iterations followed by an
 evaluation; the PRNG key lives in the carry, so running it in chunks gives exactly the result of one scan.
 One iteration: B episodes rolled out in parallel (vmap) with the current policy → added to the pool →
-U FTW updates.
+U FTW updates (or, for a baseline, `config.algorithm`, its updates on those B episodes).
 """
 
 from __future__ import annotations
