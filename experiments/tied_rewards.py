@@ -88,7 +88,8 @@ def main() -> None:
     curves = np.stack([np.mean([row["success_curve"] for row in group], axis=0) for group in groups.values()])
     steps = np.stack([np.mean([row["env_steps"] for row in group], axis=0) for group in groups.values()])
     path = save_learning_curves(args.out / "success.png", curves, labels, x=steps, xlabel="env steps per seed",
-                                ylabel="held-out success", title=f"binary Sokoban, mean of {len(seeds)} seeds")
+                                ylabel="held-out success", title=f"binary Sokoban, mean of {len(seeds)} seeds",
+                                show_mean=False)
     print(f"\nlearning curves: {path}")
 
 

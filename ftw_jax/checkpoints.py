@@ -89,10 +89,8 @@ class Checkpointer:
         stored = self._manager.restore(
             step, args=ocp.args.Composite(carry=ocp.args.StandardRestore(_storable(template)))
         )["carry"]
-        carry = jax.tree.map(
-            lambda like, leaf: jax.random.wrap_key_data(leaf, impl=jax.random.key_impl(like)) if _is_key(like) else leaf,
-            template, stored,
-        )
+        rewrap = lambda like, leaf: jax.random.wrap_key_data(leaf, impl=jax.random.key_impl(like))  # noqa: E731
+        carry = jax.tree.map(lambda like, leaf: rewrap(like, leaf) if _is_key(like) else leaf, template, stored)
         return step, carry, record
 
     def close(self) -> None:

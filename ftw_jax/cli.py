@@ -184,7 +184,7 @@ _TRAIN_OPTIONS = {
     "--eval-episodes": ("eval_episodes", int, "episodes per evaluation"),
     "--normalisation": ("normalisation", str, "token or trajectory"),
     "--reference": ("reference", str, "initial or previous"),
-    "--elite-rule": ("elite_rule", str, "top_k (default) or beat_minimum (keep only elites above the minibatch's lowest return)"),
+    "--elite-rule": ("elite_rule", str, "top_k (default), or beat_minimum: only elites above their minibatch's lowest"),
     "--algorithm": ("algorithm", str, "ftw (default), or a baseline on the same rollouts: reinforce, grpo"),
     "--group-size": ("group_size", int, "GRPO: G episodes per start state (B a multiple of G)"),
     "--normalise-advantages": ("normalise_advantages", _yes_no, "GRPO: yes (default) or no"),
@@ -333,8 +333,8 @@ def _run_train(args) -> int:
             runs.append_rows(folder / "evaluation.jsonl", {k: v[:, None] for k, v in evaluation.items()}, seeds)
             evaluations.append(evaluation)
             if checkpointer:
-                checkpointer.save(period + 1, carry, {"evaluations": [{k: v.tolist() for k, v in e.items()} for e in evaluations]},
-                                  final=period + 1 == config.num_periods)
+                record = {"evaluations": [{k: v.tolist() for k, v in e.items()} for e in evaluations]}
+                checkpointer.save(period + 1, carry, record, final=period + 1 == config.num_periods)
             seconds = time.perf_counter() - training_started
             steps = int(np.asarray(carry.env_steps).sum())
             success = f"  eval success {evaluation['success'].mean():6.1%}" if trainer.env.has_success else ""

@@ -8,9 +8,10 @@ import numpy as np
 
 
 def save_learning_curves(
-    path, curves, labels, *, title: str, ylabel: str, xlabel: str = "iteration", x=None
+    path, curves, labels, *, title: str, ylabel: str, xlabel: str = "iteration", x=None, show_mean: bool = True
 ) -> pathlib.Path:
-    """One line per run (`curves` [S, I]) plus their mean; returns the path written.
+    """One line per run (`curves` [S, I]) plus their mean (seeds of one setting; `show_mean=False` when the
+    lines are different settings); returns the path written.
 
     `x` ([S, I] or [I]) places the points (e.g. env steps); the mean is drawn at the mean x.
     """
@@ -28,7 +29,8 @@ def save_learning_curves(
     for x_run, curve, label in zip(x, curves, labels):
         axes.plot(x_run, curve, lw=0.8, alpha=0.15 if many else 0.7, color="tab:blue" if many else None,
                   label=None if many else label)
-    axes.plot(x.mean(axis=0), curves.mean(axis=0), lw=2.0, color="black", label=f"mean of {len(curves)}")
+    if show_mean:
+        axes.plot(x.mean(axis=0), curves.mean(axis=0), lw=2.0, color="black", label=f"mean of {len(curves)}")
     axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
     axes.grid(alpha=0.3)
     axes.legend(loc="lower right", fontsize=8)

@@ -61,7 +61,7 @@ def group_advantages(returns: jax.Array, group_size: int, *, normalise: bool = T
 
 
 def k3_kl(log_probs: jax.Array, reference_log_probs: jax.Array) -> jax.Array:
-    """The k3 estimator of KL(π ‖ π_ref) at actions sampled from π: exp(d) − d − 1 with d = log π_ref − log π.
+    """The k3 estimate of KL(π ‖ π_ref) at actions sampled from π: exp(d) − d − 1, d = log π_ref − log π.
 
     Unbiased, and never negative. Elementwise.
     """

@@ -84,7 +84,8 @@ def make_sweep(env: str, grid: dict[str, list], seeds: list[int], env_options: d
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     members = [{**defaults, **point, "seed": seed} for point in points for seed in seeds]
     for member in members:
-        if not 1 <= member["K"] <= member["C"] <= member["N"] or member["J"] < 1 or member["N"] < base.episodes_per_iteration:
+        sizes_ok = 1 <= member["K"] <= member["C"] <= member["N"] and member["J"] >= 1
+        if not sizes_ok or member["N"] < base.episodes_per_iteration:
             raise ValueError(
                 f"grid point N={member['N']}, J={member['J']}, C={member['C']}, K={member['K']} is outside "
                 f"1 <= K <= C <= N, J >= 1, N >= B (B={base.episodes_per_iteration}, episodes per iteration)."
