@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ftw_jax.checkpoints import with_raw_keys
 from ftw_jax.train import TrainConfig, make_train
 
 
@@ -29,9 +30,7 @@ def program_bytes(compiled) -> int:
 
 
 def carry_bytes(carry) -> int:
-    return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(jax.tree.map(
-        lambda leaf: jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf,
-        carry)))
+    return sum(leaf.size * leaf.dtype.itemsize for leaf in jax.tree.leaves(with_raw_keys(carry)))
 
 
 def timed(function, *args) -> tuple[float, object]:

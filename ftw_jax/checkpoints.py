@@ -46,9 +46,9 @@ def _is_key(leaf) -> bool:
     return jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key)
 
 
-def _storable(carry):
-    """PRNG key arrays as their raw uint32 data (what Orbax stores)."""
-    return jax.tree.map(lambda leaf: jax.random.key_data(leaf) if _is_key(leaf) else leaf, carry)
+def with_raw_keys(tree):
+    """`tree` with PRNG key arrays replaced by their raw uint32 data (what Orbax stores; numpy can read it)."""
+    return jax.tree.map(lambda leaf: jax.random.key_data(leaf) if _is_key(leaf) else leaf, tree)
 
 
 class Checkpointer:
@@ -69,7 +69,7 @@ class Checkpointer:
         self._manager.save(
             periods_done,
             args=ocp.args.Composite(
-                carry=ocp.args.StandardSave(_storable(carry)),
+                carry=ocp.args.StandardSave(with_raw_keys(carry)),
                 record=ocp.args.JsonSave({"fingerprint": self.fingerprint, "periods_done": periods_done, **record}),
             ),
             force=final,
@@ -87,7 +87,7 @@ class Checkpointer:
         record = self._manager.restore(step, args=ocp.args.Composite(record=ocp.args.JsonRestore()))["record"]
         check_same_config(record["fingerprint"], self.fingerprint, f"the checkpoint {self.directory / str(step)}")
         stored = self._manager.restore(
-            step, args=ocp.args.Composite(carry=ocp.args.StandardRestore(_storable(template)))
+            step, args=ocp.args.Composite(carry=ocp.args.StandardRestore(with_raw_keys(template)))
         )["carry"]
         rewrap = lambda like, leaf: jax.random.wrap_key_data(leaf, impl=jax.random.key_impl(like))  # noqa: E731
         carry = jax.tree.map(lambda like, leaf: rewrap(like, leaf) if _is_key(like) else leaf, template, stored)

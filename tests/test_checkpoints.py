@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from ftw_jax import cli
-from ftw_jax.checkpoints import Checkpointer
+from ftw_jax.checkpoints import Checkpointer, with_raw_keys
 from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
@@ -23,8 +23,7 @@ TRAIN = ["train", "--env", "bandit", "--seeds", "0,1", "--iterations", "60", "--
 
 def _leaves(tree):
     """Leaves as numpy arrays, PRNG keys as their raw data."""
-    return [np.asarray(jax.random.key_data(leaf) if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key) else leaf)
-            for leaf in jax.tree.leaves(tree)]
+    return [np.asarray(leaf) for leaf in jax.tree.leaves(with_raw_keys(tree))]
 
 
 def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, capsys):
