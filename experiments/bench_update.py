@@ -40,6 +40,8 @@ def random_pool(key: jax.Array, capacity: int, num_steps: int) -> pool_lib.Pool:
         behaviour_logp=-jax.random.exponential(logp_key, (capacity, num_steps), jnp.float32),
         behaviour_version=jnp.zeros((capacity, num_steps), jnp.int32),
         episode_return=jax.random.normal(return_key, (capacity,), jnp.float32),
+        reward=jnp.zeros((capacity, num_steps), jnp.float32),
+        alive=jnp.ones((capacity, num_steps), jnp.bool_),
     )
     pool = pool_lib.init(capacity, jax.tree.map(lambda leaf: leaf[0], batch))
     pool = pool_lib.add(pool, batch)

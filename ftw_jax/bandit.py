@@ -83,6 +83,8 @@ def make_run(config: BanditConfig):
         behaviour_logp=jnp.zeros((1,), jnp.float32),
         behaviour_version=jnp.zeros((1,), jnp.int32),
         episode_return=jnp.zeros((), jnp.float32),
+        reward=jnp.zeros((1,), jnp.float32),
+        alive=jnp.ones((1,), bool),
     )
 
     def logits_of(params):
@@ -106,6 +108,8 @@ def make_run(config: BanditConfig):
             behaviour_logp=log_probs[action].reshape(1, 1),
             behaviour_version=state.version.reshape(1, 1),
             episode_return=reward.reshape(1),
+            reward=reward.reshape(1, 1).astype(jnp.float32),
+            alive=jnp.ones((1, 1), bool),
         )
         pool = pool_lib.add(pool, pulled)
         state, metrics = update(state, pool, update_key)

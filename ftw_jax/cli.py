@@ -185,10 +185,12 @@ _TRAIN_OPTIONS = {
     "--normalisation": ("normalisation", str, "token or trajectory"),
     "--reference": ("reference", str, "initial or previous"),
     "--elite-rule": ("elite_rule", str, "top_k (default), or beat_minimum: only elites above their minibatch's lowest"),
-    "--algorithm": ("algorithm", str, "ftw (default), or a baseline on the same rollouts: reinforce, grpo"),
+    "--algorithm": ("algorithm", str, "ftw (default), or a baseline on the same rollouts: reinforce, grpo, ppo"),
     "--group-size": ("group_size", int, "GRPO: G episodes per start state (B a multiple of G)"),
     "--normalise-advantages": ("normalise_advantages", _yes_no, "GRPO: yes (default) or no"),
-    "--clip-epsilon": ("clip_epsilon", float, "GRPO's ratio clip (default 0.2)"),
+    "--clip-epsilon": ("clip_epsilon", float, "GRPO's and PPO's ratio clip (default 0.2)"),
+    "--discount": ("discount", float, "PPO: gamma (default 1)"),
+    "--gae-lambda": ("gae_lambda", float, "PPO: GAE lambda (default 0.95)"),
 }
 
 
@@ -372,7 +374,7 @@ def _run_train(args) -> int:
         returns = np.stack([e["return"] for e in evaluations], axis=1)  # [S, periods]
         steps = np.stack([e["env_steps"] for e in evaluations], axis=1)
         save_learning_curves(folder / "learning_curve.png", returns, [f"seed {s}" for s in seeds],
-                             title=f"FTW on {args.env}: evaluation return", ylabel="mean episode return",
+                             title=f"{config.algorithm.upper()} on {args.env}: evaluation return", ylabel="mean episode return",
                              xlabel="env steps", x=steps)
     if args.json:
         print(json.dumps(summary))
@@ -541,12 +543,109 @@ def _run_sweep(args) -> int:
     return 0
 
 
+# The training options a comparison takes: the budget (the same for every algorithm) and each one's own options.
+_COMPARE_OPTIONS = ("--iterations", "--episodes-per-iteration", "--updates-per-iteration", "--eval-every",
+                    "--eval-episodes", "--pool-capacity", "--num-batches", "--batch-size", "--num-elites",
+                    "--elite-rule", "--kl-coef", "--group-size", "--normalise-advantages", "--clip-epsilon",
+                    "--discount", "--gae-lambda")
+
+
+def _add_compare_parser(subparsers) -> None:
+    from ftw_jax.policy_gradient import ALGORITHMS
+    from ftw_jax.train import ENV_DEFAULTS
+
+    parser = subparsers.add_parser(
+        "compare",
+        help="FTW and the baselines (PPO, GRPO, REINFORCE) at a matched budget: curves with CIs, a table",
+        description="Every algorithm runs the environment's defaults with the same overrides (same iterations x "
+        "episodes, policy network, optimizer, evaluation) and the same tuning: every learning rate of "
+        "--learning-rates on the --tuning-seeds, keeping the best mean AUC. Writes table.md, results.csv, "
+        "seeds.csv, curves.npz and curves.png.",
+    )
+    parser.add_argument("--env", required=True, choices=sorted(ENV_DEFAULTS))
+    parser.add_argument("--algos", default=",".join(ALGORITHMS),
+                        help=f"comma-separated, from {','.join(ALGORITHMS)} (default: all)")
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=_int_list, help="comma-separated reported seeds (default 0..4)")
+    seeds.add_argument("--num-seeds", type=_positive_int, help="report seeds 0..N-1 (default 5)")
+    parser.add_argument("--learning-rates", type=_float_list, default=None,
+                        help="the tuning grid (default: the environment's learning rate alone, no tuning)")
+    parser.add_argument("--tuning-seeds", type=_int_list, default=None,
+                        help="seeds that choose the learning rate (default 1000,1001 when the grid has several)")
+    for flag in _COMPARE_OPTIONS:
+        _, kind, help_text = _TRAIN_OPTIONS[flag]
+        parser.add_argument(flag, type=kind, default=None, help=help_text)
+    parser.add_argument("--env-options", type=_env_options, default={}, help="as for train")
+    parser.add_argument("--metric", choices=["return", "success"], default=None,
+                        help="what the curves and table report (default: success where defined, else return)")
+    _add_run_folder_arguments(parser)
+    parser.set_defaults(handler=_run_compare)
+
+
+def _run_compare(args) -> int:
+    import csv
+
+    from ftw_jax import runs
+    from ftw_jax.compare import bootstrap_interval, compare, markdown_table, seed_rows, summary_rows
+
+    algorithms = [name.strip() for name in args.algos.split(",") if name.strip()]
+    seeds = args.seeds or list(range(args.num_seeds or 5))
+    learning_rates = list(args.learning_rates) if args.learning_rates else None
+    tuning_seeds = args.tuning_seeds or ([1000, 1001] if learning_rates and len(learning_rates) > 1 else [])
+    overrides = _config_overrides(args, _COMPARE_OPTIONS)
+    folder, checkpointer = _open_run(args, f"compare-{args.env}", {
+        "algorithms": algorithms, "seeds": seeds, "learning_rates": learning_rates, "tuning_seeds": tuning_seeds,
+        "overrides": overrides, "env_options": args.env_options, "metric": args.metric,
+    })
+    if checkpointer:  # each algorithm checkpoints in its own folder below this one
+        checkpointer.close()
+    log = _logger(args)
+    log(f"comparing {', '.join(algorithms)} on {args.env} over seeds {seeds}; run folder {folder}")
+    started = time.perf_counter()
+
+    def progress(algorithm, phase, period, values):
+        log(f"{algorithm:>10} {phase:>6}  period {period + 1:>3}  eval mean {values.mean():8.3f} "
+            f"(min {values.min():.3f}, max {values.max():.3f})  {time.perf_counter() - started:7.1f} s")
+
+    comparison = compare(args.env, algorithms, seeds, learning_rates=learning_rates, tuning_seeds=tuning_seeds,
+                         env_options=args.env_options, overrides=overrides, metric=args.metric,
+                         checkpoint_folder=None if args.no_checkpoint else folder / "checkpoints", on_period=progress)
+    for name, rows in (("results.csv", summary_rows(comparison)), ("seeds.csv", seed_rows(comparison))):
+        with (folder / name).open("w", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    table = markdown_table(comparison)
+    (folder / "table.md").write_text(table)
+    np.savez_compressed(folder / "curves.npz", episodes=comparison.episodes,
+                        **{f"{r.algorithm}_{comparison.metric}": r.curves for r in comparison.results},
+                        **{f"{r.algorithm}_env_steps": r.env_steps for r in comparison.results})
+    from ftw_jax.plots import save_banded_curves
+
+    bands = {r.algorithm: (r.curves.mean(axis=0), *bootstrap_interval(r.curves)) for r in comparison.results}
+    save_banded_curves(folder / "curves.png", comparison.episodes, bands,
+                       title=f"{args.env}: mean of {len(seeds)} seeds, 95% bootstrap CI",
+                       xlabel="training episodes", ylabel=f"evaluation {comparison.metric}")
+    summary = {"env": args.env, "metric": comparison.metric, "seeds": seeds, "env_options": args.env_options,
+               "overrides": overrides, "seconds": time.perf_counter() - started, "run_folder": str(folder),
+               "algorithms": summary_rows(comparison),
+               "tuning": {r.algorithm: r.tuning for r in comparison.results}}
+    runs.write_json(folder / "summary.json", summary)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    print("\n" + table)
+    print(f"{summary['seconds']:.1f} s; table.md, results.csv, seeds.csv, curves.npz, curves.png in {folder}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ftw-jax", description="Follow the Winners (FTW) in JAX.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _add_bandit_parser(subparsers)
     _add_train_parser(subparsers)
     _add_sweep_parser(subparsers)
+    _add_compare_parser(subparsers)
     args = parser.parse_args(argv)
     try:
         return args.handler(args)

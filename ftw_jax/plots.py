@@ -88,3 +88,25 @@ def save_heatmap(path, means, spreads, *, x_values, y_values, x_label: str, y_la
     figure.savefig(path)
     plt.close(figure)
     return path
+
+
+def save_banded_curves(path, x, bands: dict[str, tuple], *, title: str, xlabel: str, ylabel: str) -> pathlib.Path:
+    """One line per label with a shaded band: `bands[label] = (mean, low, high)`, each [I] at `x` [I]."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure, axes = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    for label, (mean, low, high) in bands.items():
+        (line,) = axes.plot(x, mean, lw=1.8, label=label)
+        axes.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
+    axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    axes.grid(alpha=0.3)
+    axes.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path

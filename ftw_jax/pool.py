@@ -34,6 +34,8 @@ class Trajectory:
     behaviour_logp: jax.Array  # [T] float32: log-prob of the action under the policy that acted
     behaviour_version: jax.Array  # [T] int32: the policy version (update count) that acted
     episode_return: jax.Array  # [] float32: terminal return, used for ranking
+    reward: jax.Array  # [T] float32: the reward of each step (0 after the episode's end)
+    alive: jax.Array  # [T] bool: steps before the episode's end, the policy's and the environment's
 
 
 @flax.struct.dataclass
@@ -58,6 +60,8 @@ _RECORD_DTYPES = {
     "behaviour_logp": np.dtype(np.float32),
     "behaviour_version": np.dtype(np.int32),
     "episode_return": np.dtype(np.float32),
+    "reward": np.dtype(np.float32),
+    "alive": np.dtype(np.bool_),
 }
 
 

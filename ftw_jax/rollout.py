@@ -2,7 +2,8 @@
 
 Steps after the episode ends stay in the record with mask False (never in the loss), so every trajectory
 has the same shape; so do steps the environment writes itself (`env.forced_action`, e.g. tool output).
-The return is the sum of rewards before the end.
+The return is the sum of rewards before the end; each step's reward is kept too (0 after the end), with
+`alive` marking the steps before the end (a critic's targets need both).
 """
 
 from __future__ import annotations
@@ -62,15 +63,18 @@ def rollout(
         action = jnp.where(forced, forced_token, jax.random.categorical(action_key, logits)).astype(jnp.int32)
         log_prob = jnp.where(forced, 0.0, jax.nn.log_softmax(logits)[action])
         next_observation, state, reward, done, info = env.step(env_key, state, action, env_params)
-        episode_return = episode_return + jnp.where(alive, reward, 0.0)
+        step_reward = jnp.where(alive, reward, 0.0).astype(jnp.float32)
+        episode_return = episode_return + step_reward
         if env.has_success:
             success = success | (alive & info["solved"])
-        record = (observation, action, alive & ~forced, log_prob)
+        record = (observation, action, alive & ~forced, log_prob, step_reward, alive)
         return (state, next_observation, history, alive & ~done, episode_return, success), record
 
     carry = (state, observation, history, jnp.ones((), bool), jnp.zeros((), jnp.float32), jnp.zeros((), bool))
     inputs = (jnp.arange(num_steps), jax.random.split(steps_key, num_steps))
-    (_, _, _, _, episode_return, success), (observations, actions, mask, log_probs) = jax.lax.scan(act, carry, inputs)
+    (_, _, _, _, episode_return, success), (observations, actions, mask, log_probs, rewards, alive) = jax.lax.scan(
+        act, carry, inputs
+    )
     trajectory = Trajectory(
         observation=observations,
         action=actions,
@@ -78,6 +82,8 @@ def rollout(
         behaviour_logp=log_probs.astype(jnp.float32),
         behaviour_version=jnp.broadcast_to(version, (num_steps,)).astype(jnp.int32),
         episode_return=episode_return.astype(jnp.float32),
+        reward=rewards,
+        alive=alive,
     )
     return trajectory, success
 

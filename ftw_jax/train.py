@@ -8,7 +8,8 @@
 The program is a scan over evaluation periods, each a scan over `eval_every` iterations followed by an
 evaluation; the PRNG key lives in the carry, so running it in chunks gives exactly the result of one scan.
 One iteration: B episodes rolled out in parallel (vmap) with the current policy → added to the pool →
-U FTW updates (or, for a baseline, `config.algorithm`, its updates on those B episodes).
+U FTW updates (or, for a baseline, `config.algorithm`, its updates on those B episodes; PPO's critic lives
+in the carry beside the policy).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ import optax
 from ftw_jax import envs
 from ftw_jax import pool as pool_lib
 from ftw_jax.checks import check_positive_int
-from ftw_jax.policy_gradient import ALGORITHMS, PolicyGradientConfig, batch_advantages, make_policy_gradient_update
+from ftw_jax.envs.base import WithLegalActions
+from ftw_jax.policy_gradient import (ALGORITHMS, PolicyGradientConfig, batch_advantages, create_critic,
+                                     make_critic_update, make_policy_gradient_update, ppo_advantages)
 from ftw_jax.policies import ConvPolicy, MLPPolicy, TabularPolicy, TransformerPolicy
 from ftw_jax.rollout import rollout, rollouts
 from ftw_jax.update import FTWState, UpdateConfig, make_update
@@ -75,11 +78,13 @@ class TrainConfig:
     reference: str = "initial"
     kl_direction: str = "policy_to_reference"
     elite_rule: str = "top_k"  # or "beat_minimum": keep only elites above their minibatch's lowest return
-    # "ftw", or a baseline on the same rollouts (ftw_jax.policy_gradient): "reinforce", "grpo".
+    # "ftw", or a baseline on the same rollouts (ftw_jax.policy_gradient): "reinforce", "grpo", "ppo".
     algorithm: str = "ftw"
     group_size: int = 8  # GRPO: G episodes per start state (B a multiple of G)
     normalise_advantages: bool = True  # GRPO: divide advantages by the group's sd
-    clip_epsilon: float = 0.2  # GRPO
+    clip_epsilon: float = 0.2  # GRPO and PPO
+    discount: float = 1.0  # PPO: γ
+    gae_lambda: float = 0.95  # PPO: λ
 
     @classmethod
     def for_env(cls, env: str, **overrides) -> "TrainConfig":
@@ -134,7 +139,8 @@ class TrainConfig:
     @property
     def policy_gradient_config(self) -> PolicyGradientConfig:
         return PolicyGradientConfig(algorithm=self.algorithm, group_size=self.group_size,
-                                    normalise_advantages=self.normalise_advantages, clip_epsilon=self.clip_epsilon)
+                                    normalise_advantages=self.normalise_advantages, clip_epsilon=self.clip_epsilon,
+                                    discount=self.discount, gae_lambda=self.gae_lambda)
 
     @property
     def num_periods(self) -> int:
@@ -174,6 +180,7 @@ class TrainCarry:
     iteration: jax.Array  # [] int32
     env_steps: jax.Array  # [] int32: training env steps so far (evaluation not counted)
     hyperparameters: Hyperparameters
+    critic: Any = None  # PPO: the critic's params and optimizer state (a flax TrainState)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,14 +201,21 @@ class Trainer:
         return self.run(self.init(key, hyperparameters), self.config.num_periods)
 
 
-def make_policy(config: TrainConfig, env: envs.Environment):
+def make_policy(config: TrainConfig, env: envs.Environment, num_outputs: int | None = None):
+    """The env's policy network; with `num_outputs` (1 for a critic) the same architecture with that many outputs."""
+    num_actions = num_outputs or env.num_actions
     if config.env == "bandit":
-        return TabularPolicy(num_actions=env.num_actions)
+        return TabularPolicy(num_actions=num_actions)
     if config.env == "search":
-        return TransformerPolicy(num_actions=env.num_actions, vocabulary_size=env.vocabulary_size, max_length=env.max_steps)
+        return TransformerPolicy(num_actions=num_actions, vocabulary_size=env.vocabulary_size, max_length=env.max_steps)
     if config.policy == "conv":
-        return ConvPolicy(num_actions=env.num_actions, channels=config.conv_channels, hidden_sizes=config.hidden_sizes)
-    return MLPPolicy(num_actions=env.num_actions, hidden_sizes=config.hidden_sizes)
+        return ConvPolicy(num_actions=num_actions, channels=config.conv_channels, hidden_sizes=config.hidden_sizes)
+    return MLPPolicy(num_actions=num_actions, hidden_sizes=config.hidden_sizes)
+
+
+def without_legal_actions(observation):
+    """A critic reads the observation only (legal-action masks shape logits, not values)."""
+    return observation.observation if isinstance(observation, WithLegalActions) else observation
 
 
 def make_train(config: TrainConfig, **env_options) -> Trainer:
@@ -213,10 +227,19 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
     update = make_update(policy.apply, config.update_config)
     if config.algorithm != "ftw":
         policy_gradient_update = make_policy_gradient_update(policy.apply, config.policy_gradient_config)
+    if config.algorithm == "ppo":
+        critic_network = make_policy(config, env, num_outputs=1)
+        value_fn = lambda params, observation: critic_network.apply(  # noqa: E731
+            params, without_legal_actions(observation))[:, 0]
+        critic_update = make_critic_update(value_fn)
     # The learning rate is a state array (optax.inject_hyperparams), so members of a sweep can differ in it.
     optimizer = optax.inject_hyperparams(optax.adam if config.optimizer == "adam" else optax.sgd)(
         learning_rate=config.learning_rate
     )
+
+    def with_learning_rate(opt_state, learning_rate):
+        opt_state.hyperparams["learning_rate"] = jnp.asarray(learning_rate, jnp.float32)
+        return opt_state
 
     def play(key, params, version, num_episodes, env_params=env_params, group_size=1):
         """(trajectories [B, T, ...], success [B]) of B episodes with the current policy."""
@@ -227,21 +250,26 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
             hyperparameters = config.hyperparameters()
         params_key, example_key, key = jax.random.split(key, 3)
         observation, _ = env.reset(example_key, env_params)
-        params = policy.init(params_key, jax.tree.map(lambda leaf: jnp.asarray(leaf)[None], observation))
+        observation = jax.tree.map(lambda leaf: jnp.asarray(leaf)[None], observation)
+        critic = None
+        if config.algorithm == "ppo":  # split only here: the other algorithms' random streams stay as they were
+            params_key, critic_key = jax.random.split(params_key)
+            critic = create_critic(critic_network.init(critic_key, without_legal_actions(observation)), optimizer)
+            critic = critic.replace(opt_state=with_learning_rate(critic.opt_state, hyperparameters.learning_rate))
+        params = policy.init(params_key, observation)
         example, _ = jax.eval_shape(
             lambda k: rollout(k, env, env_params, policy, params, jnp.zeros((), jnp.int32)), jax.random.key(0)
         )
         example = jax.tree.map(lambda spec: jnp.zeros(spec.shape, spec.dtype), example)
         state = FTWState.create(params, optimizer, kl_coef=hyperparameters.kl_coef)
-        opt_state = state.opt_state
-        opt_state.hyperparams["learning_rate"] = jnp.asarray(hyperparameters.learning_rate, jnp.float32)
         return TrainCarry(
-            state=state.replace(opt_state=opt_state),
+            state=state.replace(opt_state=with_learning_rate(state.opt_state, hyperparameters.learning_rate)),
             pool=pool_lib.init(config.pool_capacity, example, slots_in_use=hyperparameters.pool_capacity),
             key=key,
             iteration=jnp.zeros((), jnp.int32),
             env_steps=jnp.zeros((), jnp.int32),
             hyperparameters=hyperparameters,
+            critic=critic,
         )
 
     def kl_coef_at(carry: TrainCarry) -> jax.Array:
@@ -251,20 +279,31 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
         return ((start - config.kl_coef_final) * (1 - progress) + config.kl_coef_final).astype(jnp.float32)
 
     def learn(carry: TrainCarry, state: FTWState, batch, update_key):
-        """(state, pool, metrics of the last update) after learning from the batch just played."""
-        if config.algorithm != "ftw":  # a baseline: no pool; REINFORCE one step, GRPO U steps on the batch
+        """(carry with the new state, pool and critic, metrics of every update) after learning from the batch."""
+        if config.algorithm == "ppo":  # U epochs on the batch, each a policy step and a critic step
+            advantages, targets = ppo_advantages(config.policy_gradient_config, value_fn, carry.critic.params, batch)
+
+            def epoch(states, _):
+                state, metrics = policy_gradient_update(states[0], batch, advantages)
+                critic, value_loss = critic_update(states[1], batch, targets)
+                return (state, critic), {**metrics, "value_loss": value_loss}
+
+            (state, critic), metrics = jax.lax.scan(epoch, (state, carry.critic), None,
+                                                    length=config.updates_per_iteration)
+            return carry.replace(state=state, critic=critic), metrics
+        if config.algorithm != "ftw":  # no pool; REINFORCE one step, GRPO U steps on the batch
             advantages = batch_advantages(config.policy_gradient_config, batch.episode_return)
             steps = 1 if config.algorithm == "reinforce" else config.updates_per_iteration
             state, metrics = jax.lax.scan(lambda state, _: policy_gradient_update(state, batch, advantages),
                                           state, None, length=steps)
-            return state, carry.pool, metrics
+            return carry.replace(state=state), metrics
         pool = pool_lib.add(carry.pool, batch)
         sizes = carry.hyperparameters.sizes
         state, metrics = jax.lax.scan(
             lambda state, k: update(state, pool, k, sizes), state,
             jax.random.split(update_key, config.updates_per_iteration),
         )
-        return state, pool, metrics
+        return carry.replace(state=state, pool=pool), metrics
 
     def iteration(carry: TrainCarry, _):
         key, play_key, update_key = jax.random.split(carry.key, 3)
@@ -273,7 +312,8 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
         state = carry.state
         if config.kl_coef_final is not None:
             state = state.replace(kl_coef=kl_coef_at(carry))
-        state, pool, update_metrics = learn(carry, state, batch, update_key)
+        learned, update_metrics = learn(carry, state, batch, update_key)
+        state = learned.state
         returns = batch.episode_return
         env_steps = carry.env_steps + jnp.sum(batch.mask, dtype=jnp.int32)
         metrics = {
@@ -285,7 +325,7 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
             "env_steps": env_steps,
             "kl_coef": state.kl_coef,
         }
-        new_carry = carry.replace(state=state, pool=pool, key=key, iteration=carry.iteration + 1, env_steps=env_steps)
+        new_carry = learned.replace(key=key, iteration=carry.iteration + 1, env_steps=env_steps)
         return new_carry, metrics
 
     def period(carry: TrainCarry, _):

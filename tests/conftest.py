@@ -21,6 +21,8 @@ def make_trajectories(batch, num_steps, *, returns=None, observation_size=3, see
         behaviour_logp=jnp.full((batch, num_steps), -0.5, jnp.float32),
         behaviour_version=jnp.zeros((batch, num_steps), jnp.int32),
         episode_return=jnp.asarray(returns, jnp.float32),
+        reward=jnp.zeros((batch, num_steps), jnp.float32).at[:, -1].set(jnp.asarray(returns, jnp.float32)),
+        alive=jnp.ones((batch, num_steps), bool),
     )
 
 

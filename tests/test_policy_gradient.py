@@ -1,4 +1,5 @@
-"""Baselines: advantages, the k3 KL estimator, the clipped surrogate, GRPO groups, and learning a probe task."""
+"""Baselines: advantages (GAE included), the k3 KL estimator, the clipped surrogate, GRPO groups, PPO's losses,
+and learning a probe task."""
 
 import jax
 import jax.numpy as jnp
@@ -11,10 +12,13 @@ from ftw_jax import envs, losses
 from ftw_jax.policy_gradient import (
     PolicyGradientConfig,
     clipped_surrogate,
+    gae_advantages,
     group_advantages,
     k3_kl,
     make_policy_gradient_update,
+    make_critic_update,
     mean_baseline_advantages,
+    create_critic,
 )
 from ftw_jax.policies import MLPPolicy
 from ftw_jax.rollout import rollouts
@@ -77,6 +81,60 @@ def test_reinforce_loss_is_the_advantage_weighted_log_likelihood():
     assert bool(metrics["applied"]) and int(new_state.version) == 1
 
 
+def test_gae_follows_its_backward_recursion_and_stops_at_the_episode_end():
+    rewards = jnp.array([[0.5, 0.0, 2.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0, 1.0]])
+    alive = jnp.array([[True, True, True, False, False], [True] * 5])  # episode 0 ends after step 2
+    values = jnp.array([[0.3, -0.2, 0.7, 9.0, 9.0], [0.1, 0.2, 0.3, 0.4, 0.5]])
+    gamma, lam = 0.9, 0.8
+    expected = np.zeros((2, 5))
+    for b in range(2):  # A_t = δ_t + γλ A_{t+1}, δ_t = r_t + γ V_{t+1} − V_t; nothing after the last alive step
+        following = 0.0
+        for t in reversed(range(5)):
+            if not alive[b, t]:
+                continue
+            next_value = values[b, t + 1] if t + 1 < 5 and alive[b, t + 1] else 0.0
+            following = rewards[b, t] + gamma * next_value - values[b, t] + (
+                gamma * lam * following if t + 1 < 5 and alive[b, t + 1] else 0.0)
+            expected[b, t] = following
+    np.testing.assert_allclose(gae_advantages(rewards, alive, values, discount=gamma, gae_lambda=lam), expected,
+                               rtol=1e-6)
+    # λ = 1, γ = 1: the advantage is the return-to-go minus the value.
+    np.testing.assert_allclose(gae_advantages(rewards, alive, values, discount=1.0, gae_lambda=1.0)[0, :3],
+                               np.array([2.5, 2.0, 2.0]) - values[0, :3], rtol=1e-6)
+
+
+def test_ppo_policy_loss_is_the_per_step_clipped_surrogate():
+    batch = make_trajectories(3, 4, seed=1)
+    batch = batch.replace(mask=batch.mask.at[0, 3].set(False))
+
+    def apply(params, observation):
+        return observation @ params
+
+    params = 0.3 * jax.random.normal(jax.random.key(5), (3, 2))
+    advantages = jax.random.normal(jax.random.key(6), (3, 4))
+    update = make_policy_gradient_update(apply, PolicyGradientConfig(algorithm="ppo", clip_epsilon=0.1))
+    _, metrics = update(FTWState.create(params, optax.sgd(0.1)), batch, advantages)
+    log_probs = jax.vmap(lambda o, a, m: losses.log_likelihood(apply(params, o), a, m))(
+        batch.observation, batch.action, batch.mask)
+    per_step = clipped_surrogate(log_probs, batch.behaviour_logp, advantages, 0.1)
+    np.testing.assert_allclose(metrics["loss"], jnp.sum(jnp.where(batch.mask, per_step, 0.0)) / 11, rtol=1e-6)
+
+
+def test_critic_step_descends_the_squared_error_on_alive_steps():
+    batch = make_trajectories(2, 3).replace(alive=jnp.array([[True, True, False], [True, False, False]]))
+    value_fn = lambda params, observation: observation @ params["w"]  # noqa: E731  [T, 3] @ [3] -> [T]
+    params = {"w": jnp.array([0.1, -0.2, 0.3])}
+    targets = jnp.array([[1.0, 2.0, 100.0], [3.0, 100.0, 100.0]])  # the 100s are after the end: ignored
+
+    def written_out(params):
+        values = batch.observation @ params["w"]
+        return 0.5 * jnp.sum(jnp.where(batch.alive, (values - targets) ** 2, 0.0)) / 3
+
+    critic, loss = make_critic_update(value_fn)(create_critic(params, optax.sgd(0.5)), batch, targets)
+    np.testing.assert_allclose(loss, written_out(params), rtol=1e-6)
+    np.testing.assert_allclose(critic.params["w"], params["w"] - 0.5 * jax.grad(written_out)(params)["w"], rtol=1e-5)
+
+
 def test_grpo_groups_share_their_start_state():
     env = envs.make("cartpole")  # a random start state per reset
     policy = MLPPolicy(num_actions=env.num_actions, hidden_sizes=(8,))
@@ -89,7 +147,7 @@ def test_grpo_groups_share_their_start_state():
     assert not (np.asarray(batch.action[:4]) == np.asarray(batch.action[0])).all()  # the actions differ
 
 
-@pytest.mark.parametrize("algorithm", ["reinforce", "grpo"])
+@pytest.mark.parametrize("algorithm", ["reinforce", "grpo", "ppo"])
 def test_baselines_learn_the_probe_bandit(algorithm):
     # Arms with means 1.0 and 0.3: a uniform policy earns 0.65, the best arm 1.0.
     config = TrainConfig.for_env("bandit", algorithm=algorithm, episodes_per_iteration=16, num_iterations=60,
@@ -97,6 +155,8 @@ def test_baselines_learn_the_probe_bandit(algorithm):
     _, (metrics, evaluation) = make_train(config).train(jax.random.key(0))
     assert float(evaluation["return"][0]) < float(evaluation["return"][-1]) and float(evaluation["return"][-1]) > 0.85
     assert np.asarray(metrics["applied"]).all()
+    if algorithm == "ppo":  # the critic learns the policy's value
+        assert float(metrics["value_loss"][-1].mean()) < 0.5 * float(metrics["value_loss"][0].mean())
 
 
 def test_bad_baseline_options_raise():
@@ -104,3 +164,5 @@ def test_bad_baseline_options_raise():
         TrainConfig.for_env("bandit", algorithm="ppo2")
     with pytest.raises(ValueError, match="multiple of group_size"):
         TrainConfig.for_env("bandit", algorithm="grpo", episodes_per_iteration=6, group_size=4)
+    with pytest.raises(ValueError, match="gae_lambda must be in"):
+        TrainConfig.for_env("bandit", algorithm="ppo", gae_lambda=1.5)
