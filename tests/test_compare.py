@@ -1,0 +1,73 @@
+"""Comparisons: the reported statistics, the tuning protocol, and the `ftw-jax compare` outputs."""
+
+import csv
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from ftw_jax.cli import main
+from ftw_jax.compare import bootstrap_interval, compare, describe, interquartile_mean
+from ftw_jax.train import TrainConfig, make_train
+
+pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
+
+# The bandit with 8 pulls per iteration (GRPO needs B a multiple of its groups of 8): compiles and runs in seconds.
+BUDGET = dict(episodes_per_iteration=8, num_iterations=24, eval_every=12, eval_episodes=32)
+
+
+def test_statistics_by_hand():
+    values = np.array([0.0, 10.0, 1.0, 2.0, 3.0, 4.0, 5.0, -20.0])
+    assert interquartile_mean(values) == pytest.approx(np.mean([1.0, 2.0, 3.0, 4.0]))  # 2 cut at each end
+    low, high = bootstrap_interval(values)
+    assert low < values.mean() < high and (low, high) == bootstrap_interval(values)  # deterministic
+    # The percentile interval of the mean: about mean ± 1.96 standard errors for a sample this size.
+    standard_error = values.std() / np.sqrt(len(values))
+    assert high - low == pytest.approx(2 * 1.96 * standard_error, rel=0.25)
+    assert describe(np.full(5, 0.75)) == {"mean": 0.75, "ci_low": 0.75, "ci_high": 0.75, "iqm": 0.75}
+
+
+def test_compare_tunes_on_its_own_seeds_and_reports_what_a_plain_run_gives():
+    comparison = compare("bandit", ["reinforce"], seeds=[3, 4], learning_rates=[0.001, 0.1], tuning_seeds=[7],
+                         overrides=BUDGET)
+    assert comparison.metric == "return"  # the bandit has no success
+    np.testing.assert_array_equal(comparison.episodes, [96, 192])
+    [result] = comparison.results
+    assert [row["learning_rate"] for row in result.tuning] == [0.001, 0.1]
+    assert result.learning_rate == max(result.tuning, key=lambda row: row["auc_mean"])["learning_rate"] == 0.1
+    assert result.curves.shape == (2, 2) and result.env_steps[:, -1].tolist() == [192, 192]
+    # A reported seed is exactly the run `ftw-jax train` would make with the chosen learning rate.
+    trainer = make_train(TrainConfig.for_env("bandit", algorithm="reinforce", learning_rate=0.1, **BUDGET))
+    _, (_, evaluation) = trainer.train(jax.random.key(4))
+    np.testing.assert_allclose(result.curves[1], evaluation["return"], rtol=1e-6)
+
+
+def test_compare_refuses_unfair_or_impossible_protocols():
+    with pytest.raises(ValueError, match=r"tuning seeds \[3\] are also reported seeds"):
+        compare("bandit", ["ftw"], seeds=[3, 4], learning_rates=[0.01, 0.1], tuning_seeds=[3], overrides=BUDGET)
+    with pytest.raises(ValueError, match="needs tuning seeds"):
+        compare("bandit", ["ftw"], seeds=[3], learning_rates=[0.01, 0.1], overrides=BUDGET)
+    with pytest.raises(ValueError, match="multiple of group_size"):  # checked before FTW runs
+        compare("bandit", ["ftw", "grpo"], seeds=[0], overrides={**BUDGET, "episodes_per_iteration": 4})
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        compare("bandit", ["ftw", "dqn"], seeds=[0], overrides=BUDGET)
+
+
+def test_cli_writes_the_table_the_csvs_and_the_plot(tmp_path, capsys):
+    arguments = ["compare", "--env", "bandit", "--algos", "ftw,ppo", "--seeds", "0,1,2", "--iterations", "24",
+                 "--episodes-per-iteration", "8", "--eval-every", "12", "--eval-episodes", "32",
+                 "--out", str(tmp_path), "--name", "run", "--json"]
+    assert main(arguments) == 0
+    summary = json.loads(capsys.readouterr().out)
+    folder = tmp_path / "run"
+    assert [row["algorithm"] for row in summary["algorithms"]] == ["ftw", "ppo"]
+    with (folder / "seeds.csv").open() as file:
+        seeds = list(csv.DictReader(file))
+    assert len(seeds) == 6
+    ftw_final = [float(row["final"]) for row in seeds if row["algorithm"] == "ftw"]
+    assert summary["algorithms"][0]["final_mean"] == pytest.approx(np.mean(ftw_final))
+    table = (folder / "table.md").read_text()
+    assert table.count("\n") == 4 and "| ppo | 0.08 |" in table  # header, rule, two rows; the bandit's lr
+    curves = np.load(folder / "curves.npz")
+    assert curves["ppo_return"].shape == (3, 2) and (folder / "curves.png").stat().st_size > 10_000
