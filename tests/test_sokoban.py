@@ -7,7 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ftw_jax.envs.sokoban import Level, Sokoban, SokobanState, _generate_once, generate_level, is_solved, observe
+from ftw_jax.envs.sokoban import (
+    Level, Sokoban, SokobanState, _generate_once, generate_level, is_solved, observe, render,
+)
 
 UP, DOWN, LEFT, RIGHT = range(4)
 # generate_level vmaps its attempts, each a scan over split keys: the checker's false positive (conftest).
@@ -169,3 +171,20 @@ def test_reset_draws_from_the_split():
 def test_bad_options(options, message):
     with pytest.raises(ValueError, match=message):
         Sokoban(**options)
+
+
+def test_render_draws_each_cell_kind_in_its_colour():
+    level = make_level(["####", "#@$#", "#.*#", "####"])
+    image = render(observe(level), cell=8)
+    assert image.shape == (32, 32, 3) and image.dtype == np.uint8
+    centre = lambda row, column: tuple(image[8 * row + 4, 8 * column + 4])  # noqa: E731
+    corner = lambda row, column: tuple(image[8 * row, 8 * column])  # noqa: E731
+    assert centre(0, 0) == (92, 84, 76)  # wall
+    assert centre(1, 1) == (52, 101, 164) and corner(1, 1) == (235, 232, 222)  # player disc on floor
+    assert centre(1, 2) == (196, 142, 62)  # box
+    assert centre(2, 1) == (214, 69, 65) and corner(2, 1) == (235, 232, 222)  # target dot on floor
+    assert centre(2, 2) == (86, 160, 90)  # box on its target
+    frames = render(np.stack([observe(level)] * 3))  # a trajectory: one frame per step
+    assert frames.shape == (3, 64, 64, 3)
+    with pytest.raises(ValueError, match=r"expected Sokoban observations \[..., H, W, 4\], got shape \(6, 6\)"):
+        render(np.zeros((6, 6)))

@@ -208,3 +208,39 @@ def generate_level(key: jax.Array, env: Sokoban) -> Level:
     )
     choice = jnp.where(jnp.any(acceptable), jnp.argmax(acceptable), _GENERATION_ATTEMPTS - 1)
     return jax.tree.map(lambda leaf: leaf[choice], levels)
+
+
+# RGB of the cell kinds drawn by `render`.
+_COLOURS = {
+    "floor": (235, 232, 222), "wall": (92, 84, 76), "target": (214, 69, 65), "box": (196, 142, 62),
+    "box_on_target": (86, 160, 90), "player": (52, 101, 164),
+}
+
+
+def render(observation, cell: int = 16) -> np.ndarray:
+    """An RGB picture of Sokoban observations: [..., H, W, 4] one-hot planes -> uint8 [..., H·cell, W·cell, 3].
+
+    Walls dark, floor light, a target a red dot, a box a brown square (green on its target), the player a blue
+    disc. Works on one observation, a trajectory's [T, H, W, 4] (one frame per step), or any leading axes.
+    """
+    planes = np.asarray(observation)
+    if planes.ndim < 3 or planes.shape[-1] != 4:
+        raise ValueError(f"expected Sokoban observations [..., H, W, 4], got shape {planes.shape}.")
+    if not (isinstance(cell, int) and cell >= 4):
+        raise ValueError(f"cell must be an int >= 4 pixels, got {cell!r}.")
+    wall, target, box, player = (planes[..., i] > 0.5 for i in range(4))
+    # Pixel masks of one cell: an inset square (box), a small centred square (target dot) and a disc (player).
+    centre = (np.arange(cell) + 0.5 - cell / 2) / (cell / 2)
+    radius = np.hypot(centre[:, None], centre[None, :])
+    inset = (np.abs(centre)[:, None] < 0.8) & (np.abs(centre)[None, :] < 0.8)
+    dot, disc = radius < 0.35, radius < 0.7
+    upsample = lambda cells: np.repeat(np.repeat(cells, cell, axis=-2), cell, axis=-1)  # noqa: E731
+    tile = lambda mask: np.tile(mask, wall.shape[-2:])  # noqa: E731  one cell's mask on every cell
+    image = np.empty(wall.shape[:-2] + (wall.shape[-2] * cell, wall.shape[-1] * cell, 3), np.uint8)
+    image[...] = _COLOURS["floor"]
+    for kind, where in (("wall", upsample(wall)), ("target", upsample(target) & tile(dot)),
+                        ("box", upsample(box & ~target) & tile(inset)),
+                        ("box_on_target", upsample(box & target) & tile(inset)),
+                        ("player", upsample(player) & tile(disc))):
+        image[where] = _COLOURS[kind]
+    return image
