@@ -1,4 +1,8 @@
-"""Plots saved as PNG files (matplotlib's Agg backend: no display needed)."""
+"""Plots saved as PNG files.
+
+Figures are made with `matplotlib.figure.Figure`, not pyplot: no display is needed and the global backend
+is left alone (a notebook that calls these keeps showing its own plots inline).
+"""
 
 from __future__ import annotations
 
@@ -15,16 +19,14 @@ def save_learning_curves(
 
     `x` ([S, I] or [I]) places the points (e.g. env steps); the mean is drawn at the mean x.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     curves = np.asarray(curves)
     x = np.broadcast_to(np.arange(curves.shape[1]) if x is None else np.asarray(x), curves.shape)
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure, axes = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    figure = Figure(figsize=(6.4, 4.0), dpi=120)
+    axes = figure.subplots()
     many = len(curves) > 10
     for x_run, curve, label in zip(x, curves, labels):
         axes.plot(x_run, curve, lw=0.8, alpha=0.15 if many else 0.7, color="tab:blue" if many else None,
@@ -36,20 +38,17 @@ def save_learning_curves(
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
     figure.savefig(path)
-    plt.close(figure)
     return path
 
 
 def save_histogram(path, values, *, title: str, xlabel: str, markers: dict[str, float] | None = None) -> pathlib.Path:
     """A histogram of `values` with labelled vertical lines at `markers`; returns the path written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure, axes = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    figure = Figure(figsize=(6.4, 4.0), dpi=120)
+    axes = figure.subplots()
     axes.hist(np.asarray(values), bins=60, color="tab:blue", alpha=0.8)
     for (label, value), color in zip((markers or {}).items(), ("black", "tab:red", "tab:green")):
         axes.axvline(value, color=color, ls="--", lw=1.2, label=f"{label}: {value:.6f}")
@@ -59,21 +58,18 @@ def save_histogram(path, values, *, title: str, xlabel: str, markers: dict[str, 
         axes.legend(loc="upper left", fontsize=8)
     figure.tight_layout()
     figure.savefig(path)
-    plt.close(figure)
     return path
 
 
 def save_heatmap(path, means, spreads, *, x_values, y_values, x_label: str, y_label: str, title: str) -> pathlib.Path:
     """A heatmap of `means` [Y, X], each cell annotated "mean ± spread"; returns the path written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     means, spreads = np.asarray(means, float), np.asarray(spreads, float)
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure, axes = plt.subplots(figsize=(1.2 * len(x_values) + 2.4, 0.8 * len(y_values) + 1.8), dpi=120)
+    figure = Figure(figsize=(1.2 * len(x_values) + 2.4, 0.8 * len(y_values) + 1.8), dpi=120)
+    axes = figure.subplots()
     image = axes.imshow(means, cmap="viridis", origin="lower", aspect="auto")
     for row in range(means.shape[0]):
         for column in range(means.shape[1]):
@@ -86,20 +82,17 @@ def save_heatmap(path, means, spreads, *, x_values, y_values, x_label: str, y_la
     figure.colorbar(image, ax=axes)
     figure.tight_layout()
     figure.savefig(path)
-    plt.close(figure)
     return path
 
 
 def save_banded_curves(path, x, bands: dict[str, tuple], *, title: str, xlabel: str, ylabel: str) -> pathlib.Path:
     """One line per label with a shaded band: `bands[label] = (mean, low, high)`, each [I] at `x` [I]."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
 
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    figure, axes = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+    figure = Figure(figsize=(6.4, 4.0), dpi=120)
+    axes = figure.subplots()
     for label, (mean, low, high) in bands.items():
         (line,) = axes.plot(x, mean, lw=1.8, label=label)
         axes.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
@@ -108,5 +101,4 @@ def save_banded_curves(path, x, bands: dict[str, tuple], *, title: str, xlabel: 
     axes.legend(loc="lower right", fontsize=8)
     figure.tight_layout()
     figure.savefig(path)
-    plt.close(figure)
     return path

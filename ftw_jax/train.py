@@ -78,6 +78,12 @@ class TrainConfig:
     reference: str = "initial"
     kl_direction: str = "policy_to_reference"
     elite_rule: str = "top_k"  # or "beat_minimum": keep only elites above their minibatch's lowest return
+    # Mixed policy versions (UpdateConfig): eviction by age, truncated importance weights, the monitors.
+    max_staleness: int | None = None  # V: leave out entries played more than V versions ago
+    importance_weight_cap: float | None = None  # c: weight kept trajectories by min(π_θ(τ)/q(τ), c)
+    monitor_entries: int = 16  # pool entries on which each update's KL(π_old ‖ π_new) is measured; 0: off
+    monitor_discount: float = 0.99  # γ of the logged TRPO penalty term
+    staleness_histogram_bins: int = 0  # > 0: log the pool's staleness histogram every iteration
     # "ftw", or a baseline on the same rollouts (ftw_jax.policy_gradient): "reinforce", "grpo", "ppo".
     algorithm: str = "ftw"
     group_size: int = 8  # GRPO: G episodes per start state (B a multiple of G)
@@ -134,6 +140,11 @@ class TrainConfig:
             reference=self.reference,
             kl_direction=self.kl_direction,
             elite_rule=self.elite_rule,
+            max_staleness=self.max_staleness,
+            importance_weight_cap=self.importance_weight_cap,
+            monitor_entries=self.monitor_entries,
+            monitor_discount=self.monitor_discount,
+            staleness_histogram_bins=self.staleness_histogram_bins,
         )
 
     @property

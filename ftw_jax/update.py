@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ftw_jax import losses
+from ftw_jax import diagnostics, losses
 from ftw_jax import pool as pool_lib
 from ftw_jax.checks import check_positive_int
 from ftw_jax.occupancy import check_sizes
@@ -56,6 +56,17 @@ class UpdateConfig:
       elite_rule: "top_k" (default) keeps the K best of each minibatch; "beat_minimum" keeps only those
         above the minibatch's lowest return (tied rewards: no minibatch of equal returns, no failure among
         binary rewards is imitated). An update that keeps nothing is not applied.
+      max_staleness: if set (V), entries played by a policy more than V versions older than the current one
+        are left out of selection (evicted, besides FIFO). Default None: FIFO only.
+      importance_weight_cap: if set (c), each kept trajectory's loss weight is multiplied by min(w, c), with
+        w = π_θ(τ) / q(τ) its importance ratio (no gradient through w); the averages divide by the total weight
+        (self-normalised). An experiment flag; default None: no weighting.
+      monitor_entries: the trust-region monitor's sample: that many pool entries, evenly spaced over the
+        filled slots, on whose policy steps KL(π_old ‖ π_new) and the total variation are measured after the
+        step (2 × that many extra forward passes). 0 turns the monitor off.
+      monitor_discount: γ of the logged TRPO penalty term (must be < 1).
+      staleness_histogram_bins: if > 0, metrics carry `pool_staleness_histogram` [bins]: valid entries by
+        staleness 0, 1, ..., the last bin counting everything from bins − 1 up.
     """
 
     pool_capacity: int
@@ -67,6 +78,11 @@ class UpdateConfig:
     normalisation: Literal["token", "trajectory"] = "token"
     elite_path: Literal["auto", "gather", "counts"] = "auto"
     elite_rule: Literal["top_k", "beat_minimum"] = "top_k"
+    max_staleness: int | None = None
+    importance_weight_cap: float | None = None
+    monitor_entries: int = 16
+    monitor_discount: float = 0.99
+    staleness_histogram_bins: int = 0
 
     def __post_init__(self):
         check_sizes(self.pool_capacity, self.batch_size, self.num_elites)
@@ -74,6 +90,15 @@ class UpdateConfig:
         for name, allowed in _CHOICES.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}.")
+        if self.max_staleness is not None and not (isinstance(self.max_staleness, int) and self.max_staleness >= 0):
+            raise ValueError(f"max_staleness must be None or an int >= 0, got {self.max_staleness!r}.")
+        if self.importance_weight_cap is not None and not self.importance_weight_cap > 0:
+            raise ValueError(f"importance_weight_cap must be None or > 0, got {self.importance_weight_cap!r}.")
+        for name in ("monitor_entries", "staleness_histogram_bins"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 0):
+                raise ValueError(f"{name} must be an int >= 0, got {getattr(self, name)!r}.")
+        if not 0 <= self.monitor_discount < 1:
+            raise ValueError(f"monitor_discount must be in [0, 1), got {self.monitor_discount!r}.")
 
     @property
     def uses_counts(self) -> bool:
@@ -170,10 +195,29 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
 
     def loss_fn(params, reference_params, kl_coef, trajectories, weights):
         per_step = jax.vmap(step_losses, in_axes=(None, None, 0))(params, reference_params, trajectories)
+        log_weights = diagnostics.log_importance_ratio(  # [M] log π_θ(τ) / q(τ), no gradient through it
+            jax.lax.stop_gradient(-per_step["cross_entropy"]), trajectories.behaviour_logp, trajectories.mask)
+        if config.importance_weight_cap is not None:
+            weights = weights * jnp.minimum(jnp.exp(log_weights), config.importance_weight_cap)
         step_weights = weights[:, None] * trajectories.mask
         terms = {name: average(value, step_weights) for name, value in per_step.items()}
         loss = terms["cross_entropy"] + kl_coef * terms["kl"]
-        return loss, terms
+        return loss, (terms, log_weights)
+
+    def trust_region(old_params, new_params, pool: pool_lib.Pool) -> dict:
+        """KL(π_old ‖ π_new) and total variation on the policy steps of `monitor_entries` evenly spaced entries."""
+        picks = (jnp.arange(config.monitor_entries) * pool.size) // config.monitor_entries
+        monitored = jax.tree.map(lambda leaf: leaf[picks], pool.trajectories)
+        logits = lambda params: jax.vmap(apply_fn, in_axes=(None, 0))(params, monitored.observation)  # noqa: E731
+        old, new = logits(old_params), logits(new_params)
+        mask = monitored.mask & (pool.size > 0)
+        kl = jax.vmap(losses.categorical_kl)(old, new, mask)
+        tv = jnp.where(mask, diagnostics.total_variation(old, new), 0.0)
+        steps = jnp.maximum(jnp.sum(mask), 1)
+        largest_return = jnp.max(jnp.where(pool_lib.valid_mask(pool), jnp.abs(pool.trajectories.episode_return), 0.0))
+        return {"policy_kl_mean": jnp.sum(kl) / steps, "policy_kl_max": jnp.max(kl),
+                "policy_tv_mean": jnp.sum(tv) / steps, "policy_tv_max": jnp.max(tv),
+                "trpo_penalty": diagnostics.trpo_penalty(jnp.max(tv), largest_return, config.monitor_discount)}
 
     def update(state: FTWState, pool: pool_lib.Pool, key: jax.Array, sizes: jax.Array | None = None):
         # Runs while tracing, so a mismatch fails before any work.
@@ -186,7 +230,12 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
         else:
             chex.assert_shape(sizes, (3,))
             num_batches, batch_size, num_elites = sizes[0], sizes[1], sizes[2]
-        valid = pool_lib.valid_mask(pool)
+        filled_slots = pool_lib.valid_mask(pool)
+        entry_staleness = diagnostics.staleness(state.version, pool.trajectories.behaviour_version,
+                                                pool.trajectories.mask)  # [N]
+        valid = filled_slots
+        if config.max_staleness is not None:
+            valid = valid & (entry_staleness <= config.max_staleness)
         elites = select_elites_masked(
             key,
             returns,
@@ -207,13 +256,13 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
             weights = filled.astype(jnp.float32)
         chex.assert_rank(weights, 1)
 
-        (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        (loss, (terms, log_weights)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, state.reference_params, state.kl_coef, trajectories, weights
         )
         updates, opt_state = state.optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
 
-        ready = pool.size >= batch_size
+        ready = jnp.sum(valid) >= batch_size
         finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(updates)
         applied = ready & finite & jnp.any(filled)  # nothing kept: no step (Adam's momentum would still move)
         reference_params = state.reference_params
@@ -226,6 +275,9 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
             version=state.version + applied.astype(jnp.int32),
         )
         elite_returns = returns[safe_elites]
+        kept = jnp.maximum(jnp.sum(filled), 1)
+        elite_staleness = entry_staleness[safe_elites]
+        pool_entries = jnp.maximum(pool.size, 1)
         metrics = {
             "loss": loss,
             **terms,
@@ -234,13 +286,28 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
             "unique_elite_fraction": jnp.sum(counts > 0) / (num_batches * num_elites),
             "kept_fraction": jnp.sum(filled) / (num_batches * num_elites),  # < 1 only under beat_minimum
             "pool_size": pool.size,
-            "pool_return_mean": jnp.sum(jnp.where(valid, returns, 0.0)) / jnp.maximum(pool.size, 1),
+            "pool_return_mean": jnp.sum(jnp.where(filled_slots, returns, 0.0)) / pool_entries,
+            # Staleness: the current version (before this step) minus the version that played the entry.
+            "pool_staleness_mean": jnp.sum(jnp.where(filled_slots, entry_staleness, 0)) / pool_entries,
+            "pool_staleness_max": jnp.max(jnp.where(filled_slots, entry_staleness, 0)),
+            "elite_staleness_mean": jnp.sum(jnp.where(filled, elite_staleness, 0)) / kept,
+            "elite_staleness_max": jnp.max(jnp.where(filled, elite_staleness, 0)),
+            "usable_fraction": jnp.sum(valid) / pool_entries,  # < 1 only with max_staleness
+            # Importance ratios π_θ(τ) / q(τ) of the kept trajectories (θ before this step), repeats counted.
+            "elite_log_weight_mean": jnp.sum(weights * log_weights) / jnp.maximum(jnp.sum(weights), 1),
+            "elite_ess_fraction": diagnostics.effective_sample_size(log_weights, weights) / jnp.maximum(jnp.sum(weights), 1),
             "grad_norm": optax.tree_utils.tree_norm(grads),
             "ready": ready,
             "nonfinite": ~finite,
             "applied": applied,
             "version": new_state.version,
         }
+        if config.monitor_entries:
+            metrics.update(trust_region(state.params, new_state.params, pool))
+        if config.staleness_histogram_bins:
+            bins = config.staleness_histogram_bins
+            metrics["pool_staleness_histogram"] = jnp.zeros(bins, jnp.int32).at[
+                jnp.minimum(entry_staleness, bins - 1)].add(filled_slots.astype(jnp.int32))
         return new_state, metrics
 
     return jax.jit(update)

@@ -222,3 +222,90 @@ def test_beat_minimum_on_tied_returns_keeps_nothing_and_applies_nothing():
     new_state, metrics = update(start, filled_pool(returns=jnp.arange(N) >= 6), jax.random.key(1))  # 2 successes
     assert bool(metrics["applied"]) and float(metrics["elite_return_min"]) == 1.0
     assert 0 < float(metrics["kept_fraction"]) < 1 and float(metrics["pool_return_mean"]) == 0.25
+
+
+def stale_pool(versions, returns=None):
+    """A full pool whose entry i was played by policy version versions[i]."""
+    pool = filled_pool(returns=returns)
+    behaviour = jnp.broadcast_to(jnp.asarray(versions, jnp.int32)[:, None], (N, T))
+    return pool.replace(trajectories=pool.trajectories.replace(behaviour_version=behaviour))
+
+
+def test_staleness_metrics_and_histogram():
+    versions = [5, 5, 4, 4, 3, 1, 0, 0]  # staleness at version 5: 0 0 1 1 2 4 5 5
+    update = ftw_jax.make_update(linear_apply, config(staleness_histogram_bins=4))
+    _, metrics = update(state().replace(version=jnp.int32(5)), stale_pool(versions), jax.random.key(0))
+    assert float(metrics["pool_staleness_mean"]) == pytest.approx(18 / 8)
+    assert int(metrics["pool_staleness_max"]) == 5
+    np.testing.assert_array_equal(metrics["pool_staleness_histogram"], [2, 2, 1, 3])  # last bin: 3 and up
+    assert 0 <= float(metrics["elite_staleness_mean"]) <= int(metrics["elite_staleness_max"]) <= 5
+
+
+def test_max_staleness_evicts_old_entries_from_selection():
+    # The oldest entries have the best returns: FIFO alone keeps them, eviction by version never does.
+    versions, returns = [9, 9, 9, 9, 8, 8, 2, 1], jnp.arange(N, dtype=jnp.float32)
+    for max_staleness, expect_old in ((None, True), (1, False)):
+        update = ftw_jax.make_update(linear_apply, config(max_staleness=max_staleness, num_batches=16))
+        _, metrics = update(state().replace(version=jnp.int32(9)), stale_pool(versions, returns), jax.random.key(1))
+        assert (int(metrics["elite_staleness_max"]) > 1) == expect_old
+        assert float(metrics["usable_fraction"]) == (1.0 if max_staleness is None else 0.75)
+    # Fewer usable entries than C: not ready, nothing applied.
+    update = ftw_jax.make_update(linear_apply, config(max_staleness=0))  # none usable at version 10
+    new_state, metrics = update(state().replace(version=jnp.int32(10)), stale_pool(versions), jax.random.key(2))
+    assert not bool(metrics["ready"]) and not bool(metrics["applied"]) and int(new_state.version) == 10
+
+
+def on_policy(pool, params):
+    """The pool with behaviour log-probs equal to the policy's at `params` (importance ratios 1)."""
+    logits = jax.vmap(linear_apply, (None, 0))(params, pool.trajectories.observation)
+    log_probs = jax.vmap(losses.log_likelihood)(logits, pool.trajectories.action, pool.trajectories.mask)
+    return pool.replace(trajectories=pool.trajectories.replace(behaviour_logp=log_probs))
+
+
+def test_importance_weights_and_their_cap():
+    pool = on_policy(filled_pool(), initial_params())
+    full = dict(num_batches=1, batch_size=N, num_elites=N, elite_path="gather")  # every entry kept once
+    _, metrics = ftw_jax.make_update(linear_apply, config(**full))(state(kl_coef=0.0), pool, jax.random.key(0))
+    assert float(metrics["elite_ess_fraction"]) == pytest.approx(1.0) and abs(float(metrics["elite_log_weight_mean"])) < 1e-6
+    # Behaviour log-probs lowered by 0.1 per policy step: w = exp(0.1 · steps) = 1.105, 1.221, 1.350 for 1-3 steps.
+    shifted = pool.replace(trajectories=pool.trajectories.replace(behaviour_logp=pool.trajectories.behaviour_logp - 0.1))
+    cap = 1.2
+    _, metrics = ftw_jax.make_update(linear_apply, config(**full, importance_weight_cap=cap))(
+        state(kl_coef=0.0), shifted, jax.random.key(0))
+    batch = shifted.trajectories
+    steps = batch.mask.sum(1)
+    weights = jnp.minimum(jnp.exp(0.1 * steps), cap)
+    logits = jax.vmap(linear_apply, (None, 0))(initial_params(), batch.observation)
+    ce = -jax.vmap(losses.log_likelihood)(logits, batch.action, batch.mask)
+    expected = jnp.sum(weights[:, None] * ce) / jnp.sum(weights * steps)
+    np.testing.assert_allclose(metrics["cross_entropy"], expected, rtol=1e-5)
+    assert float(metrics["elite_ess_fraction"]) < 1.0
+
+
+def test_trust_region_monitor_measures_the_step_it_logs():
+    pool = filled_pool(returns=jnp.array([-7.0, 1, 2, 3, 4, 5, 6, 0]))
+    update = ftw_jax.make_update(linear_apply, config(monitor_entries=4, monitor_discount=0.9))
+    new_state, metrics = update(state(), pool, jax.random.key(3))
+    assert bool(metrics["applied"])
+    monitored = jax.tree.map(lambda leaf: leaf[jnp.array([0, 2, 4, 6])], pool.trajectories)  # evenly spaced
+    old = jax.vmap(linear_apply, (None, 0))(initial_params(), monitored.observation)
+    new = jax.vmap(linear_apply, (None, 0))(new_state.params, monitored.observation)
+    kl = jax.vmap(losses.categorical_kl)(old, new, monitored.mask)
+    tv = jnp.where(monitored.mask, 0.5 * jnp.abs(jax.nn.softmax(old) - jax.nn.softmax(new)).sum(-1), 0.0)
+    np.testing.assert_allclose(metrics["policy_kl_mean"], kl.sum() / monitored.mask.sum(), rtol=1e-5)
+    np.testing.assert_allclose(metrics["policy_tv_max"], tv.max(), rtol=1e-5)
+    np.testing.assert_allclose(metrics["trpo_penalty"], 4 * 7.0 * 0.9 * tv.max() ** 2 / 0.01, rtol=1e-4)
+    assert float(metrics["policy_kl_max"]) >= float(metrics["policy_kl_mean"]) > 0
+    # No step, no movement.
+    _, idle = update(state(), pool_lib.add(pool_lib.init(N, jax.tree.map(lambda l: l[0], pool.trajectories)),
+                                          jax.tree.map(lambda l: l[:2], pool.trajectories)), jax.random.key(3))
+    assert not bool(idle["applied"]) and float(idle["policy_kl_max"]) == 0.0
+
+
+def test_bad_diagnostic_options_raise():
+    with pytest.raises(ValueError, match="max_staleness must be None or an int >= 0, got -1"):
+        config(max_staleness=-1)
+    with pytest.raises(ValueError, match="importance_weight_cap must be None or > 0, got 0"):
+        config(importance_weight_cap=0)
+    with pytest.raises(ValueError, match=r"monitor_discount must be in \[0, 1\), got 1.0"):
+        config(monitor_discount=1.0)
