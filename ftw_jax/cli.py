@@ -190,6 +190,8 @@ _TRAIN_OPTIONS = {
     "--monitor-entries": ("monitor_entries", int, "pool entries for the per-update KL / TV monitor (default 16; 0: off)"),
     "--monitor-discount": ("monitor_discount", float, "gamma of the logged TRPO penalty term (default 0.99)"),
     "--staleness-histogram-bins": ("staleness_histogram_bins", int, "log the pool's staleness histogram (default 0: off)"),
+    "--probe-tasks": ("probe_tasks", int, "task filtering: M candidate tasks probed each period (default 0: off)"),
+    "--probes-per-task": ("probes_per_task", int, "task filtering: n probes per task; kept if 0 < successes < n"),
     "--algorithm": ("algorithm", str, "ftw (default), or a baseline on the same rollouts: reinforce, grpo, ppo"),
     "--group-size": ("group_size", int, "GRPO: G episodes per start state (B a multiple of G)"),
     "--normalise-advantages": ("normalise_advantages", _yes_no, "GRPO: yes (default) or no"),

@@ -89,17 +89,20 @@ def rollout(
 
 
 def rollouts(key: jax.Array, env: Environment, env_params: Any, policy: nn.Module, params: Any, version: jax.Array,
-             num_episodes: int, group_size: int = 1) -> tuple[Trajectory, jax.Array]:
+             num_episodes: int, group_size: int = 1, reset_keys: jax.Array | None = None) -> tuple[Trajectory, jax.Array]:
     """B episodes in parallel (a vmap of `rollout`): trajectories [B, T, ...] and success [B].
 
-    With `group_size` G > 1, consecutive groups of G episodes start from the same state (B a multiple of G).
+    `reset_keys` [B], if given, set each episode's start state (episodes sharing a key start alike: the same
+    task). Otherwise, with `group_size` G > 1, consecutive groups of G episodes start from the same state
+    (B a multiple of G), and with G = 1 every episode starts from its own.
     """
-    if group_size == 1:
+    if reset_keys is None and group_size == 1:
         return jax.vmap(rollout, in_axes=(0, None, None, None, None, None))(
             jax.random.split(key, num_episodes), env, env_params, policy, params, version
         )
-    reset_key, key = jax.random.split(key)
-    reset_keys = jnp.repeat(jax.random.split(reset_key, num_episodes // group_size), group_size, axis=0)
+    if reset_keys is None:
+        reset_key, key = jax.random.split(key)
+        reset_keys = jnp.repeat(jax.random.split(reset_key, num_episodes // group_size), group_size, axis=0)
     return jax.vmap(rollout, in_axes=(0, None, None, None, None, None, 0))(
         jax.random.split(key, num_episodes), env, env_params, policy, params, version, reset_keys
     )

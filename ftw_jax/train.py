@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ftw_jax import envs
+from ftw_jax import envs, probes
 from ftw_jax import pool as pool_lib
 from ftw_jax.checks import check_positive_int
 from ftw_jax.envs.base import WithLegalActions
@@ -84,6 +84,10 @@ class TrainConfig:
     monitor_entries: int = 16  # pool entries on which each update's KL(π_old ‖ π_new) is measured; 0: off
     monitor_discount: float = 0.99  # γ of the logged TRPO penalty term
     staleness_histogram_bins: int = 0  # > 0: log the pool's staleness histogram every iteration
+    # Probe-based task filtering (ftw_jax.probes): at the start of every evaluation period, M candidate tasks
+    # get n probes each with the current policy, and the period trains on those solved 0 < s < n times.
+    probe_tasks: int = 0  # M; 0: no filtering
+    probes_per_task: int = 4  # n
     # "ftw", or a baseline on the same rollouts (ftw_jax.policy_gradient): "reinforce", "grpo", "ppo".
     algorithm: str = "ftw"
     group_size: int = 8  # GRPO: G episodes per start state (B a multiple of G)
@@ -121,6 +125,10 @@ class TrainConfig:
         if self.kl_coef_final is not None and not self.kl_coef_final >= 0:
             raise ValueError(f"kl_coef_final must be >= 0 or None, got {self.kl_coef_final!r}.")
         self.update_config  # validates N, J, C, K and the update options
+        if not (isinstance(self.probe_tasks, int) and self.probe_tasks >= 0):
+            raise ValueError(f"probe_tasks must be an int >= 0, got {self.probe_tasks!r}.")
+        if not (isinstance(self.probes_per_task, int) and self.probes_per_task >= 2):
+            raise ValueError(f"probes_per_task must be an int >= 2 (one probe cannot tell), got {self.probes_per_task!r}.")
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}.")
         if self.algorithm != "ftw":
@@ -232,6 +240,8 @@ def without_legal_actions(observation):
 def make_train(config: TrainConfig, **env_options) -> Trainer:
     """Builds the training program for `config` (env options go to `ftw_jax.envs.make`)."""
     env = envs.make(config.env, **env_options)
+    if config.probe_tasks and not env.has_success:
+        raise ValueError(f"probe_tasks needs an environment with a notion of success; {config.env} has none.")
     env_params = env.default_params()
     eval_params = env.evaluation_params(env_params)
     policy = make_policy(config, env)
@@ -252,9 +262,9 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
         opt_state.hyperparams["learning_rate"] = jnp.asarray(learning_rate, jnp.float32)
         return opt_state
 
-    def play(key, params, version, num_episodes, env_params=env_params, group_size=1):
+    def play(key, params, version, num_episodes, env_params=env_params, group_size=1, reset_keys=None):
         """(trajectories [B, T, ...], success [B]) of B episodes with the current policy."""
-        return rollouts(key, env, env_params, policy, params, version, num_episodes, group_size)
+        return rollouts(key, env, env_params, policy, params, version, num_episodes, group_size, reset_keys)
 
     def init(key: jax.Array, hyperparameters: Hyperparameters | None = None) -> TrainCarry:
         if hyperparameters is None:
@@ -316,10 +326,16 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
         )
         return carry.replace(state=state, pool=pool), metrics
 
-    def iteration(carry: TrainCarry, _):
+    def iteration(carry: TrainCarry, tasks):
         key, play_key, update_key = jax.random.split(carry.key, 3)
+        group_size = config.group_size if config.algorithm == "grpo" else 1
+        reset_keys = None
+        if tasks is not None:  # start states from the kept tasks (a GRPO group shares one)
+            play_key, task_key = jax.random.split(play_key)
+            groups = probes.draw_tasks(task_key, *tasks, config.episodes_per_iteration // group_size)
+            reset_keys = jnp.repeat(groups, group_size, axis=0)
         batch, success = play(play_key, carry.state.params, carry.state.version, config.episodes_per_iteration,
-                              group_size=config.group_size if config.algorithm == "grpo" else 1)
+                              group_size=group_size, reset_keys=reset_keys)
         state = carry.state
         if config.kl_coef_final is not None:
             state = state.replace(kl_coef=kl_coef_at(carry))
@@ -339,15 +355,30 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
         new_carry = learned.replace(key=key, iteration=carry.iteration + 1, env_steps=env_steps)
         return new_carry, metrics
 
+    def filtered_tasks(carry: TrainCarry):
+        """(carry with the probes' key and env steps spent, (task keys [M], kept [M]))."""
+        key, candidates_key, probe_key = jax.random.split(carry.key, 3)
+        task_keys = jax.random.split(candidates_key, config.probe_tasks)
+        successes, probe_steps = probes.probe(probe_key, env, env_params, policy, carry.state.params,
+                                              carry.state.version, task_keys, config.probes_per_task)
+        kept = probes.keep_informative(successes, config.probes_per_task)
+        return carry.replace(key=key, env_steps=carry.env_steps + probe_steps), (task_keys, kept)
+
     def period(carry: TrainCarry, _):
-        carry, metrics = jax.lax.scan(iteration, carry, None, length=config.eval_every)
+        tasks, filtering = None, {}
+        if config.probe_tasks:
+            steps_before = carry.env_steps
+            carry, tasks = filtered_tasks(carry)
+            filtering = {"informative_tasks": jnp.mean(tasks[1]), "probe_env_steps": carry.env_steps - steps_before}
+        carry, metrics = jax.lax.scan(lambda carry, _: iteration(carry, tasks), carry, None, length=config.eval_every)
         key, eval_key = jax.random.split(carry.key)
         episodes, success = play(eval_key, carry.state.params, carry.state.version, config.eval_episodes, eval_params)
         evaluation = {
             "return": jnp.mean(episodes.episode_return),
             "success": jnp.mean(success),
             "iteration": carry.iteration,
-            "env_steps": carry.env_steps,
+            "env_steps": carry.env_steps,  # probes included
+            **filtering,
         }
         return carry.replace(key=key), (metrics, evaluation)
 
