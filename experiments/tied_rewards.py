@@ -11,32 +11,24 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-import jax
 import numpy as np
 
 import ftw_jax
 from ftw_jax.plots import save_learning_curves
-from ftw_jax.sweep import make_sweep, parse_grid
-from ftw_jax.train import make_train
+from ftw_jax.sweep import make_sweep, parse_grid, run_sweep
 
 
 def run_rule(rule: str, grid: str, seeds: list[int], iterations: int, eval_every: int) -> list[dict]:
     sweep = make_sweep("sokoban", parse_grid(grid), seeds, {"reward": "binary"}, num_iterations=iterations,
                        eval_every=eval_every, elite_rule=rule)
-    trainer = make_train(sweep.config, **sweep.env_options)
-    carry = jax.jit(jax.vmap(trainer.init))(sweep.keys(), sweep.hyperparameters())
-    run_period = jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), static_argnums=1)
-    names = ("elite_return_mean", "pool_return_mean", "pool_size", "kept_fraction", "ready")
-    metrics, success, steps = {name: [] for name in names}, [], []
-    for period in range(sweep.config.num_periods):
-        carry, (period_metrics, evaluation) = run_period(carry, 1)
-        for name in names:
-            metrics[name].append(np.asarray(period_metrics[name])[:, 0])  # [M, eval_every]
-        success.append(np.asarray(evaluation["success"])[:, 0])
-        steps.append(np.asarray(evaluation["env_steps"])[:, 0])
+
+    def progress(period, row):
         print(f"  {rule}: iteration {(period + 1) * eval_every}/{iterations}, mean held-out success "
-              f"{success[-1].mean():.1%}", flush=True)
-    metrics = {name: np.concatenate(value, axis=1) for name, value in metrics.items()}  # [M, iterations]
+              f"{row['success'].mean():.1%}", flush=True)
+
+    names = ("elite_return_mean", "pool_return_mean", "pool_size", "kept_fraction", "ready")
+    results = run_sweep(sweep, progress, metric_names=names)
+    metrics = {name: results[f"metrics/{name}"] for name in names}  # [M, iterations]
     rows = []
     for index, member in enumerate(sweep.members):
         ready = metrics["ready"][index].astype(bool)
@@ -46,9 +38,9 @@ def run_rule(rule: str, grid: str, seeds: list[int], iterations: int, eval_every
                      for n, m in zip(pool_size, successes)]
         rows.append({
             "rule": rule, "C": member["C"], "K": member["K"], "seed": member["seed"],
-            "final_success": float(success[-1][index]),
-            "success_curve": np.array([s[index] for s in success]),
-            "env_steps": np.array([s[index] for s in steps]),
+            "final_success": float(results["success"][index, -1]),
+            "success_curve": results["success"][index],
+            "env_steps": results["env_steps"][index],
             "failure_share": float(np.mean(1.0 - metrics["elite_return_mean"][index][ready])),
             "predicted_top_k": float(np.mean(predicted)),
             "kept_fraction": float(np.mean(metrics["kept_fraction"][index][ready])),

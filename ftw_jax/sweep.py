@@ -112,13 +112,14 @@ def _host_array(array: jax.Array) -> np.ndarray:
 
 
 def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None, trainer: Trainer | None = None,
-              checkpointer: Checkpointer | None = None) -> dict:
+              checkpointer: Checkpointer | None = None, metric_names: tuple[str, ...] = ()) -> dict:
     """Runs every member in one compiled program, one evaluation period per call (progress via `on_period`).
 
     The members are split over every device of every process (`jax.distributed`); each process gets all the
     results. With a `checkpointer` the carry is saved after every period and a run starts from its latest
-    checkpoint. Returns numpy arrays: `return`, `success`, `env_steps` [M, periods] (the evaluations), and
-    the last iteration's training `return_mean` [M, periods].
+    checkpoint. Returns numpy arrays: `return`, `success`, `env_steps` [M, periods] (the evaluations), the
+    last iteration's training `return_mean` [M, periods], and per iteration the training metrics named in
+    `metric_names` under "metrics/NAME" [M, iterations] (e.g. "policy_kl_mean": the last update's of each).
     """
     trainer = trainer or make_train(sweep.config, **sweep.env_options)
     num_members = len(sweep.members)
@@ -146,6 +147,7 @@ def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None
             "success": _host_array(evaluation["success"])[:num_members, 0],
             "env_steps": _host_array(evaluation["env_steps"])[:num_members, 0],
             "train_return": _host_array(metrics["return_mean"])[:num_members, 0, -1],
+            **{f"metrics/{name}": _host_array(metrics[name])[:num_members, 0] for name in metric_names},  # [M, E]
         }
         history.append(row)
         if checkpointer:
@@ -153,7 +155,10 @@ def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None
                               final=period + 1 == sweep.config.num_periods)
         if on_period is not None:
             on_period(period, row)
-    return {name: np.stack([row[name] for row in history], axis=1) for name in history[0]}
+    results = {name: np.stack([row[name] for row in history], axis=1) for name in history[0]}
+    for name in metric_names:  # [M, periods, eval_every] -> [M, iterations]
+        results[f"metrics/{name}"] = results[f"metrics/{name}"].reshape(num_members, -1)
+    return results
 
 
 def tidy_rows(sweep: Sweep, results: dict) -> list[dict]:
