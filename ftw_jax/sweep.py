@@ -117,7 +117,8 @@ def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None
 
     The members are split over every device of every process (`jax.distributed`); each process gets all the
     results. With a `checkpointer` the carry is saved after every period and a run starts from its latest
-    checkpoint. Returns numpy arrays: `return`, `success`, `env_steps` [M, periods] (the evaluations), the
+    checkpoint. Returns numpy arrays: every evaluation value [M, periods] (`return`, `success`, `env_steps`,
+    `iteration`, and with task filtering `informative_tasks`, `probe_env_steps`), the
     last iteration's training `return_mean` [M, periods], and per iteration the training metrics named in
     `metric_names` under "metrics/NAME" [M, iterations] (e.g. "policy_kl_mean": the last update's of each).
     """
@@ -143,9 +144,7 @@ def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None
     for period in range(len(history), sweep.config.num_periods):
         carry, (metrics, evaluation) = run_period(carry, 1)
         row = {
-            "return": _host_array(evaluation["return"])[:num_members, 0],
-            "success": _host_array(evaluation["success"])[:num_members, 0],
-            "env_steps": _host_array(evaluation["env_steps"])[:num_members, 0],
+            **{name: _host_array(value)[:num_members, 0] for name, value in evaluation.items()},
             "train_return": _host_array(metrics["return_mean"])[:num_members, 0, -1],
             **{f"metrics/{name}": _host_array(metrics[name])[:num_members, 0] for name in metric_names},  # [M, E]
         }
