@@ -1,6 +1,7 @@
 """The training program: one compile, chunks equal one scan, seeds differ, it learns, the CLI."""
 
 import json
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -121,14 +122,21 @@ def test_train_cli_json_and_run_folder(capsys, tmp_path):
 
 
 def test_train_cli_sokoban_reports_success_and_rejects_unknown_env_options(capsys, tmp_path):
+    # With task filtering on: 8 tasks probed twice each before the period, their steps counted.
     argv = ["train", "--env", "sokoban", "--seeds", "0", "--iterations", "2", "--eval-every", "2",
             "--episodes-per-iteration", "8", "--eval-episodes", "8", "--pool-capacity", "64",
+            "--probe-tasks", "8", "--probes-per-task", "2",
             "--env-options", "reward=binary,num_train_levels=50", "--out", str(tmp_path), "--json", "--no-plot"]
     assert cli.main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["env_options"] == {"reward": "binary", "num_train_levels": 50}
     assert len(result["success"]) == 1 and 0.0 <= result["success"][0] <= 1.0
     assert result["return"] == result["success"]  # binary reward: the return is 1 exactly when solved
+    [evaluation] = [json.loads(line) for line in (pathlib.Path(result["run_folder"]) / "evaluation.jsonl").open()]
+    [metrics] = [json.loads(line) for line in (pathlib.Path(result["run_folder"]) / "metrics.jsonl").open()][:1]
+    assert 16 <= evaluation["probe_env_steps"] <= 16 * 20 and 0 <= evaluation["informative_tasks"] <= 1
+    # The first iteration's count already includes the probes, played before it.
+    assert metrics["env_steps"] >= evaluation["probe_env_steps"] + 8
     assert cli.main(["train", "--env", "sokoban", "--env-options", "rewrd=binary", "--out", str(tmp_path)]) == 2
     assert "rewrd" in capsys.readouterr().err
 
