@@ -589,6 +589,10 @@ def _add_compare_parser(subparsers) -> None:
     parser.set_defaults(handler=_run_compare)
 
 
+def _options_label(env_options: dict) -> str:
+    return f" ({', '.join(f'{name}={value}' for name, value in env_options.items())})" if env_options else ""
+
+
 def _run_compare(args) -> int:
     import csv
 
@@ -631,7 +635,7 @@ def _run_compare(args) -> int:
 
     bands = {r.algorithm: (r.curves.mean(axis=0), *bootstrap_interval(r.curves)) for r in comparison.results}
     save_banded_curves(folder / "curves.png", comparison.episodes, bands,
-                       title=f"{args.env}: mean of {len(seeds)} seeds, 95% bootstrap CI",
+                       title=f"{args.env}{_options_label(args.env_options)}: mean of {len(seeds)} seeds, 95% bootstrap CI",
                        xlabel="training episodes", ylabel=f"evaluation {comparison.metric}")
     summary = {"env": args.env, "metric": comparison.metric, "seeds": seeds, "env_options": args.env_options,
                "overrides": overrides, "seconds": time.perf_counter() - started, "run_folder": str(folder),
