@@ -85,8 +85,7 @@ class Comparison:
 def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates: list[float] | None = None,
             tuning_seeds: list[int] = (), env_options: dict | None = None, overrides: dict | None = None,
             metric: str | None = None, checkpoint_folder: pathlib.Path | None = None,
-            on_period: Callable[[str, str, int, np.ndarray], None] | None = None,
-            clock: Callable[[], float] | None = None) -> Comparison:
+            on_period: Callable[[str, str, int, np.ndarray], None] | None = None) -> Comparison:
     """Runs every algorithm on `env` at the same budget (see the module docstring) and returns their curves.
 
     Args:
@@ -101,7 +100,6 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
       on_period: progress, called as (algorithm, phase, period, metric of every member [M]) after every
         evaluation period; phase is "tune" or "report".
     """
-    clock = clock or time.perf_counter
     overrides = dict(overrides or {})
     base = TrainConfig.for_env(env, **overrides)
     learning_rates = list(learning_rates or [base.learning_rate])
@@ -132,7 +130,7 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
 
     results = []
     for algorithm in algorithms:
-        started = clock()
+        started = time.perf_counter()
         chosen, tuning = learning_rates[0], []
         if len(learning_rates) > 1:
             tuning_sweep = make_sweep(env, {"lr": learning_rates}, tuning_seeds, env_options, algorithm=algorithm,
@@ -145,7 +143,7 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
         sweep = make_sweep(env, {"lr": [chosen]}, seeds, env_options, algorithm=algorithm, **overrides)
         reported = run(algorithm, "report", sweep)
         results.append(AlgorithmResult(algorithm=algorithm, learning_rate=chosen, curves=reported[metric],
-                                       env_steps=reported["env_steps"], seconds=clock() - started, tuning=tuning))
+                                       env_steps=reported["env_steps"], seconds=time.perf_counter() - started, tuning=tuning))
     episodes = np.arange(1, base.num_periods + 1) * base.eval_every * base.episodes_per_iteration
     return Comparison(env=env, metric=metric, seeds=seeds, episodes=episodes, results=results)
 
