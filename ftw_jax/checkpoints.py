@@ -19,6 +19,7 @@ import json
 import pathlib
 
 import jax
+import numpy as np
 
 
 def _as_json(value):
@@ -49,6 +50,19 @@ def _is_key(leaf) -> bool:
 def with_raw_keys(tree):
     """`tree` with PRNG key arrays replaced by their raw uint32 data (what Orbax stores; numpy can read it)."""
     return jax.tree.map(lambda leaf: jax.random.key_data(leaf) if _is_key(leaf) else leaf, tree)
+
+
+def rows_record(rows: list[dict]) -> dict:
+    """Per-period rows ({name: array}) as JSON for a checkpoint's record: the values, and each one's dtype."""
+    return {"rows": [{name: np.asarray(value).tolist() for name, value in row.items()} for row in rows],
+            "dtypes": {name: np.asarray(value).dtype.str for row in rows[:1] for name, value in row.items()}}
+
+
+def rows_from_record(record: dict | list) -> list[dict]:
+    """The rows `rows_record` stored, as the very arrays: float32 through JSON's float64 and back is exact, so
+    a resumed run computes with the numbers an uninterrupted one has (a bare list, the older format, works too)."""
+    rows, dtypes = (record, {}) if isinstance(record, list) else (record["rows"], record["dtypes"])
+    return [{name: np.asarray(value, dtypes.get(name)) for name, value in row.items()} for row in rows]
 
 
 class Checkpointer:

@@ -303,6 +303,7 @@ def _run_train(args) -> int:
     import jax
 
     from ftw_jax import runs
+    from ftw_jax.checkpoints import rows_from_record, rows_record
     from ftw_jax.train import TrainConfig
 
     seeds = _train_seeds(args)
@@ -320,7 +321,7 @@ def _run_train(args) -> int:
     restored = checkpointer.restore(carry) if checkpointer else None  # a new folder has none
     if restored:
         periods_done, carry, record = restored
-        evaluations = [{name: np.asarray(value) for name, value in row.items()} for row in record["evaluations"]]
+        evaluations = rows_from_record(record["evaluations"])
         log(f"resumed from the checkpoint after iteration {periods_done * config.eval_every}")
     last_iteration = len(evaluations) * config.eval_every
     for log_file in ("metrics.jsonl", "evaluation.jsonl"):  # rows written after that checkpoint come again
@@ -342,8 +343,8 @@ def _run_train(args) -> int:
             runs.append_rows(folder / "evaluation.jsonl", {k: v[:, None] for k, v in evaluation.items()}, seeds)
             evaluations.append(evaluation)
             if checkpointer:
-                record = {"evaluations": [{k: v.tolist() for k, v in e.items()} for e in evaluations]}
-                checkpointer.save(period + 1, carry, record, final=period + 1 == config.num_periods)
+                checkpointer.save(period + 1, carry, {"evaluations": rows_record(evaluations)},
+                                  final=period + 1 == config.num_periods)
             seconds = time.perf_counter() - training_started
             steps = int(np.asarray(carry.env_steps).sum())
             success = f"  eval success {evaluation['success'].mean():6.1%}" if trainer.env.has_success else ""

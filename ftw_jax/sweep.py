@@ -25,7 +25,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ftw_jax.checkpoints import Checkpointer
+from ftw_jax.checkpoints import Checkpointer, rows_from_record, rows_record
 from ftw_jax.train import Hyperparameters, TrainConfig, Trainer, make_train
 
 # Grid axis -> TrainConfig field.
@@ -139,7 +139,7 @@ def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None
     restored = checkpointer.restore(carry) if checkpointer else None
     if restored:
         _, carry, record = restored
-        history = [{name: np.asarray(value) for name, value in row.items()} for row in record["history"]]
+        history = rows_from_record(record["history"])
     run_period = jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), static_argnums=1)
     for period in range(len(history), sweep.config.num_periods):
         carry, (metrics, evaluation) = run_period(carry, 1)
@@ -150,7 +150,7 @@ def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None
         }
         history.append(row)
         if checkpointer:
-            checkpointer.save(period + 1, carry, {"history": [{k: v.tolist() for k, v in r.items()} for r in history]},
+            checkpointer.save(period + 1, carry, {"history": rows_record(history)},
                               final=period + 1 == sweep.config.num_periods)
         if on_period is not None:
             on_period(period, row)

@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -17,8 +18,10 @@ from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 
-# 30 evaluation periods, each checkpointed: long enough to be killed in the middle.
-TRAIN = ["train", "--env", "bandit", "--seeds", "0,1", "--iterations", "60", "--eval-every", "2", "--no-plot", "--json"]
+# 30 evaluation periods, each checkpointed: long enough to be killed in the middle. Adam, whose moments and step
+# count are state that a resume must restore (SGD has none).
+TRAIN = ["train", "--env", "bandit", "--seeds", "0,1", "--iterations", "60", "--eval-every", "2", "--optimizer", "adam",
+         "--no-plot", "--json"]
 
 
 def _leaves(tree):
@@ -26,27 +29,58 @@ def _leaves(tree):
     return [np.asarray(leaf) for leaf in jax.tree.leaves(with_raw_keys(tree))]
 
 
-def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, capsys):
-    killed = tmp_path / "killed"
-    process = subprocess.Popen([sys.executable, "-m", "ftw_jax.cli", *TRAIN, "--out", str(tmp_path), "--name", "killed"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not (killed / "checkpoints" / "3").exists():  # a checkpoint appears only once it is complete
+def _kill_while_writing(folder: pathlib.Path, after: int) -> list[pathlib.Path]:
+    """Runs TRAIN into `folder` and SIGKILLs it while Orbax writes a checkpoint later than `after`; returns
+    the partial checkpoint folders the kill left."""
+    process = subprocess.Popen([sys.executable, "-m", "ftw_jax.cli", *TRAIN, "--out", str(folder.parent), "--name",
+                                folder.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoints, deadline = folder / "checkpoints", time.monotonic() + 300
+    # A checkpoint is written into a temporary folder and renamed into place when complete.
+    while not ((checkpoints / str(after)).exists() and list(checkpoints.glob("*orbax-checkpoint-tmp*"))):
         assert process.poll() is None and time.monotonic() < deadline, "the run ended before it could be killed"
-        time.sleep(0.01)
-    assert process.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.001)
     process.send_signal(signal.SIGKILL)
     process.wait()
+    return list(checkpoints.glob("*orbax-checkpoint-tmp*"))
+
+
+def test_a_run_killed_mid_write_resumes_where_it_stopped_to_the_uninterrupted_result(tmp_path, capsys):
+    killed = tmp_path / "killed"
+    partial = _kill_while_writing(killed, after=3)
+    assert partial, "the kill came after the write it was aimed at"
     assert not (killed / "summary.json").exists()
+    latest = max(int(path.name) for path in (killed / "checkpoints").iterdir() if path.name.isdigit())
+
+    # The last complete checkpoint holds exactly the carry of an uninterrupted run after `latest` periods,
+    # Adam's moments and step count included.
+    config = TrainConfig.for_env("bandit", num_iterations=60, eval_every=2, optimizer="adam")
+    trainer = make_train(config)
+    carry = jax.vmap(trainer.init)(jax.numpy.stack([jax.random.key(0), jax.random.key(1)]))
+    template = carry
+    run_period = jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), static_argnums=1)
+    for _ in range(latest):
+        carry, _ = run_period(carry, 1)
+    fingerprint = json.loads((killed / "config.json").read_text())
+    step, restored, record = Checkpointer(killed / "checkpoints", fingerprint).restore(template)
+    assert step == latest and len(record["evaluations"]["rows"]) == latest
+    adam = restored.state.opt_state.inner_state[0]
+    assert np.asarray(adam.count).min() > 0 and np.abs(np.asarray(adam.mu["params"]["logits"])).min() > 0
+    for got, expected in zip(_leaves(restored), _leaves(carry)):
+        np.testing.assert_array_equal(got, expected)
 
     assert cli.main([*TRAIN, "--out", str(tmp_path), "--resume", str(killed)]) == 0
-    resumed = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    resumed = json.loads(captured.out)
+    # It went on from the checkpoint: the periods after it ran, and only those.
+    assert f"resumed from the checkpoint after iteration {2 * latest}" in captured.err
+    iterations = [int(value) for value in re.findall(r"^iteration +(\d+)/60", captured.err, re.MULTILINE)]
+    assert iterations == list(range(2 * latest + 2, 61, 2))
     assert cli.main([*TRAIN, "--out", str(tmp_path), "--name", "whole"]) == 0
     whole = json.loads(capsys.readouterr().out)
     for name in ("return", "env_steps"):
         assert resumed[name] == whole[name]
-    for log in ("metrics.jsonl", "evaluation.jsonl"):  # rows after the checkpoint were dropped, then redone
-        assert (killed / log).read_text() == (tmp_path / "whole" / log).read_text()
+    for log_file in ("metrics.jsonl", "evaluation.jsonl"):  # rows after the checkpoint were dropped, then redone
+        assert (killed / log_file).read_text() == (tmp_path / "whole" / log_file).read_text()
 
 
 def test_resume_refuses_a_different_config_and_a_missing_run(tmp_path, capsys):
@@ -77,3 +111,12 @@ def test_checkpointer_round_trip_ignores_partial_writes_and_checks_the_fingerpri
     with pytest.raises(ValueError, match=r"different configuration.*config: \[1, 2\] -> \[1, 3\]"):
         Checkpointer(tmp_path, {"config": [1, 3]}).restore(carry)
     assert Checkpointer(pathlib.Path(tmp_path / "empty"), {}).restore(carry) is None
+
+
+def test_checkpoint_every_saves_every_pth_period_and_the_last(tmp_path):
+    argv = ["train", "--env", "bandit", "--seeds", "0", "--iterations", "10", "--eval-every", "2", "--no-plot",
+            "--out", str(tmp_path)]
+    assert cli.main([*argv, "--name", "every3", "--checkpoint-every", "3"]) == 0
+    assert sorted(path.name for path in (tmp_path / "every3" / "checkpoints").iterdir()) == ["3", "5"]  # 3, and the end
+    assert cli.main([*argv, "--name", "none", "--no-checkpoint"]) == 0
+    assert not (tmp_path / "none" / "checkpoints").exists()

@@ -2,6 +2,8 @@
 
 import csv
 import json
+import re
+import shutil
 
 import jax
 import numpy as np
@@ -71,3 +73,24 @@ def test_cli_writes_the_table_the_csvs_and_the_plot(tmp_path, capsys):
     assert table.count("\n") == 4 and "| ppo | 0.08 |" in table  # header, rule, two rows; the bandit's lr
     curves = np.load(folder / "curves.npz")
     assert curves["ppo_return"].shape == (3, 2) and (folder / "curves.png").stat().st_size > 10_000
+
+
+def test_cli_resume_runs_only_the_missing_periods_and_gives_the_same_results(tmp_path, capsys):
+    arguments = ["compare", "--env", "bandit", "--algos", "ftw,reinforce", "--seeds", "0,1", "--learning-rates",
+                 "0.01,0.1", "--tuning-seeds", "7", "--iterations", "24", "--episodes-per-iteration", "8",
+                 "--eval-every", "12", "--eval-episodes", "32", "--json"]
+    assert main([*arguments, "--out", str(tmp_path), "--name", "run"]) == 0
+    first = json.loads(capsys.readouterr().out)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    assert sorted(path.name for path in checkpoints.iterdir()) == [
+        "ftw-report", "ftw-tune", "reinforce-report", "reinforce-tune"]
+    for phase in ("ftw-tune", "reinforce-report"):  # as if killed in the second period of these two phases
+        shutil.rmtree(checkpoints / phase / "2")
+    assert main([*arguments, "--resume", str(tmp_path / "run")]) == 0
+    captured = capsys.readouterr()
+    again = json.loads(captured.out)
+    ran = re.findall(r"^ *(\w+) +(tune|report) +period +(\d+)", captured.err, re.MULTILINE)
+    assert ran == [("ftw", "tune", "2"), ("reinforce", "report", "2")]
+    assert again["tuning"] == first["tuning"]
+    for row, expected in zip(again["algorithms"], first["algorithms"]):
+        assert {k: v for k, v in row.items() if k != "seconds"} == {k: v for k, v in expected.items() if k != "seconds"}

@@ -85,3 +85,18 @@ def test_conv_policy_matches_flax_conv_with_the_same_weights():
     features = jax.nn.relu(conv.apply(conv_params, observation)).reshape(3, -1)
     head = params["params"]["Dense_1"]
     np.testing.assert_allclose(policy.apply(params, observation), features @ head["kernel"] + head["bias"], atol=1e-5)
+
+
+def test_gymnax_episodes_end_at_the_time_limit_though_not_terminated():
+    cartpole = envs.make("cartpole")
+    limit = 3  # far too few steps to drop the pole from a near-upright start
+    env = envs.GymnaxEnvironment("CartPole-v1", gymnax_env=cartpole.gymnax_env,
+                                 gymnax_params=cartpole.gymnax_params.replace(max_steps_in_episode=limit))
+    params = env.default_params()
+    _, state = env.reset(jax.random.key(0), params)
+    done = []
+    for key in jax.random.split(jax.random.key(1), limit):
+        _, state, _, step_done, info = env.step(key, state, jnp.int32(len(done) % 2), params)
+        done.append(bool(step_done))
+        assert not bool(info["terminated"])
+    assert done == [False] * (limit - 1) + [True]

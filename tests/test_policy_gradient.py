@@ -11,6 +11,7 @@ from conftest import make_trajectories
 from ftw_jax import envs, losses
 from ftw_jax.policy_gradient import (
     PolicyGradientConfig,
+    batch_advantages,
     clipped_surrogate,
     gae_advantages,
     group_advantages,
@@ -166,3 +167,81 @@ def test_bad_baseline_options_raise():
         TrainConfig.for_env("bandit", algorithm="grpo", episodes_per_iteration=6, group_size=4)
     with pytest.raises(ValueError, match="gae_lambda must be in"):
         TrainConfig.for_env("bandit", algorithm="ppo", gae_lambda=1.5)
+
+
+def log_softmax(logits):
+    shifted = logits - logits.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+def away_from_the_reference(algorithm, clip_epsilon=0.2):
+    """A linear policy moved away from its reference (β = 0.4), one SGD step; returns what the update did and
+    the batch, params and reference in float64."""
+    batch = make_trajectories(4, 3, seed=2, returns=jnp.array([1.0, 0.0, 3.0, 3.5]))
+    batch = batch.replace(mask=batch.mask.at[1, 2].set(False).at[3, 0].set(False))
+    reference = 0.1 * jnp.arange(6.0).reshape(3, 2)
+    params = reference + jnp.array([[0.8, -0.5], [-0.7, 0.6], [0.4, 0.9]])
+    logits = jnp.einsum("btd,da->bta", batch.observation, params)
+    chosen = jnp.take_along_axis(jax.nn.log_softmax(logits), batch.action[..., None], -1)[..., 0]
+    # Behaviour log-probs ±0.5 away from the policy's: ratios e^∓0.5 = 0.61, 1.65, outside the clip range.
+    offsets = jnp.array([[0.5, -0.5, 0.5], [-0.5, 0.5, -0.5], [0.5, 0.5, -0.5], [-0.5, -0.5, 0.5]])
+    batch = batch.replace(behaviour_logp=chosen + offsets)
+    config = PolicyGradientConfig(algorithm=algorithm, group_size=2, clip_epsilon=clip_epsilon)
+    advantages = batch_advantages(config, batch.episode_return)
+    state = FTWState.create(reference, optax.sgd(0.5), kl_coef=0.4).replace(params=params)
+    new_state, metrics = make_policy_gradient_update(lambda p, o: o @ p, config)(state, batch, advantages)
+    as64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
+    return new_state, metrics, advantages, jax.tree.map(as64, batch), as64(params), as64(reference)
+
+
+def written_out_baseline_loss(params, reference, batch, advantages, algorithm, clip_epsilon=0.2):
+    """Each baseline's loss in plain jnp (float32 inputs from float64): surrogate + β·KL over the policy's steps."""
+    observation, mask = jnp.asarray(batch.observation, jnp.float32), jnp.asarray(batch.mask, bool)
+    actions = jnp.asarray(batch.action, jnp.int32)
+
+    def log_probs_of(p):
+        logits = observation @ p
+        return logits - jax.scipy.special.logsumexp(logits, -1, keepdims=True)
+
+    log_pi, log_ref = log_probs_of(params), log_probs_of(jnp.asarray(reference, jnp.float32))
+    chosen = jnp.take_along_axis(log_pi, actions[..., None], -1)[..., 0]
+    chosen_ref = jnp.take_along_axis(log_ref, actions[..., None], -1)[..., 0]
+    advantages = jnp.asarray(advantages, jnp.float32)[:, None]
+    if algorithm == "reinforce":
+        surrogate = -advantages * chosen
+    else:
+        ratio = jnp.exp(chosen - jnp.asarray(batch.behaviour_logp, jnp.float32))
+        surrogate = -jnp.minimum(ratio * advantages, jnp.clip(ratio, 1 - clip_epsilon, 1 + clip_epsilon) * advantages)
+    if algorithm == "grpo":  # k3 at the taken action: e^d − d − 1, d = log π_ref − log π
+        kl = jnp.exp(chosen_ref - chosen) - (chosen_ref - chosen) - 1
+    else:  # exact KL(π ‖ π_ref)
+        kl = jnp.sum(jnp.exp(log_pi) * (log_pi - log_ref), -1)
+    return jnp.sum(jnp.where(mask, surrogate + 0.4 * kl, 0.0)) / jnp.sum(mask)
+
+
+@pytest.mark.parametrize("algorithm", ["reinforce", "grpo"])
+def test_baseline_losses_with_a_kl_penalty_away_from_the_reference_by_hand(algorithm):
+    new_state, metrics, advantages, batch, params, reference = away_from_the_reference(algorithm)
+    returns = batch.episode_return  # [1, 0, 3, 3.5]
+    if algorithm == "grpo":  # groups of 2: (1, 0) around 0.5 with sd 0.5, (3, 3.5) around 3.25 with sd 0.25
+        np.testing.assert_allclose(advantages, np.array([0.5, -0.5, -0.25, 0.25]) / (np.array([0.5, 0.5, 0.25, 0.25])
+                                                                                    + 1e-6), rtol=1e-6)
+    else:
+        np.testing.assert_allclose(advantages, returns - 1.875, rtol=1e-6)
+    expected = written_out_baseline_loss(jnp.asarray(params, jnp.float32), reference, batch, advantages, algorithm)
+    np.testing.assert_allclose(metrics["loss"], expected, rtol=1e-5)
+    assert float(metrics["kl"]) > 0.05  # the penalty is in play
+    grad = jax.grad(written_out_baseline_loss)(jnp.asarray(params, jnp.float32), reference, batch, advantages,
+                                               algorithm)
+    np.testing.assert_allclose(new_state.params, params - 0.5 * np.asarray(grad, np.float64), rtol=1e-4, atol=1e-6)
+
+
+def test_grpo_clips_its_ratio_and_ppo_uses_the_exact_kl():
+    # Clipping matters here: with ε = 0.2 the loss differs from the unclipped one by more than 10%.
+    _, metrics, advantages, batch, params, reference = away_from_the_reference("grpo")
+    unclipped = written_out_baseline_loss(jnp.asarray(params, jnp.float32), reference, batch, advantages, "grpo",
+                                          clip_epsilon=0.99)
+    assert abs(float(metrics["loss"]) - float(unclipped)) > 0.1 * abs(float(unclipped))
+    _, metrics, advantages, batch, params, reference = away_from_the_reference("ppo", clip_epsilon=0.1)
+    expected = written_out_baseline_loss(jnp.asarray(params, jnp.float32), reference, batch, advantages, "ppo", 0.1)
+    np.testing.assert_allclose(metrics["loss"], expected, rtol=1e-5)

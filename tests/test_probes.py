@@ -94,3 +94,35 @@ def test_bad_filtering_options_raise():
 
     with pytest.raises(ValueError, match="probe_tasks needs an environment with a notion of success; bandit has none"):
         make_train(TrainConfig.for_env("bandit", probe_tasks=8))
+
+
+@dataclasses.dataclass(frozen=True)
+class SeenCoinTask(CoinTask):
+    """`CoinTask` with its task's success probability p as the observation, so a trajectory shows its task."""
+
+    def reset(self, key, params):
+        _, p = super().reset(key, params)
+        return p[None], p
+
+    def step(self, key, state, action, params):
+        _, state, reward, done, info = super().step(key, state, action, params)
+        return state[None], state, reward, done, info
+
+
+def test_training_episodes_start_from_the_kept_tasks_only(monkeypatch):
+    """Tasks with p = 0 or 1 are never kept (their probes agree), p = 0.5 ones are (8 probes disagree with
+    probability 1 − 2⁻⁷); so with filtering every pooled training episode is a p = 0.5 task, where without it
+    two in three would not be."""
+    monkeypatch.setattr("ftw_jax.envs.make", lambda name, **options: SeenCoinTask())
+    config = TrainConfig.for_env("cartpole", num_iterations=4, eval_every=2, episodes_per_iteration=8,
+                                 eval_episodes=4, pool_capacity=16, num_batches=4, batch_size=4, num_elites=1,
+                                 probe_tasks=24, probes_per_task=8, hidden_sizes=(4,))
+    from ftw_jax.train import make_train
+
+    carry, (_, evaluation) = make_train(config).train(jax.random.key(0))
+    played = np.asarray(carry.pool.trajectories.observation)[:, 0, 0]  # each pooled episode's p: 16 of period 2
+    np.testing.assert_array_equal(played, 0.5)
+    # About a third of the candidates are p = 0.5 tasks, and (nearly) all of those are kept.
+    assert 0.1 < float(evaluation["informative_tasks"][-1]) < 0.6
+    unfiltered = make_train(dataclasses.replace(config, probe_tasks=0)).train(jax.random.key(0))[0]
+    assert (np.asarray(unfiltered.pool.trajectories.observation)[:, 0, 0] != 0.5).sum() >= 4

@@ -140,3 +140,40 @@ def test_sweep_cli_writes_the_table_curves_and_heatmap(capsys, tmp_path):
     np.testing.assert_allclose(means[(4, 1)], curves["return"][:2, -1].mean())
     assert cli.main(["sweep", "--env", "cartpole", "--grid", "C=4 K=9", "--out", str(tmp_path)]) == 2
     assert "K=9" in capsys.readouterr().err
+
+
+# The bandit, 30 pulls: every member's sizes keep Floyd's subsets (C² <= N = 128) and the gather path
+# (J·K < N), as its own run's do, so member and standalone run draw the very same numbers.
+STANDALONE = dict(num_iterations=30, eval_every=15)
+
+
+def test_every_member_is_its_standalone_run_in_its_training_metrics():
+    """Members that differ from a base member in one setting each (C, K, β, learning rate) against runs
+    launched on their own with those settings: per-iteration loss, KL and gradient norm, which every one of
+    those settings moves."""
+    sweep = make_sweep("bandit", parse_grid("C=3,5 K=1,2 kl=0.05,0.5 lr=0.03,0.3"), seeds=[11], **STANDALONE)
+    names = ("loss", "kl", "grad_norm")
+    results = run_sweep(sweep, metric_names=names)
+    index = {tuple(member[axis] for axis in ("C", "K", "kl", "lr")): i for i, member in enumerate(sweep.members)}
+    base = (3, 1, 0.05, 0.03)
+    checked = [base, (5, 1, 0.05, 0.03), (3, 2, 0.05, 0.03), (3, 1, 0.5, 0.03), (3, 1, 0.05, 0.3)]
+    for C, K, kl, lr in checked:
+        config = TrainConfig.for_env("bandit", **STANDALONE, batch_size=C, num_elites=K, kl_coef=kl, learning_rate=lr)
+        _, (metrics, evaluation) = make_train(config).train(jax.random.key(11))
+        member = index[(C, K, kl, lr)]
+        for name in names:
+            np.testing.assert_allclose(results[f"metrics/{name}"][member], np.ravel(metrics[name]), rtol=1e-5,
+                                       atol=1e-7, err_msg=f"{name} of member C={C} K={K} kl={kl} lr={lr}")
+        np.testing.assert_allclose(results["return"][member], evaluation["return"], rtol=1e-5)
+        if (C, K, kl, lr) != base:  # the setting changed the numbers, so the comparison can tell
+            assert np.abs(results["metrics/loss"][member] - results["metrics/loss"][index[base]]).max() > 1e-3
+
+
+def test_distributed_joins_the_cluster_that_jax_detects(monkeypatch, tmp_path, capsys):
+    """`--distributed` calls jax.distributed.initialize() with no arguments (jax reads SLURM's or Open MPI's
+    variables), then acts on the process count it finds: two processes need a shared --name."""
+    calls = []
+    monkeypatch.setattr(jax.distributed, "initialize", lambda *args, **kwargs: calls.append((args, kwargs)))
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    assert cli.main(["sweep", "--env", "bandit", "--grid", "C=2", "--out", str(tmp_path), "--distributed"]) == 2
+    assert calls == [((), {})] and "needs --name" in capsys.readouterr().err

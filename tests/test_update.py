@@ -309,3 +309,68 @@ def test_bad_diagnostic_options_raise():
         config(importance_weight_cap=0)
     with pytest.raises(ValueError, match=r"monitor_discount must be in \[0, 1\), got 1.0"):
         config(monitor_discount=1.0)
+
+
+def sqrt_apply(params, observation):
+    """`linear_apply` plus 0·sqrt(z): at z = 0 the logits (and the loss) are finite but ∂/∂z = 0·∞ = NaN."""
+    return linear_apply(params, observation) + 0.0 * jnp.sqrt(params["z"])
+
+
+def test_a_nan_gradient_with_a_finite_loss_is_skipped_and_adam_keeps_its_state():
+    start = ftw_jax.FTWState.create({**initial_params(), "z": jnp.zeros(())}, optax.adam(0.1), kl_coef=0.3)
+    new_state, metrics = ftw_jax.make_update(sqrt_apply, config())(start, filled_pool(), jax.random.key(0))
+    assert np.isfinite(float(metrics["loss"])) and not np.isfinite(float(metrics["grad_norm"]))  # the case claimed
+    assert bool(metrics["ready"]) and bool(metrics["nonfinite"]) and not bool(metrics["applied"])
+    chex.assert_trees_all_equal(new_state, start)  # params, Adam's count and moments, version
+
+
+def test_a_non_finite_optimizer_update_from_finite_gradients_is_skipped():
+    # Adam's step scaled by infinity: loss and gradients are finite, the update is not.
+    start = state(optimizer=optax.chain(optax.adam(0.1), optax.scale(jnp.inf)))
+    new_state, metrics = ftw_jax.make_update(linear_apply, config())(start, filled_pool(), jax.random.key(0))
+    assert np.isfinite(float(metrics["loss"])) and np.isfinite(float(metrics["grad_norm"]))
+    assert bool(metrics["nonfinite"]) and not bool(metrics["applied"])
+    chex.assert_trees_all_equal(new_state, start)
+
+
+def softmax(logits):
+    shifted = np.exp(logits - logits.max(-1, keepdims=True))
+    return shifted / shifted.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("kl_direction", ["policy_to_reference", "reference_to_policy"])
+def test_kl_value_and_gradient_by_hand_away_from_the_reference(kl_direction):
+    """At params ≠ reference, in float64 numpy: the KL's value, and one SGD step on CE + β·KL, whose logit
+    gradients are p − onehot(a) for the cross-entropy, p ⊙ (log p − log q − KL(p ‖ q)) for KL(π ‖ π_ref) and
+    p − q for KL(π_ref ‖ π) (p = π, q = π_ref)."""
+    kl_coef, learning_rate = 0.3, 0.5
+    reference = initial_params()
+    params = {"w": reference["w"] + jnp.array([[0.9, -0.4], [-0.6, 0.8], [0.3, 0.5]]), "b": jnp.array([0.4, -0.2])}
+    start = ftw_jax.FTWState.create(reference, optax.sgd(learning_rate), kl_coef=kl_coef).replace(params=params)
+    pool = filled_pool()
+    update = ftw_jax.make_update(linear_apply, config(kl_direction=kl_direction, elite_path="gather"))
+    new_state, metrics = update(start, pool, jax.random.key(3))
+
+    elites = np.asarray(ftw_jax.select_elites(jax.random.key(3), pool.trajectories.episode_return,
+                                              pool_lib.valid_mask(pool), num_batches=3, batch_size=4, num_elites=2))
+    batch = jax.tree.map(lambda leaf: np.asarray(leaf, np.float64)[elites.reshape(-1)], pool.trajectories)
+    obs, actions, mask = batch.observation, batch.action.astype(int), batch.mask  # [M, T, D], [M, T], [M, T]
+    as64 = lambda tree: {name: np.asarray(value, np.float64) for name, value in tree.items()}  # noqa: E731
+    w, b, w_ref, b_ref = *as64(params).values(), *as64(reference).values()
+    p, q = softmax(obs @ w + b), softmax(obs @ w_ref + b_ref)  # [M, T, A]
+    forward = np.sum(p * np.log(p / q), -1)
+    reverse = np.sum(q * np.log(q / p), -1)
+    steps = mask.sum()
+    kl_forward, kl_reverse = (forward * mask).sum() / steps, (reverse * mask).sum() / steps
+    assert abs(kl_forward - kl_reverse) > 0.1 * kl_forward  # the two directions are far apart here
+    if kl_direction == "policy_to_reference":
+        kl, kl_logit_grad = kl_forward, p * (np.log(p / q) - forward[..., None])
+    else:
+        kl, kl_logit_grad = kl_reverse, p - q
+    cross_entropy = -(np.log(np.take_along_axis(p, actions[..., None], -1)[..., 0]) * mask).sum() / steps
+    np.testing.assert_allclose(metrics["kl"], kl, rtol=1e-5)
+    np.testing.assert_allclose(metrics["loss"], cross_entropy + kl_coef * kl, rtol=1e-5)
+    logit_grad = mask[..., None] * (p - np.eye(A)[actions] + kl_coef * kl_logit_grad) / steps  # [M, T, A]
+    expected = {"w": w - learning_rate * np.einsum("mtd,mta->da", obs, logit_grad),
+                "b": b - learning_rate * logit_grad.sum((0, 1))}
+    chex.assert_trees_all_close(as64(new_state.params), expected, rtol=1e-4, atol=1e-6)

@@ -1,0 +1,236 @@
+"""Mutation testing: plant one known bug at a time in a copy of the package and check that the tests catch it.
+
+    python tests/mutations.py                 # every mutation (about 15 minutes on 2 CPU cores)
+    python tests/mutations.py kl-swapped ...  # only these
+    python tests/mutations.py --list          # names and what each breaks
+
+For each mutation the repository's `ftw_jax/`, `tests/` and `pyproject.toml` are copied to a temporary folder,
+one exact piece of source is replaced (it must occur exactly once, so a mutation that no longer applies is an
+error, not a silent pass), and the tests named for it run there (`python -m pytest -x`, the copy first on
+the import path, subprocesses included). A mutation is *killed* when those tests fail and *survives* when
+they pass. The named tests are first run once on the unmutated copy: they must pass there, or nothing is
+learned. The script prints a table and exits non-zero if any mutation survived or could not be applied.
+
+Run it before a release and after changing a test that pins one of these claims; it is too slow for every
+CI run. A new claim gets a new entry: the smallest edit that breaks it, and the tests that should notice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    name: str
+    breaks: str  # the claim the mutation breaks, in a few words
+    path: str  # relative to the repository root
+    before: str  # exact source text, found exactly once
+    after: str
+    tests: tuple[str, ...]  # pytest arguments: node ids, files, -k expressions
+
+    def apply(self, root: pathlib.Path) -> None:
+        file = root / self.path
+        text = file.read_text()
+        if text.count(self.before) != 1:
+            raise LookupError(f"{self.path}: the text to mutate occurs {text.count(self.before)} times, not once")
+        file.write_text(text.replace(self.before, self.after))
+
+
+UPDATE_TESTS = ("tests/test_update.py",)
+BASELINE_TESTS = ("tests/test_policy_gradient.py", "-k", "by_hand or clips or written_out or advantages")
+RESUME_TESTS = ("tests/test_checkpoints.py",)
+SWEEP_TESTS = ("tests/test_sweep.py", "-k", "standalone or reproduce or resumes")
+
+MUTATIONS = (
+    # The update's guard against non-finite steps.
+    Mutation("finite-checks-loss-only", "a NaN gradient with a finite loss is applied",
+             "ftw_jax/update.py", "finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(updates)",
+             "finite = jnp.isfinite(loss)", UPDATE_TESTS),
+    Mutation("finite-ignores-updates", "a non-finite optimizer update from finite gradients is applied",
+             "ftw_jax/update.py", "finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(updates)",
+             "finite = jnp.isfinite(loss) & all_finite(grads)", UPDATE_TESTS),
+    Mutation("skipped-step-advances-optimizer", "the optimizer state moves on a skipped, non-finite step",
+             "ftw_jax/update.py", "opt_state=select_tree(applied, opt_state, state.opt_state)",
+             "opt_state=select_tree(ready, opt_state, state.opt_state)", UPDATE_TESTS),
+    # Resume.
+    Mutation("resume-restarts", "--resume silently starts again from iteration 0",
+             "ftw_jax/cli.py", "restored = checkpointer.restore(carry) if checkpointer else None  # a new folder",
+             "restored = None  # a new folder", RESUME_TESTS),
+    Mutation("resume-fresh-optimizer", "the optimizer state is not restored",
+             "ftw_jax/checkpoints.py", "        return step, carry, record",
+             "        carry = carry.replace(state=carry.state.replace(opt_state=template.state.opt_state))\n"
+             "        return step, carry, record", RESUME_TESTS),
+    Mutation("checkpoint-every-ignored", "--checkpoint-every saves every period anyway",
+             "ftw_jax/cli.py", "every=args.checkpoint_every)", "every=1)", RESUME_TESTS),
+    Mutation("sweep-resume-restarts", "a sweep ignores its checkpoints", "ftw_jax/sweep.py",
+             "restored = checkpointer.restore(carry) if checkpointer else None", "restored = None", SWEEP_TESTS),
+    Mutation("compare-resume-restarts", "compare --resume finds none of its phases' checkpoints",
+             "ftw_jax/compare.py", 'checkpoint_folder / f"{algorithm}-{phase}"',
+             'checkpoint_folder / f"{algorithm}-{phase}-{time.time_ns()}"', ("tests/test_compare.py",)),
+    # Sweep members.
+    Mutation("sweep-ignores-member-lr", "every sweep member trains at the config's learning rate",
+             "ftw_jax/train.py",
+             "state=state.replace(opt_state=with_learning_rate(state.opt_state, hyperparameters.learning_rate)),",
+             "state=state.replace(opt_state=with_learning_rate(state.opt_state, config.learning_rate)),", SWEEP_TESTS),
+    Mutation("sweep-ignores-member-kl", "every sweep member trains at the config's β",
+             "ftw_jax/train.py", "FTWState.create(params, optimizer, kl_coef=hyperparameters.kl_coef)",
+             "FTWState.create(params, optimizer, kl_coef=config.kl_coef)", SWEEP_TESTS),
+    # FTW's loss.
+    Mutation("kl-swapped", "FTW's KL(π ‖ π_ref) computed as KL(π_ref ‖ π)",
+             "ftw_jax/update.py", "kl = losses.categorical_kl(logits, reference_logits, mask)",
+             "kl = losses.categorical_kl(reference_logits, logits, mask)", UPDATE_TESTS),
+    Mutation("kl-dropped", "FTW's loss without its KL term", "ftw_jax/update.py",
+             'loss = terms["cross_entropy"] + kl_coef * terms["kl"]', 'loss = terms["cross_entropy"]', UPDATE_TESTS),
+    # Baselines.
+    Mutation("baseline-kl-sign", "the baselines reward moving away from the reference",
+             "ftw_jax/policy_gradient.py", 'return terms["surrogate"] + kl_coef * terms["kl"], terms',
+             'return terms["surrogate"] - kl_coef * terms["kl"], terms', BASELINE_TESTS),
+    Mutation("grpo-batch-mean", "GRPO's advantages centred on the batch, not the group",
+             "ftw_jax/policy_gradient.py",
+             "return group_advantages(returns, config.group_size, normalise=config.normalise_advantages)",
+             "return mean_baseline_advantages(returns)", BASELINE_TESTS),
+    Mutation("grpo-unclipped", "GRPO's ratio never clipped", "ftw_jax/policy_gradient.py",
+             "surrogate = clipped_surrogate(log_probs, batch.behaviour_logp, per_step, config.clip_epsilon)",
+             "surrogate = clipped_surrogate(log_probs, batch.behaviour_logp, per_step,\n"
+             "                                          1e9 if config.algorithm == 'grpo' else config.clip_epsilon)",
+             BASELINE_TESTS),
+    Mutation("ppo-k3-kl", "PPO's KL replaced by GRPO's k3 estimate", "ftw_jax/policy_gradient.py",
+             'if config.algorithm == "grpo":\n            kl = jnp.where',
+             'if config.algorithm in ("grpo", "ppo"):\n            kl = jnp.where', BASELINE_TESTS),
+    # Task filtering.
+    Mutation("filtered-tasks-unused", "the kept tasks never reach training", "ftw_jax/train.py",
+             "reset_keys = jnp.repeat(groups, group_size, axis=0)", "reset_keys = None",
+             ("tests/test_probes.py",)),
+    Mutation("keep-always-solved-tasks", "tasks solved by every probe are kept", "ftw_jax/probes.py",
+             "return (successes > 0) & (successes < num_probes)", "return successes > 0", ("tests/test_probes.py",)),
+    # Environments and processes.
+    Mutation("gymnax-ignores-truncation", "a gymnax episode cut by its time limit does not end",
+             "ftw_jax/envs/gymnax_adapter.py", "return obs, state, reward, terminated | truncated, info",
+             "return obs, state, reward, terminated, info", ("tests/test_envs.py",)),
+    Mutation("distributed-not-initialised", "--distributed does not join the cluster", "ftw_jax/cli.py",
+             "    elif args.distributed:\n        jax.distributed.initialize()",
+             "    elif args.distributed:\n        pass", ("tests/test_sweep.py", "-k", "distributed")),
+    # The core: selection, occupancy, masks.
+    Mutation("floyd-with-replacement", "minibatches drawn with replacement (Floyd's path)",
+             "ftw_jax/selection.py", "position = jnp.where(jnp.any(kept == draws[i]), tops[i], draws[i])",
+             "position = draws[i]", ("tests/test_selection.py",)),
+    Mutation("keys-with-replacement", "minibatches drawn with replacement (random-keys path)",
+             "ftw_jax/selection.py", "_, candidates = jax.lax.top_k(draw, max_batch_size)",
+             "candidates = jax.random.randint(key, (max_batch_size,), 0, valid.shape[0])",
+             ("tests/test_selection.py",)),
+    Mutation("selection-keeps-worst", "the K worst of a minibatch kept", "ftw_jax/selection.py",
+             "-jnp.where(is_nan, 0.0, candidate_returns)", "jnp.where(is_nan, 0.0, candidate_returns)",
+             ("tests/test_selection.py",)),
+    Mutation("masked-k-off-by-one", "K + 1 elites kept below the maxima", "ftw_jax/selection.py",
+             "(jnp.arange(max_elites) >= num_elites)", "(jnp.arange(max_elites) > num_elites)",
+             ("tests/test_selection.py",)),
+    Mutation("occupancy-rank-off-by-one", "Eq. 5 with binom(r, k − 1) for binom(r − 1, k − 1)",
+             "ftw_jax/occupancy.py", "_log_binomial(ranks - 1, ks - 1, xp)", "_log_binomial(ranks, ks - 1, xp)",
+             ("tests/test_occupancy.py",)),
+    Mutation("log-likelihood-ignores-mask", "padding steps enter the cross-entropy", "ftw_jax/losses.py",
+             "return jnp.where(mask, chosen, 0.0)", "return chosen", ("tests/test_losses.py", *UPDATE_TESTS)),
+    Mutation("update-ignores-mask", "the update weighs every step, the policy's or not", "ftw_jax/update.py",
+             "step_weights = weights[:, None] * trajectories.mask",
+             "step_weights = weights[:, None] * jnp.ones_like(trajectories.mask)", UPDATE_TESTS),
+    Mutation("pool-overwrites-newest", "the pool overwrites its newest entries, not its oldest", "ftw_jax/pool.py",
+             "insert_index=(pool.insert_index + batch_size) % ring,", "insert_index=pool.insert_index,",
+             ("tests/test_pool.py",)),
+)
+
+
+def copy_repository(destination: pathlib.Path) -> None:
+    for name in ("ftw_jax", "tests"):
+        shutil.copytree(ROOT / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", destination / "pyproject.toml")
+
+
+def run_tests(root: pathlib.Path, tests: tuple[str, ...], timeout: float) -> tuple[int | None, str]:
+    """Runs the tests in `root` with `root` imported first: (pytest's exit code, None on timeout; the first
+    failing test, or the output's last lines when none failed)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    command = [sys.executable, "-m", "pytest", "-x", "-q", "-rf", "-p", "no:cacheprovider", "-o", "addopts=", *tests]
+    try:
+        done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, "timed out"
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    failed = [line.split()[1] for line in lines if line.startswith("FAILED ")]
+    return done.returncode, failed[0] if failed else "\n".join(lines[-3:])
+
+
+def check_imports_copy(root: pathlib.Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    found = subprocess.run([sys.executable, "-c", "import ftw_jax; print(ftw_jax.__file__)"], cwd=root, env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if not pathlib.Path(found).is_relative_to(root):
+        raise RuntimeError(f"the copy in {root} is not what gets imported ({found}); is ftw_jax installed non-editable?")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="mutations to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per test run (default 900)")
+    args = parser.parse_args(argv)
+    if args.list:
+        for mutation in MUTATIONS:
+            print(f"{mutation.name:32} {mutation.breaks}  [{mutation.path}]")
+        return 0
+    unknown = set(args.names) - {mutation.name for mutation in MUTATIONS}
+    if unknown:
+        parser.error(f"unknown mutation(s) {sorted(unknown)}; --list shows them")
+    chosen = [mutation for mutation in MUTATIONS if not args.names or mutation.name in args.names]
+
+    started = time.perf_counter()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="ftw-mutations-") as scratch:
+        clean = pathlib.Path(scratch) / "clean"
+        copy_repository(clean)
+        check_imports_copy(clean)
+        for tests in dict.fromkeys(mutation.tests for mutation in chosen):  # each distinct set once
+            code, tail = run_tests(clean, tests, args.timeout)
+            if code != 0:
+                print(f"the tests {' '.join(tests)} fail without any mutation (exit {code}):\n{tail}", file=sys.stderr)
+                return 2
+        for mutation in chosen:
+            root = pathlib.Path(scratch) / mutation.name
+            copy_repository(root)
+            began = time.perf_counter()
+            try:
+                mutation.apply(root)
+            except LookupError as error:
+                rows.append((mutation, "NOT APPLIED", 0.0, str(error)))
+            else:
+                code, tail = run_tests(root, mutation.tests, args.timeout)
+                verdict = {0: "SURVIVED", 1: "killed", None: "TIMEOUT"}.get(code, f"ERROR (pytest exit {code})")
+                rows.append((mutation, verdict, time.perf_counter() - began, tail))
+            shutil.rmtree(root)
+            _, verdict, seconds, tail = rows[-1]
+            print(f"{mutation.name:32} {verdict:12} {seconds:6.1f} s  {tail.splitlines()[-1] if tail else ''}",
+                  file=sys.stderr, flush=True)
+
+    print("\n| mutation | breaks | verdict | seconds | killed by |\n|---|---|---|---:|---|")
+    for mutation, verdict, seconds, tail in rows:
+        killer = tail.split("::")[-1] if verdict == "killed" else ""
+        print(f"| {mutation.name} | {mutation.breaks} | {verdict} | {seconds:.0f} | {killer} |")
+    print(f"\n{sum(v == 'killed' for _, v, _, _ in rows)} of {len(rows)} killed in {time.perf_counter() - started:.0f} s "
+          "(baseline runs included)")
+    for mutation, verdict, _, tail in rows:
+        if verdict != "killed":
+            print(f"\n{mutation.name}: {verdict}\n{tail}")
+    return 0 if all(verdict == "killed" for _, verdict, _, _ in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
