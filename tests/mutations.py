@@ -62,7 +62,7 @@ MUTATIONS = (
              "finite = jnp.isfinite(loss) & all_finite(grads)", UPDATE_TESTS),
     Mutation("skipped-step-advances-optimizer", "the optimizer state moves on a skipped, non-finite step",
              "ftw_jax/update.py", "opt_state=select_tree(applied, opt_state, state.opt_state)",
-             "opt_state=select_tree(ready, opt_state, state.opt_state)", UPDATE_TESTS),
+             "opt_state=select_tree(ready & jnp.any(filled), opt_state, state.opt_state)", UPDATE_TESTS),
     # Resume.
     Mutation("resume-restarts", "--resume silently starts again from iteration 0",
              "ftw_jax/cli.py", "restored = checkpointer.restore(carry) if checkpointer else None  # a new folder",
@@ -90,6 +90,9 @@ MUTATIONS = (
     Mutation("kl-swapped", "FTW's KL(π ‖ π_ref) computed as KL(π_ref ‖ π)",
              "ftw_jax/update.py", "kl = losses.categorical_kl(logits, reference_logits, mask)",
              "kl = losses.categorical_kl(reference_logits, logits, mask)", UPDATE_TESTS),
+    Mutation("kl-directions-exchanged", "each KL direction option computes the other one",
+             "ftw_jax/update.py", 'if config.kl_direction == "policy_to_reference":',
+             'if config.kl_direction == "reference_to_policy":', UPDATE_TESTS),
     Mutation("kl-dropped", "FTW's loss without its KL term", "ftw_jax/update.py",
              'loss = terms["cross_entropy"] + kl_coef * terms["kl"]', 'loss = terms["cross_entropy"]', UPDATE_TESTS),
     # Baselines.

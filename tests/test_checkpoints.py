@@ -44,6 +44,7 @@ def _kill_while_writing(folder: pathlib.Path, after: int) -> list[pathlib.Path]:
     return list(checkpoints.glob("*orbax-checkpoint-tmp*"))
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_write_resumes_where_it_stopped_to_the_uninterrupted_result(tmp_path, capsys):
     killed = tmp_path / "killed"
     partial = _kill_while_writing(killed, after=3)
@@ -113,6 +114,7 @@ def test_checkpointer_round_trip_ignores_partial_writes_and_checks_the_fingerpri
     assert Checkpointer(pathlib.Path(tmp_path / "empty"), {}).restore(carry) is None
 
 
+@pytest.mark.slow
 def test_checkpoint_every_saves_every_pth_period_and_the_last(tmp_path):
     argv = ["train", "--env", "bandit", "--seeds", "0", "--iterations", "10", "--eval-every", "2", "--no-plot",
             "--out", str(tmp_path)]

@@ -30,6 +30,7 @@ def test_statistics_by_hand():
     assert describe(np.full(5, 0.75)) == {"mean": 0.75, "ci_low": 0.75, "ci_high": 0.75, "iqm": 0.75}
 
 
+@pytest.mark.slow
 def test_compare_tunes_on_its_own_seeds_and_reports_what_a_plain_run_gives():
     comparison = compare("bandit", ["reinforce"], seeds=[3, 4], learning_rates=[0.001, 0.1], tuning_seeds=[7],
                          overrides=BUDGET)
@@ -56,6 +57,7 @@ def test_compare_refuses_unfair_or_impossible_protocols():
         compare("bandit", ["ftw", "dqn"], seeds=[0], overrides=BUDGET)
 
 
+@pytest.mark.slow
 def test_cli_writes_the_table_the_csvs_and_the_plot(tmp_path, capsys):
     arguments = ["compare", "--env", "bandit", "--algos", "ftw,ppo", "--seeds", "0,1,2", "--iterations", "24",
                  "--episodes-per-iteration", "8", "--eval-every", "12", "--eval-episodes", "32",
@@ -75,6 +77,7 @@ def test_cli_writes_the_table_the_csvs_and_the_plot(tmp_path, capsys):
     assert curves["ppo_return"].shape == (3, 2) and (folder / "curves.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_cli_resume_runs_only_the_missing_periods_and_gives_the_same_results(tmp_path, capsys):
     arguments = ["compare", "--env", "bandit", "--algos", "ftw,reinforce", "--seeds", "0,1", "--learning-rates",
                  "0.01,0.1", "--tuning-seeds", "7", "--iterations", "24", "--episodes-per-iteration", "8",

@@ -26,6 +26,7 @@ def test_committed_notebook_is_executed_without_errors_and_small(path):
     assert path.stat().st_size < MAX_BYTES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
 def test_notebook_runs_top_to_bottom(path, monkeypatch):
     monkeypatch.setenv("FTW_NOTEBOOK_QUICK", "1")  # the kernel inherits it: small settings

@@ -139,6 +139,7 @@ def test_generated_levels_are_solvable_within_the_step_limit(env, split):
     assert len(set(lengths)) > 2  # not all the same difficulty
 
 
+@pytest.mark.slow
 def test_levels_are_deterministic_and_splits_differ():
     env = Sokoban()
     first = generate_level(env.level_key(jnp.int32(0), jnp.int32(5)), env)

@@ -55,6 +55,7 @@ def small_sweep(tmp_path_factory):
     return sweep, results, checkpoints
 
 
+@pytest.mark.slow
 def test_members_reproduce_their_own_runs(small_sweep):
     sweep, results, _ = small_sweep
     assert results["return"].shape == (len(sweep.members), 2)
@@ -74,6 +75,7 @@ def test_members_reproduce_their_own_runs(small_sweep):
     assert len({tuple(row) for row in results["return"]}) > len(sweep.members) // 2
 
 
+@pytest.mark.slow
 def test_a_member_with_a_smaller_pool_reproduces_its_own_run():
     # 24 pulls through pools of 8 and 16; C = 2, J·K = 4: Floyd subsets (C² <= N) and the gather path
     # (J·K < N) for both N, so the 8-slot member gives the very numbers of a run with N = 8.
@@ -89,6 +91,7 @@ def test_a_member_with_a_smaller_pool_reproduces_its_own_run():
     assert not np.allclose(results["return"][0], results["return"][1])
 
 
+@pytest.mark.slow
 def test_a_sweep_resumes_from_its_last_checkpoint(small_sweep):
     sweep, results, checkpoints = small_sweep
     assert sorted(path.name for path in checkpoints.iterdir()) == ["1", "2"]
@@ -102,6 +105,7 @@ def test_a_sweep_resumes_from_its_last_checkpoint(small_sweep):
         np.testing.assert_array_equal(resumed[name], results[name])
 
 
+@pytest.mark.slow
 def test_two_processes_of_five_devices_give_the_one_device_results(small_sweep, tmp_path):
     """jax.distributed on loopback, each process with 5 forced CPU devices: the 24 members are sharded over
     10 devices (6 filler members, dropped) and gathered on process 0, which alone writes and reports."""
@@ -123,6 +127,7 @@ def test_two_processes_of_five_devices_give_the_one_device_results(small_sweep, 
         np.testing.assert_array_equal(curves[name], results[name])
 
 
+@pytest.mark.slow
 def test_sweep_cli_writes_the_table_curves_and_heatmap(capsys, tmp_path):
     argv = ["sweep", "--env", "cartpole", "--grid", "C=4,8 K=1,2", "--seeds", "0,1", "--iterations", "6",
             "--eval-every", "3", "--episodes-per-iteration", "4", "--eval-episodes", "4", "--out", str(tmp_path),
@@ -147,6 +152,7 @@ def test_sweep_cli_writes_the_table_curves_and_heatmap(capsys, tmp_path):
 STANDALONE = dict(num_iterations=30, eval_every=15)
 
 
+@pytest.mark.slow
 def test_every_member_is_its_standalone_run_in_its_training_metrics():
     """Members that differ from a base member in one setting each (C, K, β, learning rate) against runs
     launched on their own with those settings: per-iteration loss, KL and gradient norm, which every one of

@@ -21,6 +21,7 @@ def cartpole():
     return make_train(TrainConfig.for_env("cartpole", **SMALL_CARTPOLE))
 
 
+@pytest.mark.slow
 def test_chunks_give_the_same_result_as_one_scan_and_compile_once(cartpole):
     carry = cartpole.init(jax.random.key(0))
     whole, (metrics, evaluation) = cartpole.run(carry, 2)
@@ -34,6 +35,7 @@ def test_chunks_give_the_same_result_as_one_scan_and_compile_once(cartpole):
     assert int(whole.iteration) == 6 and int(whole.env_steps) == int(metrics["env_steps"][-1, -1])
 
 
+@pytest.mark.slow
 def test_vmapped_seeds_differ_and_match_single_runs(cartpole):
     keys = jnp.stack([jax.random.key(1), jax.random.key(2)])
     carries, (_, evaluation) = jax.vmap(cartpole.run, in_axes=(0, None))(jax.vmap(cartpole.init)(keys), 2)
@@ -42,6 +44,7 @@ def test_vmapped_seeds_differ_and_match_single_runs(cartpole):
     np.testing.assert_allclose(evaluation["return"][1], single_evaluation["return"], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_cartpole_learns_on_a_small_budget():
     trainer = make_train(TrainConfig.for_env("cartpole", num_iterations=30, eval_every=15, eval_episodes=16))
     _, (_, evaluation) = trainer.train(jax.random.key(3))
@@ -59,6 +62,7 @@ def initial_success(trainer, key, num_episodes):
     return float(jnp.mean(success))
 
 
+@pytest.mark.slow
 def test_sokoban_learns_on_a_small_budget():
     trainer = make_train(TrainConfig.for_env("sokoban", num_iterations=20, eval_every=20, eval_episodes=512))
     _, (_, evaluation) = trainer.train(jax.random.key(6))
@@ -66,6 +70,7 @@ def test_sokoban_learns_on_a_small_budget():
     assert after > before + 0.06, (before, after)  # held-out levels; ~0.29 -> ~0.41, each ± 0.02 (sd)
 
 
+@pytest.mark.slow
 def test_search_learns_to_search_on_a_small_budget():
     trainer = make_train(TrainConfig.for_env("search", num_iterations=80, eval_every=40))
     _, (_, evaluation) = trainer.train(jax.random.key(8))
@@ -82,6 +87,7 @@ def test_bandit_through_the_training_program_matches_the_reproduction():
     assert int(carry.env_steps) == 240
 
 
+@pytest.mark.slow
 def test_kl_coef_decays_linearly_to_its_final_value():
     trainer = make_train(TrainConfig.for_env("cartpole", **SMALL_CARTPOLE, kl_coef=0.5, kl_coef_final=0.0))
     _, (metrics, _) = trainer.train(jax.random.key(5))
@@ -104,6 +110,7 @@ def test_bad_config_raises(overrides, message):
         TrainConfig.for_env("cartpole", **overrides)
 
 
+@pytest.mark.slow
 def test_train_cli_json_and_run_folder(capsys, tmp_path):
     argv = ["train", "--env", "cartpole", "--seeds", "0,1", "--iterations", "4", "--eval-every", "2",
             "--episodes-per-iteration", "4", "--eval-episodes", "4", "--out", str(tmp_path), "--json"]
@@ -121,6 +128,7 @@ def test_train_cli_json_and_run_folder(capsys, tmp_path):
     assert json.loads((folder / "summary.json").read_text())["return"] == result["return"]
 
 
+@pytest.mark.slow
 def test_train_cli_sokoban_reports_success_and_rejects_unknown_env_options(capsys, tmp_path):
     # With task filtering on: 8 tasks probed twice each before the period, their steps counted.
     argv = ["train", "--env", "sokoban", "--seeds", "0", "--iterations", "2", "--eval-every", "2",
