@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import NamedTuple
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -47,8 +48,16 @@ class Mutation:
         file.write_text(text.replace(self.before, self.after))
 
 
+class Outcome(NamedTuple):
+    mutation: Mutation
+    verdict: str  # "killed", "SURVIVED", "TIMEOUT", "NOT APPLIED" or "ERROR (...)"
+    seconds: float
+    detail: str  # the first failing test, or why there is none
+
+
 UPDATE_TESTS = ("tests/test_update.py",)
-BASELINE_TESTS = ("tests/test_policy_gradient.py", "-k", "by_hand or clips or written_out or advantages")
+BASELINE_TESTS = ("tests/test_policy_gradient.py", "-k",
+                  "by_hand or clips or written_out or advantages or nan_gradient")
 RESUME_TESTS = ("tests/test_checkpoints.py",)
 SWEEP_TESTS = ("tests/test_sweep.py", "-k", "standalone or reproduce or resumes")
 
@@ -63,6 +72,13 @@ MUTATIONS = (
     Mutation("skipped-step-advances-optimizer", "the optimizer state moves on a skipped, non-finite step",
              "ftw_jax/update.py", "opt_state=select_tree(applied, opt_state, state.opt_state)",
              "opt_state=select_tree(ready & jnp.any(filled), opt_state, state.opt_state)", UPDATE_TESTS),
+    Mutation("baseline-finite-checks-loss-only", "a baseline step with a NaN gradient and a finite loss is applied",
+             "ftw_jax/policy_gradient.py", "finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(updates)",
+             "finite = jnp.isfinite(loss)", BASELINE_TESTS),
+    Mutation("critic-finite-checks-loss-only", "a critic step with a NaN gradient and a finite loss is applied",
+             "ftw_jax/policy_gradient.py",
+             "finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(stepped.params)",
+             "finite = jnp.isfinite(loss)", BASELINE_TESTS),
     # Resume.
     Mutation("resume-restarts", "--resume silently starts again from iteration 0",
              "ftw_jax/cli.py", "restored = checkpointer.restore(carry) if checkpointer else None  # a new folder",
@@ -177,7 +193,8 @@ def check_imports_copy(root: pathlib.Path) -> None:
     found = subprocess.run([sys.executable, "-c", "import ftw_jax; print(ftw_jax.__file__)"], cwd=root, env=env,
                            capture_output=True, text=True, check=True).stdout.strip()
     if not pathlib.Path(found).is_relative_to(root):
-        raise RuntimeError(f"the copy in {root} is not what gets imported ({found}); is ftw_jax installed non-editable?")
+        raise RuntimeError(f"the copy in {root} is not what gets imported ({found}); "
+                           "is ftw_jax installed non-editable?")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [mutation for mutation in MUTATIONS if not args.names or mutation.name in args.names]
 
     started = time.perf_counter()
-    rows = []
+    outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="ftw-mutations-") as scratch:
         clean = pathlib.Path(scratch) / "clean"
         copy_repository(clean)
@@ -213,26 +230,27 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 mutation.apply(root)
             except LookupError as error:
-                rows.append((mutation, "NOT APPLIED", 0.0, str(error)))
+                outcome = Outcome(mutation, "NOT APPLIED", 0.0, str(error))
             else:
-                code, tail = run_tests(root, mutation.tests, args.timeout)
+                code, detail = run_tests(root, mutation.tests, args.timeout)
                 verdict = {0: "SURVIVED", 1: "killed", None: "TIMEOUT"}.get(code, f"ERROR (pytest exit {code})")
-                rows.append((mutation, verdict, time.perf_counter() - began, tail))
+                outcome = Outcome(mutation, verdict, time.perf_counter() - began, detail)
             shutil.rmtree(root)
-            _, verdict, seconds, tail = rows[-1]
-            print(f"{mutation.name:32} {verdict:12} {seconds:6.1f} s  {tail.splitlines()[-1] if tail else ''}",
-                  file=sys.stderr, flush=True)
+            outcomes.append(outcome)
+            last_line = outcome.detail.splitlines()[-1] if outcome.detail else ""
+            print(f"{mutation.name:32} {outcome.verdict:12} {outcome.seconds:6.1f} s  {last_line}", file=sys.stderr,
+                  flush=True)
 
     print("\n| mutation | breaks | verdict | seconds | killed by |\n|---|---|---|---:|---|")
-    for mutation, verdict, seconds, tail in rows:
-        killer = tail.split("::")[-1] if verdict == "killed" else ""
+    for mutation, verdict, seconds, detail in outcomes:
+        killer = detail.split("::")[-1] if verdict == "killed" else ""
         print(f"| {mutation.name} | {mutation.breaks} | {verdict} | {seconds:.0f} | {killer} |")
-    print(f"\n{sum(v == 'killed' for _, v, _, _ in rows)} of {len(rows)} killed in {time.perf_counter() - started:.0f} s "
-          "(baseline runs included)")
-    for mutation, verdict, _, tail in rows:
-        if verdict != "killed":
-            print(f"\n{mutation.name}: {verdict}\n{tail}")
-    return 0 if all(verdict == "killed" for _, verdict, _, _ in rows) else 1
+    killed = sum(outcome.verdict == "killed" for outcome in outcomes)
+    print(f"\n{killed} of {len(outcomes)} killed in {time.perf_counter() - started:.0f} s (baseline runs included)")
+    for outcome in outcomes:
+        if outcome.verdict != "killed":
+            print(f"\n{outcome.mutation.name}: {outcome.verdict}\n{outcome.detail}")
+    return 0 if killed == len(outcomes) else 1
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ftw_jax import cli
-from ftw_jax.checkpoints import Checkpointer, with_raw_keys
+from ftw_jax.checkpoints import Checkpointer, rows_from_record, rows_record, with_raw_keys
 from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
@@ -56,13 +56,13 @@ def test_a_run_killed_mid_write_resumes_where_it_stopped_to_the_uninterrupted_re
     # Adam's moments and step count included.
     config = TrainConfig.for_env("bandit", num_iterations=60, eval_every=2, optimizer="adam")
     trainer = make_train(config)
-    carry = jax.vmap(trainer.init)(jax.numpy.stack([jax.random.key(0), jax.random.key(1)]))
-    template = carry
+    initial = jax.vmap(trainer.init)(jax.numpy.stack([jax.random.key(0), jax.random.key(1)]))
+    carry = initial
     run_period = jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), static_argnums=1)
     for _ in range(latest):
         carry, _ = run_period(carry, 1)
     fingerprint = json.loads((killed / "config.json").read_text())
-    step, restored, record = Checkpointer(killed / "checkpoints", fingerprint).restore(template)
+    step, restored, record = Checkpointer(killed / "checkpoints", fingerprint).restore(initial)
     assert step == latest and len(record["evaluations"]["rows"]) == latest
     adam = restored.state.opt_state.inner_state[0]
     assert np.asarray(adam.count).min() > 0 and np.abs(np.asarray(adam.mu["params"]["logits"])).min() > 0
@@ -122,3 +122,12 @@ def test_checkpoint_every_saves_every_pth_period_and_the_last(tmp_path):
     assert sorted(path.name for path in (tmp_path / "every3" / "checkpoints").iterdir()) == ["3", "5"]  # 3, and the end
     assert cli.main([*argv, "--name", "none", "--no-checkpoint"]) == 0
     assert not (tmp_path / "none" / "checkpoints").exists()
+
+
+def test_recorded_rows_come_back_as_the_same_arrays():
+    rows = [{"return": np.array([0.1, 1 / 3], np.float32), "iteration": np.array([2, 2], np.int32)}]
+    [got] = rows_from_record(json.loads(json.dumps(rows_record(rows))))  # through JSON, as Orbax stores it
+    for name, expected in rows[0].items():
+        assert got[name].dtype == expected.dtype and (got[name] == expected).all()
+    older = rows_from_record([{"return": [0.5, 0.25]}])  # records written before dtypes were stored
+    assert older[0]["return"].tolist() == [0.5, 0.25]

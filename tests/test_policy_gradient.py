@@ -1,6 +1,7 @@
 """Baselines: advantages (GAE included), the k3 KL estimator, the clipped surrogate, GRPO groups, PPO's losses,
 and learning a probe task."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -245,3 +246,23 @@ def test_grpo_clips_its_ratio_and_ppo_uses_the_exact_kl():
     _, metrics, advantages, batch, params, reference = away_from_the_reference("ppo", clip_epsilon=0.1)
     expected = written_out_baseline_loss(jnp.asarray(params, jnp.float32), reference, batch, advantages, "ppo", 0.1)
     np.testing.assert_allclose(metrics["loss"], expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ["reinforce", "grpo", "ppo"])
+def test_a_baseline_step_with_a_nan_gradient_and_a_finite_loss_changes_nothing(algorithm):
+    batch = make_trajectories(4, 3)
+
+    def apply(params, observation):  # 0·sqrt(z) at z = 0: finite logits, a NaN gradient for z
+        return observation @ params["w"] + 0.0 * jnp.sqrt(params["z"])
+
+    state = FTWState.create({"w": 0.1 * jnp.ones((3, 2)), "z": jnp.zeros(())}, optax.adam(0.1), kl_coef=0.1)
+    update = make_policy_gradient_update(apply, PolicyGradientConfig(algorithm=algorithm, group_size=2))
+    new_state, metrics = update(state, batch, mean_baseline_advantages(batch.episode_return))
+    assert np.isfinite(float(metrics["loss"])) and not np.isfinite(float(metrics["grad_norm"]))
+    assert not bool(metrics["applied"])
+    chex.assert_trees_all_equal(new_state, state)  # params, Adam's state, version
+    critic = create_critic({"w": jnp.ones(3), "z": jnp.zeros(())}, optax.adam(0.1))
+    value_fn = lambda params, observation: observation @ params["w"] + 0.0 * jnp.sqrt(params["z"])  # noqa: E731
+    new_critic, value_loss = make_critic_update(value_fn)(critic, batch, jnp.ones((4, 3)))
+    assert np.isfinite(float(value_loss))
+    chex.assert_trees_all_equal(new_critic, critic)  # params, Adam's state, step count
