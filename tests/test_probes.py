@@ -10,7 +10,7 @@ import pytest
 from ftw_jax.envs.base import Environment
 from ftw_jax.policies import TabularPolicy
 from ftw_jax.probes import draw_tasks, informative_probability, keep_informative, probe
-from ftw_jax.train import TrainConfig
+from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 
@@ -90,8 +90,6 @@ def test_draw_tasks_takes_kept_tasks_only_or_all_when_none_is_kept():
 def test_bad_filtering_options_raise():
     with pytest.raises(ValueError, match="probes_per_task must be an int >= 2"):
         TrainConfig.for_env("sokoban", probe_tasks=8, probes_per_task=1)
-    from ftw_jax.train import make_train
-
     with pytest.raises(ValueError, match="probe_tasks needs an environment with a notion of success; bandit has none"):
         make_train(TrainConfig.for_env("bandit", probe_tasks=8))
 
@@ -117,8 +115,6 @@ def test_training_episodes_start_from_the_kept_tasks_only(monkeypatch):
     config = TrainConfig.for_env("cartpole", num_iterations=4, eval_every=2, episodes_per_iteration=8,
                                  eval_episodes=4, pool_capacity=16, num_batches=4, batch_size=4, num_elites=1,
                                  probe_tasks=24, probes_per_task=8, hidden_sizes=(4,))
-    from ftw_jax.train import make_train
-
     carry, (_, evaluation) = make_train(config).train(jax.random.key(0))
     played = np.asarray(carry.pool.trajectories.observation)[:, 0, 0]  # each pooled episode's p: 16 of period 2
     np.testing.assert_array_equal(played, 0.5)

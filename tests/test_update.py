@@ -356,8 +356,9 @@ def test_kl_value_and_gradient_by_hand_away_from_the_reference(kl_direction):
     batch = jax.tree.map(lambda leaf: np.asarray(leaf, np.float64)[elites.reshape(-1)], pool.trajectories)
     obs, actions, mask = batch.observation, batch.action.astype(int), batch.mask  # [M, T, D], [M, T], [M, T]
     as64 = lambda tree: {name: np.asarray(value, np.float64) for name, value in tree.items()}  # noqa: E731
-    w, b, w_ref, b_ref = *as64(params).values(), *as64(reference).values()
-    p, q = softmax(obs @ w + b), softmax(obs @ w_ref + b_ref)  # [M, T, A]
+    params64, reference64 = as64(params), as64(reference)
+    p = softmax(obs @ params64["w"] + params64["b"])  # [M, T, A]
+    q = softmax(obs @ reference64["w"] + reference64["b"])
     forward = np.sum(p * np.log(p / q), -1)
     reverse = np.sum(q * np.log(q / p), -1)
     steps = mask.sum()
@@ -371,6 +372,6 @@ def test_kl_value_and_gradient_by_hand_away_from_the_reference(kl_direction):
     np.testing.assert_allclose(metrics["kl"], kl, rtol=1e-5)
     np.testing.assert_allclose(metrics["loss"], cross_entropy + kl_coef * kl, rtol=1e-5)
     logit_grad = mask[..., None] * (p - np.eye(A)[actions] + kl_coef * kl_logit_grad) / steps  # [M, T, A]
-    expected = {"w": w - learning_rate * np.einsum("mtd,mta->da", obs, logit_grad),
-                "b": b - learning_rate * logit_grad.sum((0, 1))}
+    expected = {"w": params64["w"] - learning_rate * np.einsum("mtd,mta->da", obs, logit_grad),
+                "b": params64["b"] - learning_rate * logit_grad.sum((0, 1))}
     chex.assert_trees_all_close(as64(new_state.params), expected, rtol=1e-4, atol=1e-6)
