@@ -20,8 +20,8 @@ of a tool-call format for an LLM agent: SEARCH or ANSWER when free, an entity af
 ANSWER (a policy given `WithLegalActions`, like `TransformerPolicy`, writes nothing else; any other token is
 still handled: a no-op when free, RESULT NONE NONE as a query, a wrong answer). The grammar does not find the
 answer — a random well-formed policy is still right ~1/V of the time — but without it a random policy
-rarely writes SEARCH and then the asked entity, and FTW never finds out that searching pays (measured in the
-README). `grammar=False` makes every token legal at every step.
+rarely writes SEARCH and then the asked entity, and FTW never finds out that searching pays (measured in
+docs/results.md). `grammar=False` makes every token legal at every step.
 """
 
 from __future__ import annotations
