@@ -1,0 +1,111 @@
+"""Golden runs: short runs of every command, environment and algorithm, whose numbers are committed.
+
+A refactor must keep them: `python -m pytest -k golden` compares each run with `tests/golden/NAME.json`.
+Integers (env steps, update counts) must match exactly; floats to a relative 1e-6, because moving code can
+change the order in which XLA sums floats without changing the maths (a real change of behaviour moves
+these numbers far more: a different sampled action changes everything after it). After an intended change,
+rewrite them with `python tests/test_golden.py` and say in the commit which numbers changed and why.
+The numbers are those of jax's CPU build at the versions `pip install -e .` takes today; another XLA version
+or a GPU may sample differently, and then the golden files are rewritten, not the tests loosened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import pathlib
+import sys
+
+import numpy as np
+import pytest
+
+from ftw_jax import cli
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+SMALL = ["--seeds", "0,1", "--iterations", "4", "--eval-every", "2", "--episodes-per-iteration", "8",
+         "--eval-episodes", "8", "--pool-capacity", "16", "--num-batches", "4", "--batch-size", "4",
+         "--num-elites", "1", "--group-size", "4", "--kl-coef", "0.1", "--no-plot"]
+ENVS = ("bandit", "cartpole", "sokoban", "search")
+ALGORITHMS = ("ftw", "reinforce", "grpo", "ppo")
+CASES = {
+    "bandit": ["bandit", "--seeds", "42,43", "--iterations", "40", "--no-plot"],
+    **{f"train-{env}-{algorithm}": ["train", "--env", env, "--algorithm", algorithm, *SMALL]
+       for env in ENVS for algorithm in ALGORITHMS},
+    "sweep": ["sweep", "--env", "bandit", "--grid", "C=2,4 kl=0,0.5", "--seeds", "0", "--iterations", "8",
+              "--eval-every", "4", "--eval-episodes", "16"],
+    "compare": ["compare", "--env", "bandit", "--algos", "ftw,grpo", "--seeds", "0,1", "--learning-rates", "0.03,0.3",
+                "--tuning-seeds", "7", "--iterations", "8", "--episodes-per-iteration", "8", "--eval-every", "4",
+                "--eval-episodes", "16"],
+}
+
+
+def _jsonl(path: pathlib.Path, *names: str) -> dict:
+    """Columns of a run's JSON-lines log (rows by iteration, then seed), those of `names` it has."""
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    return {name: [row[name] for row in rows] for name in names if name in rows[0]}
+
+
+def run_case(name: str, folder: pathlib.Path) -> dict:
+    """The numbers one golden run pins: what it prints, and for training runs their per-iteration logs."""
+    argv = CASES[name]
+    if argv[0] != "bandit":
+        argv = [*argv, "--out", str(folder), "--name", "run"]
+    with contextlib.redirect_stdout(io.StringIO()) as stdout:
+        assert cli.main([*argv, "--json"]) == 0
+    printed = json.loads(stdout.getvalue())
+    if argv[0] == "bandit":
+        return {key: printed[key] for key in ("best_arm_probability_final", "expected_reward_final", "updates_applied")}
+    if argv[0] == "train":
+        run = folder / "run"
+        return {"summary": {key: printed[key] for key in ("return", "success", "env_steps") if key in printed},
+                "metrics": _jsonl(run / "metrics.jsonl", "return_mean", "loss", "kl", "applied", "env_steps"),
+                "evaluation": _jsonl(run / "evaluation.jsonl", "return", "success", "env_steps")}
+    if argv[0] == "sweep":
+        return {"points": printed["points"], "return": np.load(folder / "run" / "curves.npz")["return"].tolist()}
+    return {"algorithms": [{key: row[key] for key in row if key != "seconds"} for row in printed["algorithms"]],
+            "tuning": printed["tuning"]}
+
+
+def assert_matches(got, expected, where: str = "") -> None:
+    """Integers and strings exactly, floats to a relative 1e-6, through nested dicts and lists."""
+    if isinstance(expected, dict):
+        assert sorted(got) == sorted(expected), f"{where}: keys {sorted(got)} != {sorted(expected)}"
+        for key in expected:
+            assert_matches(got[key], expected[key], f"{where}.{key}")
+    elif isinstance(expected, list):
+        assert len(got) == len(expected), f"{where}: length {len(got)} != {len(expected)}"
+        for index, (a, b) in enumerate(zip(got, expected)):
+            assert_matches(a, b, f"{where}[{index}]")
+    elif isinstance(expected, float) or isinstance(got, float):
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-12, err_msg=where)
+    else:
+        assert got == expected, f"{where}: {got!r} != {expected!r}"
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("unchecked_key_reuse")
+@pytest.mark.parametrize("name", CASES)
+def test_golden_run(name, tmp_path):
+    expected = json.loads((GOLDEN / f"{name}.json").read_text())
+    assert expected["argv"] == CASES[name], "the case changed: rewrite its golden file (python tests/test_golden.py)"
+    assert_matches(run_case(name, tmp_path), expected["values"], name)
+
+
+def write(names: list[str]) -> None:
+    """Runs the cases and writes their golden files (after an intended change of behaviour)."""
+    import tempfile
+
+    import jax
+
+    GOLDEN.mkdir(exist_ok=True)
+    with jax.debug_key_reuse(False):
+        for name in names:
+            with tempfile.TemporaryDirectory() as folder:
+                values = run_case(name, pathlib.Path(folder))
+            (GOLDEN / f"{name}.json").write_text(json.dumps({"argv": CASES[name], "values": values}, indent=1) + "\n")
+            print(f"wrote {GOLDEN / name}.json", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    write(sys.argv[1:] or list(CASES))
