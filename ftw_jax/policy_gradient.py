@@ -28,7 +28,6 @@ import chex
 import jax
 import jax.numpy as jnp
 import optax
-import rlax
 from flax.training.train_state import TrainState
 
 from ftw_jax import losses
@@ -85,7 +84,10 @@ def clipped_surrogate(log_probs: jax.Array, behaviour_log_probs: jax.Array, adva
 
 def gae_advantages(rewards: jax.Array, alive: jax.Array, values: jax.Array, *, discount: float,
                    gae_lambda: float) -> jax.Array:
-    """Per-step GAE(γ, λ) advantages of B episodes (rlax), 0 after each episode's end.
+    """Per-step GAE(γ, λ) advantages of B episodes, 0 after each episode's end (Schulman et al. 2016).
+
+    Backwards in time: δ_t = r_t + γ c_t V(h_{t+1}) − V(h_t) and A_t = δ_t + γ λ c_t A_{t+1}, where c_t says
+    the episode goes on after step t (one `lax.scan`).
 
     Args:
       rewards: [B, T] each step's reward.
@@ -98,12 +100,17 @@ def gae_advantages(rewards: jax.Array, alive: jax.Array, values: jax.Array, *, d
       [B, T]; the value targets are these plus `values`.
     """
     chex.assert_equal_shape((rewards, alive, values))
-    continues = jnp.concatenate([alive[:, 1:], jnp.zeros_like(alive[:, :1])], axis=1)
-    bootstrap_values = jnp.concatenate([values, jnp.zeros_like(values[:, :1])], axis=1)  # [B, T + 1]
-    advantages = jax.vmap(rlax.truncated_generalized_advantage_estimation, in_axes=(0, 0, None, 0))(
-        rewards, discount * continues.astype(rewards.dtype), gae_lambda, bootstrap_values
-    )
-    return jnp.where(alive, advantages, 0.0)
+    goes_on = jnp.concatenate([alive[:, 1:], jnp.zeros_like(alive[:, :1])], axis=1).astype(rewards.dtype)  # c_t
+    next_values = jnp.concatenate([values[:, 1:], jnp.zeros_like(values[:, :1])], axis=1)
+    deltas = rewards + discount * goes_on * next_values - values
+
+    def backwards(following, step):  # [B] A_{t+1} -> A_t
+        delta, continues = step
+        advantage = delta + discount * gae_lambda * continues * following
+        return advantage, advantage
+
+    _, advantages = jax.lax.scan(backwards, jnp.zeros_like(rewards[:, 0]), (deltas.T, goes_on.T), reverse=True)
+    return jnp.where(alive, advantages.T, 0.0)
 
 
 def normalised(values: jax.Array, mask: jax.Array) -> jax.Array:
