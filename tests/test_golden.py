@@ -21,17 +21,17 @@ import numpy as np
 import pytest
 
 from ftw_jax import cli
+from ftw_jax.policy_gradient import ALGORITHMS
+from ftw_jax.train import ENV_DEFAULTS
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 SMALL = ["--seeds", "0,1", "--iterations", "4", "--eval-every", "2", "--episodes-per-iteration", "8",
          "--eval-episodes", "8", "--pool-capacity", "16", "--num-batches", "4", "--batch-size", "4",
          "--num-elites", "1", "--group-size", "4", "--kl-coef", "0.1", "--no-plot"]
-ENVS = ("bandit", "cartpole", "sokoban", "search")
-ALGORITHMS = ("ftw", "reinforce", "grpo", "ppo")
 CASES = {
     "bandit": ["bandit", "--seeds", "42,43", "--iterations", "40", "--no-plot"],
     **{f"train-{env}-{algorithm}": ["train", "--env", env, "--algorithm", algorithm, *SMALL]
-       for env in ENVS for algorithm in ALGORITHMS},
+       for env in sorted(ENV_DEFAULTS) for algorithm in ALGORITHMS},  # a new one needs its golden file
     "sweep": ["sweep", "--env", "bandit", "--grid", "C=2,4 kl=0,0.5", "--seeds", "0", "--iterations", "8",
               "--eval-every", "4", "--eval-episodes", "16"],
     "compare": ["compare", "--env", "bandit", "--algos", "ftw,grpo", "--seeds", "0,1", "--learning-rates", "0.03,0.3",

@@ -175,8 +175,11 @@ def log_softmax(logits):
     return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
 
 
+KL_COEF = 0.4  # β of the by-hand baseline tests
+
+
 def away_from_the_reference(algorithm, clip_epsilon=0.2):
-    """A linear policy moved away from its reference (β = 0.4), one SGD step; returns what the update did and
+    """A linear policy moved away from its reference (β = KL_COEF), one SGD step; returns what the update did and
     the batch, params and reference in float64."""
     batch = make_trajectories(4, 3, seed=2, returns=jnp.array([1.0, 0.0, 3.0, 3.5]))
     batch = batch.replace(mask=batch.mask.at[1, 2].set(False).at[3, 0].set(False))
@@ -189,7 +192,7 @@ def away_from_the_reference(algorithm, clip_epsilon=0.2):
     batch = batch.replace(behaviour_logp=chosen + offsets)
     config = PolicyGradientConfig(algorithm=algorithm, group_size=2, clip_epsilon=clip_epsilon)
     advantages = batch_advantages(config, batch.episode_return)
-    state = FTWState.create(reference, optax.sgd(0.5), kl_coef=0.4).replace(params=params)
+    state = FTWState.create(reference, optax.sgd(0.5), kl_coef=KL_COEF).replace(params=params)
     new_state, metrics = make_policy_gradient_update(lambda p, o: o @ p, config)(state, batch, advantages)
     as64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
     return new_state, metrics, advantages, jax.tree.map(as64, batch), as64(params), as64(reference)
@@ -217,7 +220,7 @@ def written_out_baseline_loss(params, reference, batch, advantages, algorithm, c
         kl = jnp.exp(chosen_ref - chosen) - (chosen_ref - chosen) - 1
     else:  # exact KL(π ‖ π_ref)
         kl = jnp.sum(jnp.exp(log_pi) * (log_pi - log_ref), -1)
-    return jnp.sum(jnp.where(mask, surrogate + 0.4 * kl, 0.0)) / jnp.sum(mask)
+    return jnp.sum(jnp.where(mask, surrogate + KL_COEF * kl, 0.0)) / jnp.sum(mask)
 
 
 @pytest.mark.parametrize("algorithm", ["reinforce", "grpo"])
