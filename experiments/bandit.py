@@ -22,10 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_bandit_arguments(parser)
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/bandit_seeds"))
+    parser.set_defaults(num_seeds=1000)
     args = parser.parse_args(argv)
-    if args.seeds is None and args.num_seeds is None:
-        args.num_seeds = 1000
-    seeds = cli.bandit_seeds(args)
+    seeds = cli.seeds_of(args)
     config = cli.bandit_config(args)
 
     started = time.perf_counter()

@@ -10,12 +10,14 @@ from ftw_jax.occupancy import (
 )
 from ftw_jax.pool import Pool, Trajectory
 from ftw_jax.selection import select_elites, select_elites_masked
-from ftw_jax.update import FTWState, UpdateConfig, make_update
+from ftw_jax.state import PolicyState
+from ftw_jax.update import Sizes, UpdateConfig, make_update
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "FTWState",
+    "PolicyState",
+    "Sizes",
     "Pool",
     "Trajectory",
     "UpdateConfig",

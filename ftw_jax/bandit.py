@@ -21,22 +21,24 @@ from ftw_jax.checks import check_positive_int
 from ftw_jax.envs.bandit import GaussianBandit
 from ftw_jax.policies import TabularPolicy
 from ftw_jax.pool import Trajectory
-from ftw_jax.update import FTWState, UpdateConfig, make_update
+from ftw_jax.settings import setting
+from ftw_jax.state import PolicyState
+from ftw_jax.update import UpdateConfig, make_update
 
 
 @dataclasses.dataclass(frozen=True)
 class BanditConfig:
     """The bandit protocol; every number can be overridden (`ftw-jax bandit --help`)."""
 
-    arm_means: tuple[float, ...] = (1.0, 0.3)
-    noise_sd: float = 0.2
-    num_iterations: int = 240
-    pool_capacity: int = 128
-    batch_size: int = 5  # C
-    num_elites: int = 1  # K
-    num_batches: int = 4  # J
-    kl_coef: float = 0.05
-    learning_rate: float = 0.08
+    arm_means: tuple[float, ...] = setting((1.0, 0.3), "the arms' mean rewards")
+    noise_sd: float = setting(0.2, "sd of the Gaussian reward noise")
+    num_iterations: int = setting(240, "pulls (one per iteration)", flag="iterations")
+    pool_capacity: int = setting(128, "N, the pool's capacity", short="-N")
+    batch_size: int = setting(5, "C, pool entries drawn per minibatch", short="-C")
+    num_elites: int = setting(1, "K, entries kept per minibatch", short="-K")
+    num_batches: int = setting(4, "J, minibatches per update", short="-J")
+    kl_coef: float = setting(0.05, "beta, the weight of KL(pi || uniform)")
+    learning_rate: float = setting(0.08, "SGD's learning rate")
 
     def __post_init__(self):
         self.env  # validates arm_means and noise_sd
@@ -119,7 +121,7 @@ def make_run(config: BanditConfig):
     def run(key: jax.Array) -> dict:
         # Zero logits, so the frozen initial policy is the uniform reference.
         params = {"params": {"logits": jnp.zeros(env.num_actions, jnp.float32)}}
-        state = FTWState.create(params, optimizer, kl_coef=config.kl_coef)
+        state = PolicyState.create(params, optimizer, kl_coef=config.kl_coef)
         pool = pool_lib.init(config.pool_capacity, example)
         keys = jax.random.split(key, config.num_iterations)
         _, (best_probability, expected_reward, metrics) = jax.lax.scan(iteration, (state, pool), keys)

@@ -24,7 +24,7 @@ import scipy.stats
 from ftw_jax import envs
 from ftw_jax.checkpoints import Checkpointer
 from ftw_jax.sweep import make_sweep, run_sweep
-from ftw_jax.train import TrainConfig
+from ftw_jax.train import RUN_FIELDS, TrainConfig, split_overrides
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 10_000
@@ -85,7 +85,8 @@ class Comparison:
 def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates: list[float] | None = None,
             tuning_seeds: list[int] = (), env_options: dict | None = None, overrides: dict | None = None,
             metric: str | None = None, checkpoint_folder: pathlib.Path | None = None,
-            on_period: Callable[[str, str, int, np.ndarray], None] | None = None) -> Comparison:
+            on_period: Callable[[str, str, int, np.ndarray], None] | None = None,
+            log: Callable[[str], None] | None = None) -> Comparison:
     """Runs every algorithm on `env` at the same budget (see the module docstring) and returns their curves.
 
     Args:
@@ -101,7 +102,12 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
         evaluation period; phase is "tune" or "report".
     """
     overrides = dict(overrides or {})
-    base = TrainConfig.for_env(env, **overrides)
+    per_algorithm = {}  # each algorithm's own settings among the overrides, and those of the run
+    for algorithm in algorithms:
+        per_algorithm[algorithm], ignored = split_overrides(algorithm, overrides)
+        if ignored and log:
+            log(f"note: {', '.join(sorted(ignored))} do(es) not apply to {algorithm}; ignored for it.")
+    base = TrainConfig.for_env(env, **{name: value for name, value in overrides.items() if name in RUN_FIELDS})
     learning_rates = list(learning_rates or [base.learning_rate])
     seeds, tuning_seeds = list(seeds), list(tuning_seeds)
     if len(set(algorithms)) != len(algorithms) or not algorithms:
@@ -112,7 +118,7 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
         raise ValueError(f"tuning seeds {sorted(set(seeds) & set(tuning_seeds))} are also reported seeds; "
                          "tune on other seeds.")
     for algorithm in algorithms:  # every algorithm's options are checked before the first one runs
-        make_sweep(env, {"lr": learning_rates}, seeds, env_options, algorithm=algorithm, **overrides)
+        make_sweep(env, {"lr": learning_rates}, seeds, env_options, algorithm=algorithm, **per_algorithm[algorithm])
     if metric not in (None, "success", "return"):
         raise ValueError(f"metric must be 'success' or 'return', got {metric!r}.")
     metric = metric or ("success" if envs.make(env, **dict(env_options or {})).has_success else "return")
@@ -134,13 +140,13 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
         chosen, tuning = learning_rates[0], []
         if len(learning_rates) > 1:
             tuning_sweep = make_sweep(env, {"lr": learning_rates}, tuning_seeds, env_options, algorithm=algorithm,
-                                      **overrides)
+                                      **per_algorithm[algorithm])
             curves = run(algorithm, "tune", tuning_sweep)[metric]
             for rate in learning_rates:
                 members = [i for i, m in enumerate(tuning_sweep.members) if m["lr"] == rate]
                 tuning.append({"learning_rate": rate, "auc_mean": float(curves[members].mean())})
             chosen = max(tuning, key=lambda row: row["auc_mean"])["learning_rate"]
-        sweep = make_sweep(env, {"lr": [chosen]}, seeds, env_options, algorithm=algorithm, **overrides)
+        sweep = make_sweep(env, {"lr": [chosen]}, seeds, env_options, algorithm=algorithm, **per_algorithm[algorithm])
         reported = run(algorithm, "report", sweep)
         results.append(AlgorithmResult(algorithm=algorithm, learning_rate=chosen, curves=reported[metric],
                                        env_steps=reported["env_steps"], seconds=time.perf_counter() - started, tuning=tuning))

@@ -109,3 +109,15 @@ class TransformerPolicy(nn.Module):
         x = nn.LayerNorm()(x)
         logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01))(x)
         return logits if legal is None else jnp.where(legal, logits, ILLEGAL_LOGIT)
+
+
+# Architecture name -> `build(num_outputs, env, config)`; the config gives `hidden_sizes` and `conv_channels`.
+# Which fit an environment is said by its registry entry (`ftw_jax.envs.ENVIRONMENTS`).
+ARCHITECTURES = {
+    "tabular": lambda num_outputs, env, config: TabularPolicy(num_actions=num_outputs),
+    "mlp": lambda num_outputs, env, config: MLPPolicy(num_actions=num_outputs, hidden_sizes=config.hidden_sizes),
+    "conv": lambda num_outputs, env, config: ConvPolicy(num_actions=num_outputs, channels=config.conv_channels,
+                                                        hidden_sizes=config.hidden_sizes),
+    "transformer": lambda num_outputs, env, config: TransformerPolicy(
+        num_actions=num_outputs, vocabulary_size=env.vocabulary_size, max_length=env.max_steps),
+}

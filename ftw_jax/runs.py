@@ -1,7 +1,8 @@
-"""Run folders: the config, per-iteration metrics (JSON lines), a summary and a learning-curve PNG."""
+"""Run folders: the config, per-iteration metrics (JSON lines), CSV tables, a summary, checkpoints."""
 
 from __future__ import annotations
 
+import csv
 import datetime
 import json
 import pathlib
@@ -53,3 +54,37 @@ def keep_rows_up_to(path: pathlib.Path, last_iteration: int) -> None:
         return
     lines = path.read_text().splitlines(keepends=True)
     path.write_text("".join(line for line in lines if json.loads(line)["iteration"] <= last_iteration))
+
+
+def write_csv(path: pathlib.Path, rows: list[dict]) -> None:
+    """Rows (dicts with the same keys) as a CSV file with a header."""
+    with path.open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def open_run(out: pathlib.Path, name: str | None, resume: pathlib.Path | None, default_name: str, fingerprint: dict,
+             *, checkpoint_every: int | None = 1, writer: bool = True):
+    """(run folder, Checkpointer or None): a new folder (`out/name`, or `out/default_name-DATE-TIME`) holding
+    config.json, or the `resume` folder after checking that it was started with the same configuration.
+    `checkpoint_every=None` writes no checkpoints; only the `writer` process writes files."""
+    from ftw_jax.checkpoints import Checkpointer, check_same_config
+
+    if resume:
+        folder = resume
+        if not (folder / "config.json").exists():
+            raise ValueError(f"--resume {folder}: no run there (config.json is missing).")
+        check_same_config(json.loads((folder / "config.json").read_text()), fingerprint, f"the run in {folder}")
+    elif name:
+        folder = out / name
+        if writer and (folder / "config.json").exists():
+            raise ValueError(f"the run folder {folder} already holds a run; pass --resume {folder} to continue it.")
+    else:
+        folder = new_run_folder(out, default_name)
+    if writer:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_json(folder / "config.json", fingerprint)
+    checkpointer = (None if checkpoint_every is None
+                    else Checkpointer(folder / "checkpoints", fingerprint, every=checkpoint_every))
+    return folder, checkpointer

@@ -19,19 +19,12 @@ from ftw_jax import diagnostics, losses
 from ftw_jax import pool as pool_lib
 from ftw_jax.checks import check_positive_int
 from ftw_jax.occupancy import check_sizes
-from ftw_jax.selection import ELITE_RULES, select_elites_masked
+from ftw_jax.selection import select_elites_masked
+from ftw_jax.settings import check_choices, setting
+from ftw_jax.state import PolicyState, select_tree
 
 # apply_fn(params, observation) -> [T, A] logits for one trajectory's observation pytree (leaves [T, ...]).
 ApplyFn = Callable[[Any, Any], jax.Array]
-
-_CHOICES = {
-    "reference": ("initial", "previous"),
-    "kl_direction": ("policy_to_reference", "reference_to_policy"),
-    "normalisation": ("token", "trajectory"),
-    "elite_path": ("auto", "gather", "counts"),
-    "elite_rule": ELITE_RULES,
-}
-
 
 @dataclasses.dataclass(frozen=True)
 class UpdateConfig:
@@ -69,27 +62,28 @@ class UpdateConfig:
         staleness 0, 1, ..., the last bin counting everything from bins − 1 up.
     """
 
-    pool_capacity: int
-    num_batches: int
-    batch_size: int
-    num_elites: int
-    reference: Literal["initial", "previous"] = "initial"
-    kl_direction: Literal["policy_to_reference", "reference_to_policy"] = "policy_to_reference"
-    normalisation: Literal["token", "trajectory"] = "token"
-    elite_path: Literal["auto", "gather", "counts"] = "auto"
-    elite_rule: Literal["top_k", "beat_minimum"] = "top_k"
-    max_staleness: int | None = None
-    importance_weight_cap: float | None = None
-    monitor_entries: int = 16
-    monitor_discount: float = 0.99
-    staleness_histogram_bins: int = 0
+    pool_capacity: int = setting(64, "N, the pool's capacity", axis="N")
+    num_batches: int = setting(16, "J, minibatches per update", axis="J")
+    batch_size: int = setting(8, "C, pool entries drawn (without replacement) per minibatch", axis="C")
+    num_elites: int = setting(2, "K, entries kept per minibatch", axis="K")
+    reference: Literal["initial", "previous"] = setting("initial", "the KL's reference policy")
+    kl_direction: Literal["policy_to_reference", "reference_to_policy"] = setting(
+        "policy_to_reference", "KL(pi || pi_ref) or KL(pi_ref || pi)")
+    normalisation: Literal["token", "trajectory"] = setting("token", "average over kept steps, or per trajectory first")
+    elite_path: Literal["auto", "gather", "counts"] = setting("auto", "how repeated elites are paid for")
+    elite_rule: Literal["top_k", "beat_minimum"] = setting(
+        "top_k", "top_k, or beat_minimum: only elites above their minibatch's lowest return")
+    max_staleness: int | None = setting(None, "evict pool entries played more than V policy versions ago "
+                                        "(default: FIFO only)")
+    importance_weight_cap: float | None = setting(None, "weight elites by min(w, c), w = pi(traj)/q(traj) (experiment)")
+    monitor_entries: int = setting(16, "pool entries for the per-update KL / TV monitor (0: off)")
+    monitor_discount: float = setting(0.99, "gamma of the logged TRPO penalty term")
+    staleness_histogram_bins: int = setting(0, "log the pool's staleness histogram with this many bins (0: off)")
 
     def __post_init__(self):
         check_sizes(self.pool_capacity, self.batch_size, self.num_elites)
         check_positive_int("num_batches (J)", self.num_batches)
-        for name, allowed in _CHOICES.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}.")
+        check_choices(self)
         if self.max_staleness is not None and not (isinstance(self.max_staleness, int) and self.max_staleness >= 0):
             raise ValueError(f"max_staleness must be None or an int >= 0, got {self.max_staleness!r}.")
         if self.importance_weight_cap is not None and not self.importance_weight_cap > 0:
@@ -108,65 +102,59 @@ class UpdateConfig:
 
 
 @flax.struct.dataclass
-class FTWState:
-    """Everything the update changes, plus the optimizer that changes it (static)."""
+class Sizes:
+    """N, J, C, K of an update: Python ints, or int32 arrays inside the config's sizes, which are then maxima
+    (a sweep vmaps over them; `select_elites_masked`, `pool.init`'s `slots_in_use`)."""
 
-    params: Any
-    opt_state: optax.OptState
-    reference_params: Any
-    kl_coef: jax.Array  # [] float32: β, an array so that sweeps can vmap over it
-    version: jax.Array  # [] int32: updates applied so far, the policy version
-    optimizer: optax.GradientTransformation = flax.struct.field(pytree_node=False)
+    pool_capacity: Any  # N: the pool's slots in use (read when the pool is created)
+    num_batches: Any  # J
+    batch_size: Any  # C
+    num_elites: Any  # K
 
     @classmethod
-    def create(cls, params: Any, optimizer: optax.GradientTransformation, *, kl_coef: float = 0.0) -> "FTWState":
-        return cls(
-            params=params,
-            opt_state=optimizer.init(params),
-            reference_params=params,
-            kl_coef=jnp.asarray(kl_coef, jnp.float32),
-            version=jnp.zeros((), jnp.int32),
-            optimizer=optimizer,
-        )
+    def of(cls, config: "UpdateConfig") -> "Sizes":
+        return cls(config.pool_capacity, config.num_batches, config.batch_size, config.num_elites)
 
 
-def all_finite(tree) -> jax.Array:
-    """Whether every leaf of `tree` is finite ([] bool)."""
-    return jnp.all(jnp.asarray([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))
+@flax.struct.dataclass
+class Selection:
+    """What the select phase hands the loss: the trajectories and their weights, and what the diagnostics read."""
+
+    trajectories: pool_lib.Trajectory  # [M, T, ...]: the kept ones (gathered), or the whole pool (counts path)
+    weights: jax.Array  # [M] float32: how often each was kept
+    elites: jax.Array  # [J·K] int32 pool indices (0 for an unfilled slot)
+    filled: jax.Array  # [J·K] bool: the slot holds an elite
+    counts: jax.Array  # [N] float32: how often each pool entry was kept
+    valid: jax.Array  # [N] bool: entries selection could draw
+    staleness: jax.Array  # [N] int32: versions since each entry was played
 
 
-def select_tree(condition: jax.Array, on_true, on_false):
-    """`on_true` where `condition`, else `on_false`, leaf by leaf (a skipped step keeps the old tree)."""
-    return jax.tree.map(lambda a, b: jnp.where(condition, a, b), on_true, on_false)
+def select(config: UpdateConfig, pool: pool_lib.Pool, version: jax.Array, key: jax.Array, sizes: Sizes) -> Selection:
+    """Phase 1: J C-subsets of the valid pool entries, the top K of each, as the loss will read them."""
+    staleness = diagnostics.staleness(version, pool.trajectories.behaviour_version, pool.trajectories.mask)  # [N]
+    valid = pool_lib.valid_mask(pool)
+    if config.max_staleness is not None:
+        valid = valid & (staleness <= config.max_staleness)
+    elites = select_elites_masked(
+        key, pool.trajectories.episode_return, valid, (sizes.num_batches, sizes.batch_size, sizes.num_elites),
+        max_batches=config.num_batches, max_batch_size=config.batch_size, max_elites=config.num_elites,
+        rule=config.elite_rule,
+    ).reshape(config.num_batches * config.num_elites)
+    filled = elites >= 0
+    elites = jnp.maximum(elites, 0)
+    counts = jnp.zeros(config.pool_capacity, jnp.float32).at[elites].add(filled)  # [N]
+    if config.uses_counts:  # every entry once, weighted by its count: no repeated forward passes
+        trajectories, weights = pool.trajectories, counts
+    else:
+        trajectories = jax.tree.map(lambda leaf: leaf[elites], pool.trajectories)
+        weights = filled.astype(jnp.float32)
+    return Selection(trajectories=trajectories, weights=weights, elites=elites, filled=filled, counts=counts,
+                     valid=valid, staleness=staleness)
 
 
-def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, pool_lib.Pool, jax.Array], tuple]:
-    """Builds the jitted FTW update `(state, pool, key[, sizes]) -> (state, metrics)`.
-
-    One call selects J·K elites (`select_elites`), computes
-
-        L(θ) = mean over kept steps of [−log π_θ(a_t | h_t)] + β · mean of KL(π_θ ‖ π_ref)(h_t)
-
-    (repeats counted; see `UpdateConfig` for the normalisation and KL options), and applies one step of
-    `state.optimizer`. It is a no-op (params, optimizer state and version unchanged; `metrics["applied"]`
-    False) while the pool holds fewer than C valid entries, when the loss or any gradient or update is not
-    finite (`metrics["nonfinite"]` True), and when no elite is kept (possible under "beat_minimum"). The key
-    is consumed.
-
-    `sizes`, an int32 [3] array (J, C, K), runs the update for those sizes inside the config's, which are then
-    maxima (`select_elites_masked`): one compiled update serves a grid of sizes, e.g. vmapped in a sweep.
-    Without it the config's sizes are used.
-
-    Args:
-      apply_fn: `apply_fn(params, observation) -> [T, A] logits` for one trajectory.
-      config: the static sizes and options.
-
-    Returns:
-      The update, compiled as one jit (it traces once per pool/state structure).
-    """
-    if not isinstance(config, UpdateConfig):
-        raise ValueError(f"config must be an UpdateConfig, got {type(config).__name__}.")
-    num_kept = config.num_batches * config.num_elites
+def make_loss(apply_fn: ApplyFn, config: UpdateConfig):
+    """Phase 2: `loss(params, reference_params, kl_coef, trajectories [M], weights [M]) -> (loss, (terms,
+    log importance weights [M]))`: cross-entropy + β·KL over the kept steps, averaged as configured."""
 
     def step_losses(params, reference_params, trajectory):
         logits = apply_fn(params, trajectory.observation)
@@ -193,7 +181,7 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
         trajectory_weights = jnp.where(steps > 0, jnp.max(step_weights, axis=1), 0.0)
         return jnp.sum(per_trajectory * trajectory_weights) / jnp.maximum(jnp.sum(trajectory_weights), 1e-12)
 
-    def loss_fn(params, reference_params, kl_coef, trajectories, weights):
+    def loss(params, reference_params, kl_coef, trajectories, weights):
         per_step = jax.vmap(step_losses, in_axes=(None, None, 0))(params, reference_params, trajectories)
         log_weights = diagnostics.log_importance_ratio(  # [M] log π_θ(τ) / q(τ), no gradient through it
             jax.lax.stop_gradient(-per_step["cross_entropy"]), trajectories.behaviour_logp, trajectories.mask)
@@ -201,11 +189,51 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
             weights = weights * jnp.minimum(jnp.exp(log_weights), config.importance_weight_cap)
         step_weights = weights[:, None] * trajectories.mask
         terms = {name: average(value, step_weights) for name, value in per_step.items()}
-        loss = terms["cross_entropy"] + kl_coef * terms["kl"]
-        return loss, (terms, log_weights)
+        return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, log_weights)
 
-    def trust_region(old_params, new_params, pool: pool_lib.Pool) -> dict:
-        """KL(π_old ‖ π_new) and total variation on the policy steps of `monitor_entries` evenly spaced entries."""
+    return loss
+
+
+def apply_step(config: UpdateConfig, state: PolicyState, grads, loss: jax.Array, ready: jax.Array):
+    """Phase 3: one optimizer step if `ready` and everything is finite; "previous" moves the reference along."""
+    new_state, applied, finite = state.apply_if_finite(grads, loss, ready)
+    if config.reference == "previous":
+        new_state = new_state.replace(reference_params=select_tree(applied, state.params, state.reference_params))
+    return new_state, applied, finite
+
+
+def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: jax.Array, sizes: Sizes) -> dict:
+    """Phase 4a: what was kept, from where in the pool, how stale, and how far off-policy (before the step)."""
+    returns = pool.trajectories.episode_return
+    filled, filled_slots = selection.filled, pool_lib.valid_mask(pool)
+    elite_returns, elite_staleness = returns[selection.elites], selection.staleness[selection.elites]
+    kept, slots = jnp.maximum(jnp.sum(filled), 1), sizes.num_batches * sizes.num_elites
+    pool_entries = jnp.maximum(pool.size, 1)
+    weights = selection.weights
+    return {
+        "elite_return_mean": jnp.sum(jnp.where(filled, elite_returns, 0.0)) / kept,
+        "elite_return_min": jnp.min(jnp.where(filled, elite_returns, jnp.inf)),
+        "unique_elite_fraction": jnp.sum(selection.counts > 0) / slots,
+        "kept_fraction": jnp.sum(filled) / slots,  # < 1 only under beat_minimum
+        "pool_size": pool.size,
+        "pool_return_mean": jnp.sum(jnp.where(filled_slots, returns, 0.0)) / pool_entries,
+        # Staleness: the current version (before this step) minus the version that played the entry.
+        "pool_staleness_mean": jnp.sum(jnp.where(filled_slots, selection.staleness, 0)) / pool_entries,
+        "pool_staleness_max": jnp.max(jnp.where(filled_slots, selection.staleness, 0)),
+        "elite_staleness_mean": jnp.sum(jnp.where(filled, elite_staleness, 0)) / kept,
+        "elite_staleness_max": jnp.max(jnp.where(filled, elite_staleness, 0)),
+        "usable_fraction": jnp.sum(selection.valid) / pool_entries,  # < 1 only with max_staleness
+        # Importance ratios π_θ(τ) / q(τ) of the kept trajectories (θ before this step), repeats counted.
+        "elite_log_weight_mean": jnp.sum(weights * log_weights) / jnp.maximum(jnp.sum(weights), 1),
+        "elite_ess_fraction": diagnostics.effective_sample_size(log_weights, weights) / jnp.maximum(jnp.sum(weights), 1),
+    }
+
+
+def make_trust_region(apply_fn: ApplyFn, config: UpdateConfig):
+    """Phase 4b: `monitor(old_params, new_params, pool) -> metrics`, KL(π_old ‖ π_new) and total variation on the
+    policy steps of `monitor_entries` evenly spaced pool entries, and the TRPO penalty term they imply."""
+
+    def monitor(old_params, new_params, pool: pool_lib.Pool) -> dict:
         picks = (jnp.arange(config.monitor_entries) * pool.size) // config.monitor_entries
         monitored = jax.tree.map(lambda leaf: leaf[picks], pool.trajectories)
         logits = lambda params: jax.vmap(apply_fn, in_axes=(None, 0))(params, monitored.observation)  # noqa: E731
@@ -219,95 +247,64 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[FTWState, 
                 "policy_tv_mean": jnp.sum(tv) / steps, "policy_tv_max": jnp.max(tv),
                 "trpo_penalty": diagnostics.trpo_penalty(jnp.max(tv), largest_return, config.monitor_discount)}
 
-    def update(state: FTWState, pool: pool_lib.Pool, key: jax.Array, sizes: jax.Array | None = None):
+    return monitor
+
+
+def staleness_histogram(pool: pool_lib.Pool, staleness: jax.Array, bins: int) -> jax.Array:
+    """[bins] int32: valid entries by staleness 0, 1, ..., the last bin counting everything from bins − 1 up."""
+    return jnp.zeros(bins, jnp.int32).at[jnp.minimum(staleness, bins - 1)].add(pool_lib.valid_mask(pool).astype(jnp.int32))
+
+
+def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[PolicyState, pool_lib.Pool, jax.Array], tuple]:
+    """Builds the jitted FTW update `(state, pool, key[, sizes]) -> (state, metrics)`.
+
+    One call selects J·K elites (`select_elites`), computes
+
+        L(θ) = mean over kept steps of [−log π_θ(a_t | h_t)] + β · mean of KL(π_θ ‖ π_ref)(h_t)
+
+    (repeats counted; see `UpdateConfig` for the normalisation and KL options), and applies one step of
+    `state.optimizer`. It is a no-op (params, optimizer state and version unchanged; `metrics["applied"]`
+    False) while the pool holds fewer than C valid entries, when the loss or any gradient or update is not
+    finite (`metrics["nonfinite"]` True), and when no elite is kept (possible under "beat_minimum"). The key
+    is consumed. Its phases are `select`, `make_loss`, `apply_step` and the diagnostics.
+
+    `sizes` (`Sizes`, int32 arrays) runs the update for those J, C, K inside the config's, which are then
+    maxima (`select_elites_masked`): one compiled update serves a grid of sizes, e.g. vmapped in a sweep.
+    Without it the config's sizes are used.
+
+    Args:
+      apply_fn: `apply_fn(params, observation) -> [T, A] logits` for one trajectory.
+      config: the static sizes and options.
+
+    Returns:
+      The update, compiled as one jit (it traces once per pool/state structure).
+    """
+    if not isinstance(config, UpdateConfig):
+        raise ValueError(f"config must be an UpdateConfig, got {type(config).__name__}.")
+    loss_fn = make_loss(apply_fn, config)
+    trust_region = make_trust_region(apply_fn, config)
+
+    def update(state: PolicyState, pool: pool_lib.Pool, key: jax.Array, sizes: Sizes | None = None):
         # Runs while tracing, so a mismatch fails before any work.
         if not isinstance(pool, pool_lib.Pool) or pool.capacity != config.pool_capacity:
             capacity = pool.capacity if isinstance(pool, pool_lib.Pool) else type(pool).__name__
             raise ValueError(f"the update was built for a pool of capacity {config.pool_capacity}, got {capacity}.")
-        returns = pool.trajectories.episode_return
-        if sizes is None:
-            num_batches, batch_size, num_elites = config.num_batches, config.batch_size, config.num_elites
-        else:
-            chex.assert_shape(sizes, (3,))
-            num_batches, batch_size, num_elites = sizes[0], sizes[1], sizes[2]
-        filled_slots = pool_lib.valid_mask(pool)
-        entry_staleness = diagnostics.staleness(state.version, pool.trajectories.behaviour_version,
-                                                pool.trajectories.mask)  # [N]
-        valid = filled_slots
-        if config.max_staleness is not None:
-            valid = valid & (entry_staleness <= config.max_staleness)
-        elites = select_elites_masked(
-            key,
-            returns,
-            valid,
-            (num_batches, batch_size, num_elites),
-            max_batches=config.num_batches,
-            max_batch_size=config.batch_size,
-            max_elites=config.num_elites,
-            rule=config.elite_rule,
-        ).reshape(num_kept)
-        filled = elites >= 0
-        safe_elites = jnp.maximum(elites, 0)
-        counts = jnp.zeros(config.pool_capacity, jnp.float32).at[safe_elites].add(filled)  # [N]
-        if config.uses_counts:
-            trajectories, weights = pool.trajectories, counts
-        else:
-            trajectories = jax.tree.map(lambda leaf: leaf[safe_elites], pool.trajectories)
-            weights = filled.astype(jnp.float32)
-        chex.assert_rank(weights, 1)
-
+        sizes = Sizes.of(config) if sizes is None else sizes
+        selection = select(config, pool, state.version, key, sizes)
         (loss, (terms, log_weights)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, state.reference_params, state.kl_coef, trajectories, weights
+            state.params, state.reference_params, state.kl_coef, selection.trajectories, selection.weights
         )
-        updates, opt_state = state.optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-
-        ready = jnp.sum(valid) >= batch_size
-        finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(updates)
-        applied = ready & finite & jnp.any(filled)  # nothing kept: no step (Adam's momentum would still move)
-        reference_params = state.reference_params
-        if config.reference == "previous":
-            reference_params = select_tree(applied, state.params, reference_params)
-        new_state = state.replace(
-            params=select_tree(applied, params, state.params),
-            opt_state=select_tree(applied, opt_state, state.opt_state),
-            reference_params=reference_params,
-            version=state.version + applied.astype(jnp.int32),
-        )
-        elite_returns = returns[safe_elites]
-        kept = jnp.maximum(jnp.sum(filled), 1)
-        elite_staleness = entry_staleness[safe_elites]
-        pool_entries = jnp.maximum(pool.size, 1)
-        metrics = {
-            "loss": loss,
-            **terms,
-            "elite_return_mean": jnp.sum(jnp.where(filled, elite_returns, 0.0)) / jnp.maximum(jnp.sum(filled), 1),
-            "elite_return_min": jnp.min(jnp.where(filled, elite_returns, jnp.inf)),
-            "unique_elite_fraction": jnp.sum(counts > 0) / (num_batches * num_elites),
-            "kept_fraction": jnp.sum(filled) / (num_batches * num_elites),  # < 1 only under beat_minimum
-            "pool_size": pool.size,
-            "pool_return_mean": jnp.sum(jnp.where(filled_slots, returns, 0.0)) / pool_entries,
-            # Staleness: the current version (before this step) minus the version that played the entry.
-            "pool_staleness_mean": jnp.sum(jnp.where(filled_slots, entry_staleness, 0)) / pool_entries,
-            "pool_staleness_max": jnp.max(jnp.where(filled_slots, entry_staleness, 0)),
-            "elite_staleness_mean": jnp.sum(jnp.where(filled, elite_staleness, 0)) / kept,
-            "elite_staleness_max": jnp.max(jnp.where(filled, elite_staleness, 0)),
-            "usable_fraction": jnp.sum(valid) / pool_entries,  # < 1 only with max_staleness
-            # Importance ratios π_θ(τ) / q(τ) of the kept trajectories (θ before this step), repeats counted.
-            "elite_log_weight_mean": jnp.sum(weights * log_weights) / jnp.maximum(jnp.sum(weights), 1),
-            "elite_ess_fraction": diagnostics.effective_sample_size(log_weights, weights) / jnp.maximum(jnp.sum(weights), 1),
-            "grad_norm": optax.tree_utils.tree_norm(grads),
-            "ready": ready,
-            "nonfinite": ~finite,
-            "applied": applied,
-            "version": new_state.version,
-        }
+        ready = jnp.sum(selection.valid) >= sizes.batch_size
+        # Nothing kept: no step (Adam's momentum would still move the params).
+        new_state, applied, finite = apply_step(config, state, grads, loss, ready & jnp.any(selection.filled))
+        metrics = {"loss": loss, **terms, **selection_metrics(pool, selection, log_weights, sizes),
+                   "grad_norm": optax.tree_utils.tree_norm(grads), "ready": ready, "nonfinite": ~finite,
+                   "applied": applied, "version": new_state.version}
         if config.monitor_entries:
             metrics.update(trust_region(state.params, new_state.params, pool))
         if config.staleness_histogram_bins:
-            bins = config.staleness_histogram_bins
-            metrics["pool_staleness_histogram"] = jnp.zeros(bins, jnp.int32).at[
-                jnp.minimum(entry_staleness, bins - 1)].add(filled_slots.astype(jnp.int32))
+            metrics["pool_staleness_histogram"] = staleness_histogram(pool, selection.staleness,
+                                                                      config.staleness_histogram_bins)
         return new_state, metrics
 
     return jax.jit(update)

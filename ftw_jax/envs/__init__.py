@@ -1,4 +1,16 @@
-"""Functional, jittable environments, and `make(name, **options)` for the ones the CLI knows."""
+"""Functional, jittable environments, and the registry of those the training program knows by name.
+
+    entry = ENVIRONMENTS["sokoban"]      # its factory, the policy architectures that fit it, its defaults
+    env = make("sokoban", reward="binary")
+
+A new environment is its module and one `EnvEntry` here; nothing else tests an environment's name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping
 
 from ftw_jax.envs.bandit import GaussianBandit
 from ftw_jax.envs.base import Environment
@@ -6,22 +18,55 @@ from ftw_jax.envs.gymnax_adapter import GymnaxEnvironment
 from ftw_jax.envs.search import SearchTask
 from ftw_jax.envs.sokoban import Sokoban
 
-_GYMNAX_NAMES = {"cartpole": "CartPole-v1"}
+
+@dataclasses.dataclass(frozen=True)
+class EnvEntry:
+    """One environment of the registry."""
+
+    make: Callable[..., Environment]  # options -> the environment
+    policies: tuple[str, ...]  # the policy architectures that fit its observations (`policies.ARCHITECTURES`), the first the default
+    defaults: Mapping[str, Any]  # training settings (`TrainConfig` or algorithm fields) that train it in seconds to minutes on 2 CPU cores
+
+
+def _gymnax(name: str, **options) -> GymnaxEnvironment:
+    if options:
+        raise ValueError(f"{name} takes no options, got {sorted(options)}.")
+    return GymnaxEnvironment(name)
+
+
+ENVIRONMENTS: dict[str, EnvEntry] = {
+    "bandit": EnvEntry(GaussianBandit, ("tabular",), dict(
+        num_iterations=240, episodes_per_iteration=1, pool_capacity=128, num_batches=4, batch_size=5,
+        num_elites=1, optimizer="sgd", learning_rate=0.08, kl_coef=0.05, eval_every=24, eval_episodes=64,
+    )),
+    "cartpole": EnvEntry(functools.partial(_gymnax, "CartPole-v1"), ("mlp",), {}),  # the TrainConfig defaults
+    "sokoban": EnvEntry(Sokoban, ("conv", "mlp"), dict(
+        num_iterations=300, episodes_per_iteration=64, pool_capacity=512, num_batches=128, batch_size=4,
+        num_elites=1, optimizer="adam", learning_rate=3e-3, kl_coef=0.0, eval_every=20, eval_episodes=256,
+        updates_per_iteration=4, conv_channels=(16, 16), hidden_sizes=(128,),
+    )),
+    "search": EnvEntry(SearchTask, ("transformer",), dict(
+        num_iterations=400, episodes_per_iteration=128, pool_capacity=512, num_batches=32, batch_size=32,
+        num_elites=1, optimizer="adam", learning_rate=3e-3, kl_coef=0.5, kl_coef_final=0.0, eval_every=40,
+        eval_episodes=256, updates_per_iteration=4,
+    )),
+}
+
+
+def entry(name: str) -> EnvEntry:
+    """The registry entry of `name`; a ValueError naming the choices otherwise."""
+    if name not in ENVIRONMENTS:
+        raise ValueError(f"unknown environment {name!r}; expected one of {sorted(ENVIRONMENTS)}.")
+    return ENVIRONMENTS[name]
 
 
 def make(name: str, **options) -> Environment:
-    """An environment by CLI name: "bandit", "cartpole" (gymnax), "sokoban" or "search"; options go to its class."""
-    if name == "bandit":
-        return GaussianBandit(**options)
-    if name == "sokoban":
-        return Sokoban(**options)
-    if name == "search":
-        return SearchTask(**options)
-    if name in _GYMNAX_NAMES:
-        if options:
-            raise ValueError(f"{name} takes no options, got {sorted(options)}.")
-        return GymnaxEnvironment(_GYMNAX_NAMES[name])
-    raise ValueError(f"unknown environment {name!r}; expected one of {['bandit', *_GYMNAX_NAMES, 'sokoban', 'search']}.")
+    """An environment by registry name; options go to its class (a ValueError names one it does not take)."""
+    try:
+        return entry(name).make(**options)
+    except TypeError as error:  # an option the environment does not have
+        raise ValueError(f"bad options for {name}: {error}") from None
 
 
-__all__ = ["Environment", "GaussianBandit", "GymnaxEnvironment", "SearchTask", "Sokoban", "make"]
+__all__ = ["ENVIRONMENTS", "EnvEntry", "Environment", "GaussianBandit", "GymnaxEnvironment", "SearchTask", "Sokoban",
+           "entry", "make"]

@@ -1,0 +1,92 @@
+"""What an algorithm is to the training program: its settings, its learner state and its `learn` step.
+
+An algorithm module declares its config (a frozen dataclass of `ftw_jax.settings.setting` fields) and
+`make_learner(config, context) -> Learner`, and is one line of the registry (`ftw_jax.algos.ALGORITHMS`).
+The training program plays episodes with `state.policy` and hands every batch to `learn`; it never asks
+which algorithm it runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import flax.linen as nn
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from ftw_jax.pool import Trajectory
+from ftw_jax.settings import setting
+from ftw_jax.state import PolicyState
+
+
+def updates_per_iteration_setting():
+    """U, declared by every algorithm that takes several steps per batch."""
+    return setting(1, "U, updates per iteration (FTW: from the pool; GRPO: steps on the batch; PPO: epochs)")
+
+
+@flax.struct.dataclass
+class Hyperparameters:
+    """What may differ between the members of one compiled program (a sweep vmaps over these)."""
+
+    kl_coef: jax.Array  # [] float32: β at the start (it decays to `kl_coef_final` if that is set)
+    learning_rate: jax.Array  # [] float32
+    algorithm: Any = None  # the algorithm's own (FTW: its `Sizes`, inside the config's maxima)
+
+
+def with_learning_rate(opt_state: Any, learning_rate: jax.Array) -> Any:
+    """An `optax.inject_hyperparams` state with its learning rate set (a member's own, in a sweep)."""
+    opt_state.hyperparams["learning_rate"] = jnp.asarray(learning_rate, jnp.float32)
+    return opt_state
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What the training program gives an algorithm."""
+
+    policy: nn.Module  # policy.apply(params, observation [T, ...]) -> logits [T, A]
+    make_network: Callable[[int], nn.Module]  # the policy's architecture with that many outputs (a critic: 1)
+    optimizer: optax.GradientTransformation  # its learning rate injected (`optax.inject_hyperparams`)
+    example: Trajectory  # an all-zero trajectory [T, ...]: the shapes `learn` receives, batched
+    episodes_per_iteration: int  # B
+
+    def init_policy(self, key: jax.Array, observation: Any, hyperparameters: Hyperparameters) -> PolicyState:
+        """Fresh policy params (the KL's reference), the optimizer at the member's learning rate, β."""
+        state = PolicyState.create(self.policy.init(key, observation), self.optimizer, kl_coef=hyperparameters.kl_coef)
+        return state.replace(opt_state=with_learning_rate(state.opt_state, hyperparameters.learning_rate))
+
+
+@dataclasses.dataclass(frozen=True)
+class Learner:
+    """An algorithm built for one environment and policy.
+
+    init(key, observation [1, ...], hyperparameters) -> state, a pytree whose `policy` is a `PolicyState`.
+    learn(state, batch [B, T, ...], key, hyperparameters) -> (state, metrics with leaves [U], one per step).
+    """
+
+    init: Callable[[jax.Array, Any, Hyperparameters], Any]
+    learn: Callable[[Any, Trajectory, jax.Array, Hyperparameters], tuple[Any, dict]]
+    group_size: int = 1  # episodes of a batch that share a start state (GRPO's G)
+
+
+def _no_check(config: Any, episodes_per_iteration: int) -> None:
+    del config, episodes_per_iteration
+
+
+def _no_hyperparameters(config: Any) -> None:
+    del config
+
+
+@dataclasses.dataclass(frozen=True)
+class Algorithm:
+    """One registry entry."""
+
+    name: str
+    config: type  # its settings: a frozen dataclass whose fields are `setting`s
+    make_learner: Callable[[Any, Context], Learner]
+    # The config's sweepable values as arrays (`Hyperparameters.algorithm`); None: nothing of its own.
+    hyperparameters: Callable[[Any], Any] = _no_hyperparameters
+    # Refuses a config that does not fit B episodes per iteration (raises ValueError).
+    check: Callable[[Any, int], None] = _no_check

@@ -1,0 +1,67 @@
+"""FTW (Algorithm 2) as the training program runs it: every batch goes into the pool, then U updates.
+
+Each update selects from the whole pool (`ftw_jax.update.make_update`), so the learner state is the policy
+and the pool; the sweepable sizes N, J, C, K arrive as `Hyperparameters.algorithm` (a `Sizes`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+from ftw_jax import pool as pool_lib
+from ftw_jax.algos.base import Algorithm, Context, updates_per_iteration_setting, Hyperparameters, Learner
+from ftw_jax.checks import check_positive_int
+from ftw_jax.settings import setting
+from ftw_jax.state import PolicyState
+from ftw_jax.update import Sizes, UpdateConfig, make_update
+
+
+@dataclasses.dataclass(frozen=True)
+class FTWConfig(UpdateConfig):
+    """The update's settings (`UpdateConfig`) and how many updates follow each batch."""
+
+    updates_per_iteration: int = updates_per_iteration_setting()
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_positive_int("updates_per_iteration", self.updates_per_iteration)
+
+
+@flax.struct.dataclass
+class FTWLearnerState:
+    policy: PolicyState
+    pool: pool_lib.Pool
+
+
+def make_learner(config: FTWConfig, context: Context) -> Learner:
+    update = make_update(context.policy.apply, config)
+
+    def init(key: jax.Array, observation, hyperparameters: Hyperparameters) -> FTWLearnerState:
+        pool = pool_lib.init(config.pool_capacity, context.example,
+                             slots_in_use=hyperparameters.algorithm.pool_capacity)
+        return FTWLearnerState(policy=context.init_policy(key, observation, hyperparameters), pool=pool)
+
+    def learn(state: FTWLearnerState, batch, key: jax.Array, hyperparameters: Hyperparameters):
+        pool = pool_lib.add(state.pool, batch)
+        policy, metrics = jax.lax.scan(lambda policy, k: update(policy, pool, k, hyperparameters.algorithm),
+                                       state.policy, jax.random.split(key, config.updates_per_iteration))
+        return FTWLearnerState(policy=policy, pool=pool), metrics
+
+    return Learner(init=init, learn=learn)
+
+
+def sizes(config: FTWConfig) -> Sizes:
+    return jax.tree.map(lambda size: jnp.asarray(size, jnp.int32), Sizes.of(config))
+
+
+def check(config: FTWConfig, episodes_per_iteration: int) -> None:
+    if episodes_per_iteration > config.pool_capacity:
+        raise ValueError(f"episodes_per_iteration (B={episodes_per_iteration}) must be <= pool_capacity "
+                         f"(N={config.pool_capacity}).")
+
+
+ALGORITHM = Algorithm(name="ftw", config=FTWConfig, make_learner=make_learner, hyperparameters=sizes, check=check)

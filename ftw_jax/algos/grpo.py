@@ -1,0 +1,78 @@
+"""GRPO: groups of G episodes sharing a start state, group-relative advantages, U clipped steps + β·k3 KL.
+
+A_i = (R_i − mean of its group) / (sd of its group + ε), or un-normalised R_i − mean of its group; the
+surrogate is PPO's clipped ratio to the behaviour policy, and the KL term the k3 estimate at the sampled
+actions (docs/baselines.md says what that estimate's gradient is).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from ftw_jax.algos.base import Algorithm, Context, updates_per_iteration_setting, Learner
+from ftw_jax.algos.policy_gradient import (ADVANTAGE_EPSILON, BatchLearnerState, clip_epsilon_setting, make_policy_gradient_update,
+                                           repeated_steps)
+from ftw_jax.checks import check_positive_int
+from ftw_jax.settings import setting
+
+
+def group_advantages(returns: jax.Array, group_size: int, *, normalise: bool = True) -> jax.Array:
+    """(R_i − mean of its group) / (sd of its group + ε), or without the division. Groups are consecutive.
+
+    Args:
+      returns: [B] with B a multiple of `group_size`.
+      group_size: G.
+      normalise: divide by the group's standard deviation (GRPO as published) or not.
+
+    Returns:
+      [B]; a group of equal returns gets advantage 0 either way.
+    """
+    chex.assert_rank(returns, 1)
+    if returns.shape[0] % group_size:
+        raise ValueError(f"B={returns.shape[0]} returns do not split into groups of G={group_size}.")
+    grouped = returns.reshape(-1, group_size)
+    centred = grouped - jnp.mean(grouped, axis=1, keepdims=True)
+    if normalise:
+        centred = centred / (jnp.std(grouped, axis=1, keepdims=True) + ADVANTAGE_EPSILON)
+    return centred.reshape(-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class GRPOConfig:
+    updates_per_iteration: int = updates_per_iteration_setting()
+    group_size: int = setting(8, "GRPO: G episodes per start state (B a multiple of G)")
+    normalise_advantages: bool = setting(True, "GRPO: divide advantages by the group's sd")
+    clip_epsilon: float = clip_epsilon_setting()
+
+    def __post_init__(self):
+        check_positive_int("updates_per_iteration", self.updates_per_iteration)
+        if not (isinstance(self.group_size, int) and self.group_size >= 2):
+            raise ValueError(f"group_size must be an int >= 2, got {self.group_size!r}.")
+        if not 0 < self.clip_epsilon < 1:
+            raise ValueError(f"clip_epsilon must be in (0, 1), got {self.clip_epsilon!r}.")
+
+
+def make_learner(config: GRPOConfig, context: Context) -> Learner:
+    update = make_policy_gradient_update(context.policy.apply, clip_epsilon=config.clip_epsilon, kl_estimate="k3")
+
+    def init(key, observation, hyperparameters):
+        return BatchLearnerState(policy=context.init_policy(key, observation, hyperparameters))
+
+    def learn(state, batch, key, hyperparameters):
+        advantages = group_advantages(batch.episode_return, config.group_size, normalise=config.normalise_advantages)
+        return repeated_steps(update, state, batch, advantages, config.updates_per_iteration)
+
+    return Learner(init=init, learn=learn, group_size=config.group_size)
+
+
+def check(config: GRPOConfig, episodes_per_iteration: int) -> None:
+    if episodes_per_iteration % config.group_size:
+        raise ValueError(f"episodes_per_iteration (B={episodes_per_iteration}) must be a multiple of "
+                         f"group_size (G={config.group_size}) for GRPO.")
+
+
+ALGORITHM = Algorithm(name="grpo", config=GRPOConfig, make_learner=make_learner, check=check)

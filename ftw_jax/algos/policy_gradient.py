@@ -1,0 +1,114 @@
+"""The policy-gradient step the baselines share: a surrogate on advantages + β·KL, one step if finite.
+
+REINFORCE, GRPO and PPO (`ftw_jax.algos.reinforce`, `.grpo`, `.ppo`) learn from the batch of B episodes
+just played, not from a pool. Losses average over the policy's own steps (mask True), as FTW's "token"
+normalisation does. docs/baselines.md writes their maths out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Literal
+
+import chex
+import flax.struct
+import jax
+import jax.numpy as jnp
+import optax
+
+from ftw_jax import losses
+from ftw_jax.pool import Trajectory
+from ftw_jax.settings import setting
+from ftw_jax.state import PolicyState
+
+ADVANTAGE_EPSILON = 1e-6
+
+
+def clip_epsilon_setting():
+    """ε, declared by the clipped-ratio baselines."""
+    return setting(0.2, "the ratio clip of GRPO and PPO")
+
+
+@flax.struct.dataclass
+class BatchLearnerState:
+    """A learner that keeps nothing but its policy between batches (REINFORCE, GRPO)."""
+
+    policy: PolicyState
+
+
+def mean_baseline_advantages(returns: jax.Array) -> jax.Array:
+    """R_i − mean(R) over the batch. [B] -> [B]."""
+    chex.assert_rank(returns, 1)
+    return returns - jnp.mean(returns)
+
+
+def k3_kl(log_probs: jax.Array, reference_log_probs: jax.Array) -> jax.Array:
+    """The k3 estimate of KL(π ‖ π_ref) at actions sampled from π: exp(d) − d − 1, d = log π_ref − log π.
+
+    Unbiased, and never negative. Elementwise.
+    """
+    difference = reference_log_probs - log_probs
+    return jnp.exp(difference) - difference - 1.0
+
+
+def clipped_surrogate(log_probs: jax.Array, behaviour_log_probs: jax.Array, advantages: jax.Array,
+                      clip_epsilon: float) -> jax.Array:
+    """PPO's per-step loss −min(r A, clip(r, 1 − ε, 1 + ε) A) with r = exp(log π − log q). Elementwise."""
+    ratio = jnp.exp(log_probs - behaviour_log_probs)
+    clipped = jnp.clip(ratio, 1.0 - clip_epsilon, 1.0 + clip_epsilon)
+    return -jnp.minimum(ratio * advantages, clipped * advantages)
+
+
+def make_policy_gradient_update(apply_fn: Callable[[Any, Any], jax.Array], *, clip_epsilon: float | None = None,
+                                kl_estimate: Literal["exact", "k3"] = "exact"):
+    """`update(state, batch, advantages) -> (state, metrics)`: one gradient step on a batch of B trajectories.
+
+    The surrogate is −A·log π (plain policy gradient), or the clipped ratio to the behaviour policy when
+    `clip_epsilon` is given; the KL to `state.reference_params` is exact from the logits, or GRPO's k3
+    estimate at the sampled actions. `advantages` are [B] per trajectory or [B, T] per step (PPO). A step whose
+    loss, gradients or updates are not finite is skipped (`metrics["applied"]` False), as in the FTW update.
+    """
+
+    def per_trajectory(params, reference_params, trajectory):
+        logits = apply_fn(params, trajectory.observation)
+        reference_logits = jax.lax.stop_gradient(apply_fn(reference_params, trajectory.observation))
+        log_probs = losses.log_likelihood(logits, trajectory.action, trajectory.mask)
+        if kl_estimate == "k3":
+            reference_log_probs = losses.log_likelihood(reference_logits, trajectory.action, trajectory.mask)
+            kl = jnp.where(trajectory.mask, k3_kl(log_probs, reference_log_probs), 0.0)
+        else:
+            kl = losses.categorical_kl(logits, reference_logits, trajectory.mask)
+        return log_probs, kl, losses.entropy(logits, trajectory.mask)
+
+    def loss_fn(params, reference_params, kl_coef, batch: Trajectory, advantages):
+        log_probs, kl, entropy = jax.vmap(per_trajectory, in_axes=(None, None, 0))(params, reference_params, batch)
+        chex.assert_equal_shape((log_probs, batch.mask))
+        steps = jnp.maximum(jnp.sum(batch.mask), 1)
+        per_step = advantages if advantages.ndim == 2 else advantages[:, None]
+        if clip_epsilon is not None:
+            surrogate = clipped_surrogate(log_probs, batch.behaviour_logp, per_step, clip_epsilon)
+        else:
+            surrogate = -per_step * log_probs
+        mean = lambda per_step: jnp.sum(jnp.where(batch.mask, per_step, 0.0)) / steps  # noqa: E731
+        terms = {"surrogate": mean(surrogate), "kl": mean(kl), "entropy": mean(entropy)}
+        return terms["surrogate"] + kl_coef * terms["kl"], terms
+
+    def update(state: PolicyState, batch: Trajectory, advantages: jax.Array):
+        (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, state.reference_params, state.kl_coef, batch, advantages
+        )
+        new_state, applied, _ = state.apply_if_finite(grads, loss)
+        steps = jnp.maximum(jnp.sum(batch.mask), 1)
+        advantage_abs_mean = (jnp.sum(jnp.where(batch.mask, jnp.abs(advantages), 0.0)) / steps
+                              if advantages.ndim == 2 else jnp.mean(jnp.abs(advantages)))
+        metrics = {"loss": loss, **terms, "advantage_abs_mean": advantage_abs_mean,
+                   "grad_norm": optax.tree_utils.tree_norm(grads), "applied": applied, "version": new_state.version}
+        return new_state, metrics
+
+    return update
+
+
+def repeated_steps(update, state: BatchLearnerState, batch: Trajectory, advantages: jax.Array, steps: int):
+    """(state, metrics [steps]) after `steps` updates on the same batch and advantages."""
+    policy, metrics = jax.lax.scan(lambda policy, _: update(policy, batch, advantages), state.policy, None,
+                                   length=steps)
+    return BatchLearnerState(policy=policy), metrics

@@ -1,0 +1,29 @@
+"""REINFORCE with a mean baseline: A_i = R_i − mean(R) over the batch, one step per batch, + β·KL (exact)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ftw_jax.algos.base import Algorithm, Context, Learner
+from ftw_jax.algos.policy_gradient import (BatchLearnerState, make_policy_gradient_update,
+                                           mean_baseline_advantages, repeated_steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReinforceConfig:
+    """REINFORCE has no settings of its own (the learning rate and β are the run's)."""
+
+
+def make_learner(config: ReinforceConfig, context: Context) -> Learner:
+    update = make_policy_gradient_update(context.policy.apply)
+
+    def init(key, observation, hyperparameters):
+        return BatchLearnerState(policy=context.init_policy(key, observation, hyperparameters))
+
+    def learn(state, batch, key, hyperparameters):
+        return repeated_steps(update, state, batch, mean_baseline_advantages(batch.episode_return), steps=1)
+
+    return Learner(init=init, learn=learn)
+
+
+ALGORITHM = Algorithm(name="reinforce", config=ReinforceConfig, make_learner=make_learner)

@@ -1,0 +1,125 @@
+"""One run loop for every command: the members of one compiled program, period by period.
+
+    run = MemberRun(trainer, keys, hyperparameters, checkpointer)     # resumes from the latest checkpoint
+    for metrics, evaluation in run.periods():                         # host arrays [M, eval_every] and [M]
+        ...                                                           # logs, progress
+    run.history                                                       # per period: evaluation values [M], ...
+
+Members are seeds (`ftw-jax train`) or grid points × seeds (`ftw-jax sweep`, `compare`): one `vmap` over
+them, split over every device of every process (`jax.distributed`) by a `NamedSharding`; every process gets
+all the results. After every period the carry is checkpointed (the checkpointer decides how often), so a
+killed run goes on from its last checkpoint exactly as if never stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import multihost_utils
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from ftw_jax.algos.base import Hyperparameters
+from ftw_jax.checkpoints import Checkpointer, rows_from_record, rows_record
+from ftw_jax.train import Trainer
+
+
+def member_sharding(num_members: int) -> tuple[NamedSharding, int]:
+    """A sharding of the member axis over every visible device, and the member count padded to fit it."""
+    devices = np.array(jax.devices())
+    padded = -(-num_members // len(devices)) * len(devices)
+    return NamedSharding(Mesh(devices, ("members",)), PartitionSpec("members")), padded
+
+
+def host_array(array: jax.Array) -> np.ndarray:
+    """The whole of a member-sharded array on this host (gathered from the other processes if there are any)."""
+    if array.is_fully_addressable:
+        return np.asarray(array)
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
+
+def seed_keys(seeds: list[int]) -> jax.Array:
+    return jnp.stack([jax.random.key(seed) for seed in seeds])
+
+
+class MemberRun:
+    """Members of one training program, initialised (or restored) and run one evaluation period at a time.
+
+    Attributes after `periods()`: `carry` (sharded), `history` (per period: every evaluation value [M], the
+    last iteration's training `train_return` [M], and "metrics/NAME" [M, eval_every] for `metric_names`),
+    `compile_seconds`, `clock` (per period run here: seconds since the start of training, env steps of all
+    members), `periods_done_before` (restored from a checkpoint).
+    """
+
+    def __init__(self, trainer: Trainer, keys: jax.Array, hyperparameters: Hyperparameters | None = None,
+                 checkpointer: Checkpointer | None = None, metric_names: tuple[str, ...] = ()):
+        self.trainer, self.checkpointer, self.metric_names = trainer, checkpointer, metric_names
+        self.num_members = len(keys)
+        if hyperparameters is None:  # every member the config's own
+            hyperparameters = jax.tree.map(lambda leaf: jnp.stack([leaf] * self.num_members),
+                                           trainer.config.hyperparameters())
+        self.carry = self._init(keys, hyperparameters)
+        self.history: list[dict] = []
+        restored = checkpointer.restore(self.carry) if checkpointer else None
+        if restored:
+            _, self.carry, record = restored
+            self.history = rows_from_record(record["history"])
+        self.periods_done_before = len(self.history)
+        self.compile_seconds, self.clock = 0.0, []
+
+    def _init(self, keys: jax.Array, hyperparameters: Hyperparameters):
+        sharding, padded = member_sharding(self.num_members)
+        key_data = np.asarray(jax.random.key_data(keys))  # raw uint32: keys cannot be numpy arrays
+        hyperparameters = jax.tree.map(np.asarray, hyperparameters)
+        if padded > self.num_members:  # filler members (the last one's settings, fresh keys) whose results are dropped
+            extra = padded - self.num_members
+            fillers = jax.random.key_data(jax.random.split(jax.random.key(-1), extra))
+            key_data = np.concatenate([key_data, np.asarray(fillers)])
+            hyperparameters = jax.tree.map(lambda leaf: np.concatenate([leaf, np.repeat(leaf[-1:], extra, 0)]),
+                                           hyperparameters)
+        # Every process holds the same inputs and gives each of its devices that device's members.
+        to_devices = lambda leaf: jax.make_array_from_callback(leaf.shape, sharding, lambda index: leaf[index])  # noqa: E731
+        init = jax.jit(jax.vmap(lambda data, h: self.trainer.init(jax.random.wrap_key_data(data), h)),
+                       out_shardings=sharding)
+        return init(to_devices(key_data), jax.tree.map(to_devices, hyperparameters))
+
+    def env_steps(self) -> np.ndarray:
+        """[M] training env steps of every member so far."""
+        return host_array(self.carry.env_steps)[:self.num_members]
+
+    def periods(self) -> Iterator[tuple[dict, dict]]:
+        """Runs the periods left, yielding each one's (metrics {name: [M, eval_every]}, evaluation {name: [M]})."""
+        config = self.trainer.config
+        started = time.perf_counter()
+        # Compiled ahead of time, so that throughput is reported without the compile.
+        run_period = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, None)), static_argnums=1)
+        run_period = run_period.lower(self.carry, 1).compile()
+        self.compile_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        for period in range(len(self.history), config.num_periods):  # one period per call: same result as one scan
+            self.carry, (metrics, evaluation) = run_period(self.carry)
+            metrics = {name: host_array(value)[:self.num_members, 0] for name, value in metrics.items()}
+            evaluation = {name: host_array(value)[:self.num_members, 0] for name, value in evaluation.items()}
+            self.history.append({**evaluation, "train_return": metrics["return_mean"][:, -1],
+                                 **{f"metrics/{name}": metrics[name] for name in self.metric_names}})
+            if self.checkpointer:
+                self.checkpointer.save(period + 1, self.carry, {"history": rows_record(self.history)},
+                                       final=period + 1 == config.num_periods)
+            self.clock.append((time.perf_counter() - started, int(self.env_steps().sum())))
+            yield metrics, evaluation
+
+    def results(self) -> dict:
+        """The history as arrays: evaluation values [M, periods], "metrics/NAME" [M, iterations]."""
+        results = {name: np.stack([row[name] for row in self.history], axis=1) for name in self.history[0]}
+        for name in self.metric_names:  # [M, periods, eval_every] -> [M, iterations]
+            results[f"metrics/{name}"] = results[f"metrics/{name}"].reshape(self.num_members, -1)
+        return results
+
+    def throughput(self, steps_before: int) -> float | None:
+        """Training env steps per second over the periods run here (compile excluded)."""
+        if not self.clock:
+            return None
+        return (self.clock[-1][1] - steps_before) / self.clock[-1][0]

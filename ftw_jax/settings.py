@@ -1,0 +1,76 @@
+"""Settings declared once: dataclass fields that carry their help, command-line flag and sweep axis.
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        batch_size: int = setting(8, "C, pool entries drawn per minibatch", axis="C")
+        optimizer: Literal["adam", "sgd"] = setting("adam", "the Optax optimizer")
+
+`describe(Config)` lists them (name, type, default, help, ...) for the command line, which generates its flags
+from them (`ftw_jax.cli`), and for sweeps, which vary the fields marked with an `axis`. `check_choices`
+validates every `Literal` field of an instance.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any
+
+
+def setting(default: Any, help: str, *, flag: str | None = None, short: str | None = None,
+            axis: str | None = None, choices: tuple | None = None) -> Any:
+    """A dataclass field with its help text; `flag` names the option when it is not the field's name
+    (`--iterations` for `num_iterations`), `short` adds a one-letter one, `axis` makes it a sweep axis,
+    `choices` lists the values a `str` field takes (a `Literal` annotation says it by itself)."""
+    metadata = {"help": help, "flag": flag, "short": short, "axis": axis, "choices": choices}
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One field of a config class, as the command line and sweeps see it."""
+
+    name: str
+    owner: type
+    type: Any  # the resolved annotation
+    default: Any
+    help: str
+    flag: str  # "--iterations"
+    short: str | None
+    axis: str | None
+    listed_choices: tuple | None
+
+    @property
+    def choices(self) -> tuple | None:
+        """The allowed values (of a `Literal` field, or listed by `setting`), else None."""
+        if typing.get_origin(self.type) is typing.Literal:
+            return typing.get_args(self.type)
+        return self.listed_choices
+
+    @property
+    def base_type(self) -> Any:
+        """The type without `| None`."""
+        args = [arg for arg in typing.get_args(self.type) if arg is not type(None)]
+        if typing.get_origin(self.type) in (typing.Union, types.UnionType) and len(args) == 1:
+            return args[0]
+        return self.type
+
+
+def describe(cls: type) -> list[Setting]:
+    """The fields of a config dataclass declared with `setting`, in order."""
+    hints = typing.get_type_hints(cls)
+    return [
+        Setting(name=field.name, owner=cls, type=hints[field.name], default=field.default,
+                help=field.metadata["help"], flag="--" + (field.metadata["flag"] or field.name).replace("_", "-"),
+                short=field.metadata["short"], axis=field.metadata["axis"], listed_choices=field.metadata["choices"])
+        for field in dataclasses.fields(cls) if "help" in field.metadata
+    ]
+
+
+def check_choices(instance: Any) -> None:
+    """Raises ValueError naming the field if a `Literal` field holds a value outside its choices."""
+    for item in describe(type(instance)):
+        value = getattr(instance, item.name)
+        if item.choices is not None and value not in item.choices:
+            raise ValueError(f"{item.name} must be one of {item.choices}, got {value!r}.")
