@@ -168,13 +168,13 @@ def bench_row(key, capacity, num_batches, batch_size, num_elites, num_steps, rep
     kl_coef = jnp.asarray(KL_COEF, jnp.float32)
     floor_params, _, floor_loss = floor(params, optimizer.init(params), params, kl_coef, gathered)
     for path, update in updates.items():
-        state, metrics = update(ftw_jax.FTWState.create(params, optimizer, kl_coef=KL_COEF), pool, select_key)
+        state, metrics = update(ftw_jax.PolicyState.create(params, optimizer, kl_coef=KL_COEF), pool, select_key)
         np.testing.assert_allclose(metrics["loss"], floor_loss, rtol=1e-4, err_msg=f"{path} loss != floor loss")
         for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(floor_params)):
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=f"{path} params != floor params")
 
     keys = list(jax.random.split(run_key, WARMUP_CALLS + repeats))
-    states = {p: ftw_jax.FTWState.create(params, optimizer, kl_coef=KL_COEF) for p in timed_paths}
+    states = {p: ftw_jax.PolicyState.create(params, optimizer, kl_coef=KL_COEF) for p in timed_paths}
     floor_carry = [params, optimizer.init(params)]
 
     def update_call(path):
@@ -198,7 +198,7 @@ def bench_row(key, capacity, num_batches, batch_size, num_elites, num_steps, rep
           for u in range(UPDATES_PER_SCAN)],
     )
     scan_keys = list(jax.random.split(jax.random.fold_in(run_key, 1), (WARMUP_CALLS + repeats) * UPDATES_PER_SCAN))
-    scan_state = [ftw_jax.FTWState.create(params, optimizer, kl_coef=KL_COEF)]
+    scan_state = [ftw_jax.PolicyState.create(params, optimizer, kl_coef=KL_COEF)]
     scan_floor_carry = [params, optimizer.init(params)]
 
     def scan_update_call(i):

@@ -11,7 +11,7 @@ import time
 import jax
 
 from ftw_jax import envs
-from ftw_jax.train import ENV_DEFAULTS
+from ftw_jax.envs import ENVIRONMENTS
 
 
 def env_steps_per_second(name: str, num_envs: int, num_steps: int, repeats: int = 3) -> float:
@@ -44,7 +44,7 @@ def env_steps_per_second(name: str, num_envs: int, num_steps: int, repeats: int 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--envs", default=",".join(ENV_DEFAULTS), help="comma-separated (default: all)")
+    parser.add_argument("--envs", default=",".join(ENVIRONMENTS), help="comma-separated (default: all)")
     parser.add_argument("--num-envs", type=int, default=1024)
     parser.add_argument("--num-steps", type=int, default=64)
     args = parser.parse_args()

@@ -43,10 +43,10 @@ class TrainConfig:
     algorithm: str = setting("ftw", "ftw, or a baseline on the same rollouts", choices=tuple(algos.ALGORITHMS))
     num_iterations: int = setting(120, "training iterations (a multiple of --eval-every)", flag="iterations")
     episodes_per_iteration: int = setting(16, "B, episodes rolled out per iteration")
-    optimizer: Literal["adam", "sgd"] = setting("adam", "the Optax optimizer")
-    learning_rate: float = setting(3e-3, "the optimizer's learning rate", axis="lr")
     kl_coef: float = setting(0.0, "beta, the KL penalty's weight (at the start)", axis="kl")
     kl_coef_final: float | None = setting(None, "beta decays linearly to this by the last iteration (default: constant)")
+    optimizer: Literal["adam", "sgd"] = setting("adam", "the Optax optimizer")
+    learning_rate: float = setting(3e-3, "the optimizer's learning rate", axis="lr")
     policy: str | None = setting(None, "the policy network (default: the environment's; sokoban: conv or mlp)",
                                  choices=tuple(ARCHITECTURES))
     hidden_sizes: tuple[int, ...] = setting((64, 64), "hidden layer widths of the MLP (and the conv policy's head)")

@@ -103,17 +103,16 @@ class UpdateConfig:
 
 @flax.struct.dataclass
 class Sizes:
-    """N, J, C, K of an update: Python ints, or int32 arrays inside the config's sizes, which are then maxima
-    (a sweep vmaps over them; `select_elites_masked`, `pool.init`'s `slots_in_use`)."""
+    """J, C, K of an update: Python ints, or int32 arrays inside the config's sizes, which are then maxima (a
+    sweep vmaps over them; `select_elites_masked`)."""
 
-    pool_capacity: Any  # N: the pool's slots in use (read when the pool is created)
     num_batches: Any  # J
     batch_size: Any  # C
     num_elites: Any  # K
 
     @classmethod
     def of(cls, config: "UpdateConfig") -> "Sizes":
-        return cls(config.pool_capacity, config.num_batches, config.batch_size, config.num_elites)
+        return cls(config.num_batches, config.batch_size, config.num_elites)
 
 
 @flax.struct.dataclass

@@ -1,6 +1,8 @@
 """Baselines: advantages (GAE included), the k3 KL estimator, the clipped surrogate, GRPO groups, PPO's losses,
 and learning a probe task."""
 
+import dataclasses
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -10,24 +12,28 @@ import pytest
 
 from conftest import make_trajectories
 from ftw_jax import envs, losses
-from ftw_jax.policy_gradient import (
-    PolicyGradientConfig,
-    batch_advantages,
-    clipped_surrogate,
-    gae_advantages,
-    group_advantages,
-    k3_kl,
-    make_policy_gradient_update,
-    make_critic_update,
-    mean_baseline_advantages,
-    create_critic,
-)
+from ftw_jax.algos import ALGORITHMS, grpo, ppo, reinforce
+from ftw_jax.algos.policy_gradient import clipped_surrogate, k3_kl, mean_baseline_advantages
+from ftw_jax.algos.grpo import group_advantages
+from ftw_jax.algos.ppo import Critic, gae_advantages, make_critic_update
 from ftw_jax.policies import MLPPolicy
 from ftw_jax.rollout import rollouts
 from ftw_jax.train import TrainConfig, make_train
-from ftw_jax.update import FTWState
+from ftw_jax.state import PolicyState
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
+BASELINES = {"reinforce": reinforce, "grpo": grpo, "ppo": ppo}
+
+
+def baseline_config(algorithm, **options):
+    """The algorithm's config with those of `options` that are its settings."""
+    config = ALGORITHMS[algorithm].config
+    return config(**{name: value for name, value in options.items() if name in {f.name for f in dataclasses.fields(config)}})
+
+
+def baseline_step(algorithm, apply_fn, **options):
+    """The algorithm's own policy step (as its learner builds it)."""
+    return BASELINES[algorithm].make_step(baseline_config(algorithm, **options), apply_fn)
 
 
 def test_advantages_are_centred_per_group_and_optionally_scaled():
@@ -68,8 +74,8 @@ def test_reinforce_loss_is_the_advantage_weighted_log_likelihood():
         return observation @ params
 
     params = 0.1 * jnp.arange(6.0).reshape(3, 2)
-    update = make_policy_gradient_update(apply, PolicyGradientConfig(algorithm="reinforce"))
-    state = FTWState.create(params, optax.sgd(1.0), kl_coef=0.0)
+    update = baseline_step("reinforce", apply)
+    state = PolicyState.create(params, optax.sgd(1.0), kl_coef=0.0)
     advantages = mean_baseline_advantages(batch.episode_return)
     new_state, metrics = update(state, batch, advantages)
 
@@ -114,8 +120,8 @@ def test_ppo_policy_loss_is_the_per_step_clipped_surrogate():
 
     params = 0.3 * jax.random.normal(jax.random.key(5), (3, 2))
     advantages = jax.random.normal(jax.random.key(6), (3, 4))
-    update = make_policy_gradient_update(apply, PolicyGradientConfig(algorithm="ppo", clip_epsilon=0.1))
-    _, metrics = update(FTWState.create(params, optax.sgd(0.1)), batch, advantages)
+    update = baseline_step("ppo", apply, clip_epsilon=0.1)
+    _, metrics = update(PolicyState.create(params, optax.sgd(0.1)), batch, advantages)
     log_probs = jax.vmap(lambda o, a, m: losses.log_likelihood(apply(params, o), a, m))(
         batch.observation, batch.action, batch.mask)
     per_step = clipped_surrogate(log_probs, batch.behaviour_logp, advantages, 0.1)
@@ -132,7 +138,8 @@ def test_critic_step_descends_the_squared_error_on_alive_steps():
         values = batch.observation @ params["w"]
         return 0.5 * jnp.sum(jnp.where(batch.alive, (values - targets) ** 2, 0.0)) / 3
 
-    critic, loss = make_critic_update(value_fn)(create_critic(params, optax.sgd(0.5)), batch, targets)
+    critic = Critic(params=params, opt_state=optax.sgd(0.5).init(params))
+    critic, loss = make_critic_update(value_fn, optax.sgd(0.5))(critic, batch, targets)
     np.testing.assert_allclose(loss, written_out(params), rtol=1e-6)
     np.testing.assert_allclose(critic.params["w"], params["w"] - 0.5 * jax.grad(written_out)(params)["w"], rtol=1e-5)
 
@@ -190,10 +197,11 @@ def away_from_the_reference(algorithm, clip_epsilon=0.2):
     # Behaviour log-probs ±0.5 away from the policy's: ratios e^∓0.5 = 0.61, 1.65, outside the clip range.
     offsets = jnp.array([[0.5, -0.5, 0.5], [-0.5, 0.5, -0.5], [0.5, 0.5, -0.5], [-0.5, -0.5, 0.5]])
     batch = batch.replace(behaviour_logp=chosen + offsets)
-    config = PolicyGradientConfig(algorithm=algorithm, group_size=2, clip_epsilon=clip_epsilon)
-    advantages = batch_advantages(config, batch.episode_return)
-    state = FTWState.create(reference, optax.sgd(0.5), kl_coef=KL_COEF).replace(params=params)
-    new_state, metrics = make_policy_gradient_update(lambda p, o: o @ p, config)(state, batch, advantages)
+    config = baseline_config(algorithm, group_size=2, clip_epsilon=clip_epsilon)
+    advantages = (grpo.advantages(config, batch.episode_return) if algorithm == "grpo"
+                  else mean_baseline_advantages(batch.episode_return))
+    state = PolicyState.create(reference, optax.sgd(0.5), kl_coef=KL_COEF).replace(params=params)
+    new_state, metrics = BASELINES[algorithm].make_step(config, lambda p, o: o @ p)(state, batch, advantages)
     as64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
     return new_state, metrics, advantages, jax.tree.map(as64, batch), as64(params), as64(reference)
 
@@ -258,14 +266,15 @@ def test_a_baseline_step_with_a_nan_gradient_and_a_finite_loss_changes_nothing(a
     def apply(params, observation):  # 0·sqrt(z) at z = 0: finite logits, a NaN gradient for z
         return observation @ params["w"] + 0.0 * jnp.sqrt(params["z"])
 
-    state = FTWState.create({"w": 0.1 * jnp.ones((3, 2)), "z": jnp.zeros(())}, optax.adam(0.1), kl_coef=0.1)
-    update = make_policy_gradient_update(apply, PolicyGradientConfig(algorithm=algorithm, group_size=2))
+    state = PolicyState.create({"w": 0.1 * jnp.ones((3, 2)), "z": jnp.zeros(())}, optax.adam(0.1), kl_coef=0.1)
+    update = baseline_step(algorithm, apply, group_size=2)
     new_state, metrics = update(state, batch, mean_baseline_advantages(batch.episode_return))
     assert np.isfinite(float(metrics["loss"])) and not np.isfinite(float(metrics["grad_norm"]))
     assert not bool(metrics["applied"])
     chex.assert_trees_all_equal(new_state, state)  # params, Adam's state, version
-    critic = create_critic({"w": jnp.ones(3), "z": jnp.zeros(())}, optax.adam(0.1))
+    critic_params = {"w": jnp.ones(3), "z": jnp.zeros(())}
+    critic = Critic(params=critic_params, opt_state=optax.adam(0.1).init(critic_params))
     value_fn = lambda params, observation: observation @ params["w"] + 0.0 * jnp.sqrt(params["z"])  # noqa: E731
-    new_critic, value_loss = make_critic_update(value_fn)(critic, batch, jnp.ones((4, 3)))
+    new_critic, value_loss = make_critic_update(value_fn, optax.adam(0.1))(critic, batch, jnp.ones((4, 3)))
     assert np.isfinite(float(value_loss))
-    chex.assert_trees_all_equal(new_critic, critic)  # params, Adam's state, step count
+    chex.assert_trees_all_equal(new_critic, critic)  # params, Adam's state

@@ -116,9 +116,9 @@ def test_training_episodes_start_from_the_kept_tasks_only(monkeypatch):
                                  eval_episodes=4, pool_capacity=16, num_batches=4, batch_size=4, num_elites=1,
                                  probe_tasks=24, probes_per_task=8, hidden_sizes=(4,))
     carry, (_, evaluation) = make_train(config).train(jax.random.key(0))
-    played = np.asarray(carry.pool.trajectories.observation)[:, 0, 0]  # each pooled episode's p: 16 of period 2
+    played = np.asarray(carry.learner.pool.trajectories.observation)[:, 0, 0]  # each pooled episode's p: 16 of period 2
     np.testing.assert_array_equal(played, 0.5)
     # About a third of the candidates are p = 0.5 tasks, and (nearly) all of those are kept.
     assert 0.1 < float(evaluation["informative_tasks"][-1]) < 0.6
     unfiltered = make_train(dataclasses.replace(config, probe_tasks=0)).train(jax.random.key(0))[0]
-    assert (np.asarray(unfiltered.pool.trajectories.observation)[:, 0, 0] != 0.5).sum() >= 4
+    assert (np.asarray(unfiltered.learner.pool.trajectories.observation)[:, 0, 0] != 0.5).sum() >= 4

@@ -33,14 +33,19 @@ def test_parse_grid():
 def test_make_sweep_takes_the_maxima_and_rejects_bad_points():
     sweep = make_sweep("cartpole", parse_grid("C=4,8 K=1,3 kl=0,0.1"), seeds=[0, 1, 2], **TINY)
     assert len(sweep.members) == 2 * 2 * 2 * 3
-    assert (sweep.config.batch_size, sweep.config.num_elites, sweep.config.num_batches) == (8, 3, 16)
+    sizes = sweep.config.algorithm_config
+    assert (sizes.batch_size, sizes.num_elites, sizes.num_batches) == (8, 3, 16)
     assert sweep.members[0] == {"N": 64, "J": 16, "C": 4, "K": 1, "kl": 0.0, "lr": 3e-3, "seed": 0}
-    with pytest.raises(ValueError, match="K=5"):
+    with pytest.raises(ValueError, match=r"grid point \{'C': 4, 'K': 5\}: num_elites \(K=5\)"):
         make_sweep("cartpole", parse_grid("C=4 K=5"), seeds=[0], **TINY)
-    with pytest.raises(ValueError, match="N=3, J=16, C=8"):  # N below C (and below B = 4)
+    with pytest.raises(ValueError, match=r"grid point \{'N': 3\}: batch_size \(C=8\) must be <= pool_size \(N=3\)"):
         make_sweep("cartpole", parse_grid("N=3,64"), seeds=[0], **TINY)
-    with pytest.raises(ValueError, match="lr=0"):
+    with pytest.raises(ValueError, match=r"grid point \{'N': 4, 'C': 4\}: episodes_per_iteration \(B=8\)"):
+        make_sweep("cartpole", parse_grid("N=4 C=4"), seeds=[0], **{**TINY, "episodes_per_iteration": 8})
+    with pytest.raises(ValueError, match=r"grid point \{'lr': 0.0\}: learning_rate must be > 0"):
         make_sweep("cartpole", parse_grid("lr=0"), seeds=[0], **TINY)
+    with pytest.raises(ValueError, match="grid axis 'C' is not a setting of ppo"):
+        make_sweep("cartpole", parse_grid("C=4"), seeds=[0], algorithm="ppo", **TINY)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +86,7 @@ def test_a_member_with_a_smaller_pool_reproduces_its_own_run():
     # (J·K < N) for both N, so the 8-slot member gives the very numbers of a run with N = 8.
     settings = dict(num_iterations=24, eval_every=12, pool_capacity=8, batch_size=2, num_batches=4, num_elites=1)
     sweep = make_sweep("bandit", parse_grid("N=8,16"), seeds=[3], **settings)
-    assert sweep.config.pool_capacity == 16
+    assert sweep.config.algorithm_config.pool_capacity == 16
     results = run_sweep(sweep, metric_names=("pool_size",))
     _, (metrics, evaluation) = make_train(TrainConfig.for_env("bandit", **settings)).train(jax.random.key(3))
     np.testing.assert_allclose(results["return"][0], evaluation["return"], rtol=1e-6)

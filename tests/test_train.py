@@ -58,7 +58,7 @@ def initial_success(trainer, key, num_episodes):
     env = trainer.env
     play = jax.vmap(rollout, in_axes=(0, None, None, None, None, None))
     _, success = play(jax.random.split(key, num_episodes), env, env.evaluation_params(env.default_params()),
-                      trainer.policy, carry.state.params, carry.state.version)
+                      trainer.policy, carry.learner.policy.params, carry.learner.policy.version)
     return float(jnp.mean(success))
 
 
@@ -82,7 +82,7 @@ def test_search_learns_to_search_on_a_small_budget():
 def test_bandit_through_the_training_program_matches_the_reproduction():
     trainer = make_train(TrainConfig.for_env("bandit"))
     carry, (metrics, evaluation) = trainer.train(jax.random.key(4))
-    probabilities = jax.nn.softmax(carry.state.params["params"]["logits"])
+    probabilities = jax.nn.softmax(carry.learner.policy.params["params"]["logits"])
     assert probabilities[0] > 0.95  # the reproduction's best-arm probability after 240 pulls is ~0.968
     assert int(carry.env_steps) == 240
 

@@ -39,7 +39,7 @@ def filled_pool(count=N, seed=0, returns=None):
 
 
 def state(kl_coef=0.3, optimizer=None):
-    return ftw_jax.FTWState.create(initial_params(), optimizer or optax.sgd(0.5), kl_coef=kl_coef)
+    return ftw_jax.PolicyState.create(initial_params(), optimizer or optax.sgd(0.5), kl_coef=kl_coef)
 
 
 def expected_loss(params, reference, pool, elites, kl_coef, normalisation):
@@ -84,7 +84,7 @@ def test_traced_sizes_inside_the_config_give_the_written_out_loss_for_those_size
     update = ftw_jax.make_update(linear_apply, config(elite_path=elite_path))  # maxima J=3, C=4, K=2
     TRACES.clear()
     for sizes in ((2, 3, 1), (3, 4, 2), (1, 2, 2)):
-        new_state, metrics = update(start, pool, jax.random.key(3), jnp.array(sizes, jnp.int32))
+        new_state, metrics = update(start, pool, jax.random.key(3), ftw_jax.Sizes(*map(jnp.int32, sizes)))
         elites = ftw_jax.select_elites_masked(jax.random.key(3), pool.trajectories.episode_return,
                                               pool_lib.valid_mask(pool), sizes, max_batches=3, max_batch_size=4,
                                               max_elites=2)
@@ -95,9 +95,9 @@ def test_traced_sizes_inside_the_config_give_the_written_out_loss_for_those_size
         chex.assert_trees_all_close(new_state.params, jax.tree.map(lambda p, g: p - 0.5 * g, start.params, grads), rtol=1e-5)
         np.testing.assert_allclose(metrics["unique_elite_fraction"], len(np.unique(kept)) / kept.size, rtol=1e-6)
     traces = len(TRACES)
-    update(start, pool, jax.random.key(4), jnp.array((1, 1, 1), jnp.int32))
+    update(start, pool, jax.random.key(4), ftw_jax.Sizes(*map(jnp.int32, (1, 1, 1))))
     assert len(TRACES) == traces  # one compile for every size
-    _, metrics = update(start, filled_pool(3), jax.random.key(5), jnp.array((2, 3, 1), jnp.int32))
+    _, metrics = update(start, filled_pool(3), jax.random.key(5), ftw_jax.Sizes(*map(jnp.int32, (2, 3, 1))))
     assert bool(metrics["ready"])  # 3 entries are enough for C = 3, though the config's C is 4
 
 
@@ -317,7 +317,7 @@ def sqrt_apply(params, observation):
 
 
 def test_a_nan_gradient_with_a_finite_loss_is_skipped_and_adam_keeps_its_state():
-    start = ftw_jax.FTWState.create({**initial_params(), "z": jnp.zeros(())}, optax.adam(0.1), kl_coef=0.3)
+    start = ftw_jax.PolicyState.create({**initial_params(), "z": jnp.zeros(())}, optax.adam(0.1), kl_coef=0.3)
     new_state, metrics = ftw_jax.make_update(sqrt_apply, config())(start, filled_pool(), jax.random.key(0))
     assert np.isfinite(float(metrics["loss"])) and not np.isfinite(float(metrics["grad_norm"]))  # the case claimed
     assert bool(metrics["ready"]) and bool(metrics["nonfinite"]) and not bool(metrics["applied"])
@@ -346,7 +346,7 @@ def test_kl_value_and_gradient_by_hand_away_from_the_reference(kl_direction):
     kl_coef, learning_rate = 0.3, 0.5
     reference = initial_params()
     params = {"w": reference["w"] + jnp.array([[0.9, -0.4], [-0.6, 0.8], [0.3, 0.5]]), "b": jnp.array([0.4, -0.2])}
-    start = ftw_jax.FTWState.create(reference, optax.sgd(learning_rate), kl_coef=kl_coef).replace(params=params)
+    start = ftw_jax.PolicyState.create(reference, optax.sgd(learning_rate), kl_coef=kl_coef).replace(params=params)
     pool = filled_pool()
     update = ftw_jax.make_update(linear_apply, config(kl_direction=kl_direction, elite_path="gather"))
     new_state, metrics = update(start, pool, jax.random.key(3))

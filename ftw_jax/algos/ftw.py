@@ -32,6 +32,14 @@ class FTWConfig(UpdateConfig):
 
 
 @flax.struct.dataclass
+class FTWHyperparameters:
+    """FTW's sweepable sizes as int32 arrays inside the config's (`Hyperparameters.algorithm`)."""
+
+    pool_capacity: jax.Array  # N: the pool's slots in use (`pool.init`'s `slots_in_use`)
+    sizes: Sizes  # J, C, K of every update
+
+
+@flax.struct.dataclass
 class FTWLearnerState:
     policy: PolicyState
     pool: pool_lib.Pool
@@ -47,15 +55,17 @@ def make_learner(config: FTWConfig, context: Context) -> Learner:
 
     def learn(state: FTWLearnerState, batch, key: jax.Array, hyperparameters: Hyperparameters):
         pool = pool_lib.add(state.pool, batch)
-        policy, metrics = jax.lax.scan(lambda policy, k: update(policy, pool, k, hyperparameters.algorithm),
+        policy, metrics = jax.lax.scan(lambda policy, k: update(policy, pool, k, hyperparameters.algorithm.sizes),
                                        state.policy, jax.random.split(key, config.updates_per_iteration))
         return FTWLearnerState(policy=policy, pool=pool), metrics
 
     return Learner(init=init, learn=learn)
 
 
-def sizes(config: FTWConfig) -> Sizes:
-    return jax.tree.map(lambda size: jnp.asarray(size, jnp.int32), Sizes.of(config))
+def hyperparameters(config: FTWConfig) -> FTWHyperparameters:
+    as_array = lambda size: jnp.asarray(size, jnp.int32)  # noqa: E731
+    return FTWHyperparameters(pool_capacity=as_array(config.pool_capacity),
+                              sizes=jax.tree.map(as_array, Sizes.of(config)))
 
 
 def check(config: FTWConfig, episodes_per_iteration: int) -> None:
@@ -64,4 +74,4 @@ def check(config: FTWConfig, episodes_per_iteration: int) -> None:
                          f"(N={config.pool_capacity}).")
 
 
-ALGORITHM = Algorithm(name="ftw", config=FTWConfig, make_learner=make_learner, hyperparameters=sizes, check=check)
+ALGORITHM = Algorithm(name="ftw", config=FTWConfig, make_learner=make_learner, hyperparameters=hyperparameters, check=check)

@@ -56,15 +56,25 @@ class GRPOConfig:
             raise ValueError(f"clip_epsilon must be in (0, 1), got {self.clip_epsilon!r}.")
 
 
+def make_step(config: GRPOConfig, apply_fn):
+    """GRPO's step: the clipped ratio to the behaviour policy + β·k3 at the sampled actions."""
+    return make_policy_gradient_update(apply_fn, clip_epsilon=config.clip_epsilon, kl_estimate="k3")
+
+
+def advantages(config: GRPOConfig, returns):
+    """Group-relative advantages of B returns in group order."""
+    return group_advantages(returns, config.group_size, normalise=config.normalise_advantages)
+
+
 def make_learner(config: GRPOConfig, context: Context) -> Learner:
-    update = make_policy_gradient_update(context.policy.apply, clip_epsilon=config.clip_epsilon, kl_estimate="k3")
+    update = make_step(config, context.policy.apply)
 
     def init(key, observation, hyperparameters):
         return BatchLearnerState(policy=context.init_policy(key, observation, hyperparameters))
 
     def learn(state, batch, key, hyperparameters):
-        advantages = group_advantages(batch.episode_return, config.group_size, normalise=config.normalise_advantages)
-        return repeated_steps(update, state, batch, advantages, config.updates_per_iteration)
+        return repeated_steps(update, state, batch, advantages(config, batch.episode_return),
+                              config.updates_per_iteration)
 
     return Learner(init=init, learn=learn, group_size=config.group_size)
 

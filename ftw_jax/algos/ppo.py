@@ -124,8 +124,13 @@ def ppo_advantages(config: PPOConfig, value_fn, critic_params, batch: Trajectory
     return normalised(advantages, batch.mask), advantages + values
 
 
+def make_step(config: PPOConfig, apply_fn):
+    """PPO's policy step: the clipped ratio to the behaviour policy + β·KL(π ‖ π_ref), exact."""
+    return make_policy_gradient_update(apply_fn, clip_epsilon=config.clip_epsilon)
+
+
 def make_learner(config: PPOConfig, context: Context) -> Learner:
-    policy_update = make_policy_gradient_update(context.policy.apply, clip_epsilon=config.clip_epsilon)
+    policy_update = make_step(config, context.policy.apply)
     critic_network = context.make_network(1)
     value_fn = lambda params, observation: critic_network.apply(  # noqa: E731
         params, without_legal_actions(observation))[:, 0]

@@ -14,14 +14,23 @@ class ReinforceConfig:
     """REINFORCE has no settings of its own (the learning rate and β are the run's)."""
 
 
+def make_step(config: ReinforceConfig, apply_fn):
+    """REINFORCE's step: −A·log π + β·KL(π ‖ π_ref), exact."""
+    return make_policy_gradient_update(apply_fn)
+
+
+def advantages(config: ReinforceConfig, returns):
+    return mean_baseline_advantages(returns)
+
+
 def make_learner(config: ReinforceConfig, context: Context) -> Learner:
-    update = make_policy_gradient_update(context.policy.apply)
+    update = make_step(config, context.policy.apply)
 
     def init(key, observation, hyperparameters):
         return BatchLearnerState(policy=context.init_policy(key, observation, hyperparameters))
 
     def learn(state, batch, key, hyperparameters):
-        return repeated_steps(update, state, batch, mean_baseline_advantages(batch.episode_return), steps=1)
+        return repeated_steps(update, state, batch, advantages(config, batch.episode_return), steps=1)
 
     return Learner(init=init, learn=learn)
 
