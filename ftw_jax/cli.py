@@ -374,22 +374,8 @@ def _run_train(args) -> int:
     finally:  # waits for the checkpoint writes in flight
         if checkpointer:
             checkpointer.close()
-    seconds = time.perf_counter() - started
-    final, env_steps = run.history[-1], run.env_steps()
-    summary = {
-        "env": args.env,
-        "seeds": seeds,
-        "return": final["return"].tolist(),
-        **({"success": final["success"].tolist()} if trainer.env.has_success else {}),
-        "env_steps": env_steps.tolist(),
-        "iterations": config.num_iterations,
-        "seconds": seconds,  # all of it: init, compile, training, evaluations
-        "compile_seconds": run.compile_seconds,
-        "env_steps_per_second": run.throughput(steps_before),  # compile excluded; after --resume, this process's part
-        "run_folder": str(folder),
-        "env_options": args.env_options,
-        "config": dataclasses.asdict(config),
-    }
+    summary = _train_summary(args, config, seeds, run, folder, time.perf_counter() - started, steps_before,
+                             trainer.env.has_success)
     runs.write_json(folder / "summary.json", summary)
     if not args.no_plot:
         from ftw_jax.plots import save_learning_curves
@@ -402,9 +388,28 @@ def _run_train(args) -> int:
         print(json.dumps(summary))
         return 0
     _print_train_table(summary, seeds)
-    print(f"\n{seconds:.1f} s ({run.compile_seconds:.1f} s compiling), {summary['env_steps_per_second'] or 0:,.0f} "
-          f"env steps/s (all seeds, training steps, compile excluded); run folder {folder}")
+    print(f"\n{summary['seconds']:.1f} s ({run.compile_seconds:.1f} s compiling), "
+          f"{summary['env_steps_per_second'] or 0:,.0f} env steps/s (all seeds, training steps, compile excluded); "
+          f"run folder {folder}")
     return 0
+
+
+def _train_summary(args, config, seeds, run, folder, seconds: float, steps_before: int, has_success: bool) -> dict:
+    final = run.history[-1]
+    return {
+        "env": args.env,
+        "seeds": seeds,
+        "return": final["return"].tolist(),
+        **({"success": final["success"].tolist()} if has_success else {}),
+        "env_steps": run.env_steps().tolist(),
+        "iterations": config.num_iterations,
+        "seconds": seconds,  # all of it: init, compile, training, evaluations
+        "compile_seconds": run.compile_seconds,
+        "env_steps_per_second": run.throughput(steps_before),  # compile excluded; after --resume, this process's part
+        "run_folder": str(folder),
+        "env_options": args.env_options,
+        "config": dataclasses.asdict(config),
+    }
 
 
 def _print_train_table(summary: dict, seeds: list[int]) -> None:

@@ -14,6 +14,7 @@ learning rates × seeds (`ftw_jax.sweep`), so it is vmapped, sharded and checkpo
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 import time
 from typing import Callable
@@ -90,8 +91,9 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
     """Runs every algorithm on `env` at the same budget (see the module docstring) and returns their curves.
 
     Args:
-      env, env_options, overrides: as for `TrainConfig.for_env`; `overrides` apply to every algorithm.
-      algorithms: names from `ftw_jax.policy_gradient.ALGORITHMS`.
+      env, env_options, overrides: as for `TrainConfig.for_env`; each algorithm takes those of `overrides`
+        that are its settings (`log` names the others).
+      algorithms: names from `ftw_jax.algos.ALGORITHMS`.
       seeds: the reported seeds.
       learning_rates: the tuning grid (default: the environment's learning rate alone, no tuning).
       tuning_seeds: seeds for choosing the learning rate; must not overlap `seeds` and are needed when the
@@ -102,9 +104,9 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
         evaluation period; phase is "tune" or "report".
     """
     overrides = dict(overrides or {})
-    per_algorithm = {}  # each algorithm's own settings among the overrides, and those of the run
+    own_settings = {}  # each algorithm's settings among the overrides (the run's and its own)
     for algorithm in algorithms:
-        per_algorithm[algorithm], ignored = split_overrides(algorithm, overrides)
+        own_settings[algorithm], ignored = split_overrides(algorithm, overrides)
         if ignored and log:
             log(f"note: {', '.join(sorted(ignored))} do(es) not apply to {algorithm}; ignored for it.")
     base = TrainConfig.for_env(env, **{name: value for name, value in overrides.items() if name in RUN_FIELDS})
@@ -118,40 +120,57 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
         raise ValueError(f"tuning seeds {sorted(set(seeds) & set(tuning_seeds))} are also reported seeds; "
                          "tune on other seeds.")
     for algorithm in algorithms:  # every algorithm's options are checked before the first one runs
-        make_sweep(env, {"lr": learning_rates}, seeds, env_options, algorithm=algorithm, **per_algorithm[algorithm])
+        make_sweep(env, {"lr": learning_rates}, seeds, env_options, algorithm=algorithm, **own_settings[algorithm])
     if metric not in (None, "success", "return"):
         raise ValueError(f"metric must be 'success' or 'return', got {metric!r}.")
     metric = metric or ("success" if envs.make(env, **dict(env_options or {})).has_success else "return")
+    phases = _Phases(env, dict(env_options or {}), metric, checkpoint_folder, on_period)
+    results = [phases.compare(algorithm, own_settings[algorithm], learning_rates, seeds, tuning_seeds)
+               for algorithm in algorithms]
+    episodes = np.arange(1, base.num_periods + 1) * base.eval_every * base.episodes_per_iteration
+    return Comparison(env=env, metric=metric, seeds=seeds, episodes=episodes, results=results)
 
-    def run(algorithm: str, phase: str, sweep) -> dict:
-        checkpointer = (Checkpointer(checkpoint_folder / f"{algorithm}-{phase}", {"algorithm": algorithm, "phase": phase,
-                        "members": sweep.members, "config": dataclasses.asdict(sweep.config)})
-                        if checkpoint_folder else None)
+
+@dataclasses.dataclass(frozen=True)
+class _Phases:
+    """How `compare` runs an algorithm: a tuning sweep over learning rates, then the reported seeds."""
+
+    env: str
+    env_options: dict
+    metric: str
+    checkpoint_folder: pathlib.Path | None
+    on_period: Callable[[str, str, int, np.ndarray], None] | None
+
+    def run(self, algorithm: str, phase: str, sweep) -> dict:
+        """One phase's sweep, checkpointed in its own folder ("ALGORITHM-PHASE") and resumed from it."""
+        checkpointer = None
+        if self.checkpoint_folder:
+            checkpointer = Checkpointer(self.checkpoint_folder / f"{algorithm}-{phase}", {
+                "algorithm": algorithm, "phase": phase, "members": sweep.members,
+                "config": dataclasses.asdict(sweep.config)})
+        progress = self.on_period and (lambda period, row: self.on_period(algorithm, phase, period, row[self.metric]))
         try:
-            return run_sweep(sweep, on_period and (lambda period, row: on_period(algorithm, phase, period, row[metric])),
-                             checkpointer=checkpointer)
+            return run_sweep(sweep, progress, checkpointer=checkpointer)
         finally:
             if checkpointer:
                 checkpointer.close()
 
-    results = []
-    for algorithm in algorithms:
+    def compare(self, algorithm: str, settings: dict, learning_rates: list[float], seeds: list[int],
+                tuning_seeds: list[int]) -> AlgorithmResult:
+        """The learning rate with the best mean AUC on the tuning seeds (if several), then the reported seeds."""
         started = time.perf_counter()
         chosen, tuning = learning_rates[0], []
+        sweep = functools.partial(make_sweep, self.env, env_options=self.env_options, algorithm=algorithm, **settings)
         if len(learning_rates) > 1:
-            tuning_sweep = make_sweep(env, {"lr": learning_rates}, tuning_seeds, env_options, algorithm=algorithm,
-                                      **per_algorithm[algorithm])
-            curves = run(algorithm, "tune", tuning_sweep)[metric]
+            tuning_sweep = sweep({"lr": learning_rates}, tuning_seeds)
+            curves = self.run(algorithm, "tune", tuning_sweep)[self.metric]
             for rate in learning_rates:
                 members = [i for i, m in enumerate(tuning_sweep.members) if m["lr"] == rate]
                 tuning.append({"learning_rate": rate, "auc_mean": float(curves[members].mean())})
             chosen = max(tuning, key=lambda row: row["auc_mean"])["learning_rate"]
-        sweep = make_sweep(env, {"lr": [chosen]}, seeds, env_options, algorithm=algorithm, **per_algorithm[algorithm])
-        reported = run(algorithm, "report", sweep)
-        results.append(AlgorithmResult(algorithm=algorithm, learning_rate=chosen, curves=reported[metric],
-                                       env_steps=reported["env_steps"], seconds=time.perf_counter() - started, tuning=tuning))
-    episodes = np.arange(1, base.num_periods + 1) * base.eval_every * base.episodes_per_iteration
-    return Comparison(env=env, metric=metric, seeds=seeds, episodes=episodes, results=results)
+        reported = self.run(algorithm, "report", sweep({"lr": [chosen]}, seeds))
+        return AlgorithmResult(algorithm=algorithm, learning_rate=chosen, curves=reported[self.metric],
+                               env_steps=reported["env_steps"], seconds=time.perf_counter() - started, tuning=tuning)
 
 
 def summary_rows(comparison: Comparison) -> list[dict]:

@@ -181,9 +181,10 @@ def example_trajectory(env: envs.Environment, env_params, policy):
     """An all-zero trajectory with the shapes and dtypes of one the policy plays in `env`."""
 
     def play(key):
-        observation, _ = env.reset(key, env_params)
-        params = policy.init(key, jax.tree.map(lambda leaf: jnp.asarray(leaf)[None], observation))
-        return rollout(key, env, env_params, policy, params, jnp.zeros((), jnp.int32))[0]
+        reset_key, init_key, play_key = jax.random.split(key, 3)
+        observation, _ = env.reset(reset_key, env_params)
+        params = policy.init(init_key, jax.tree.map(lambda leaf: jnp.asarray(leaf)[None], observation))
+        return rollout(play_key, env, env_params, policy, params, jnp.zeros((), jnp.int32))[0]
 
     return jax.tree.map(lambda spec: jnp.zeros(spec.shape, spec.dtype), jax.eval_shape(play, jax.random.key(0)))
 
@@ -216,14 +217,8 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
     return Trainer(config=config, env=env, policy=policy, learner=learner, init=init, run=run)
 
 
-def make_periods(config: TrainConfig, env: envs.Environment, env_params, policy, learner: Learner):
-    """`run(carry, num_periods) -> (carry, (metrics, evaluation))`, jitted: the scan over evaluation periods."""
-    eval_params = env.evaluation_params(env_params)
-
-    def play(key, policy_state, num_episodes, env_params=env_params, group_size=1, reset_keys=None):
-        """(trajectories [B, T, ...], success [B]) of B episodes with the current policy."""
-        return rollouts(key, env, env_params, policy, policy_state.params, policy_state.version, num_episodes,
-                        group_size, reset_keys)
+def make_iteration(config: TrainConfig, env: envs.Environment, env_params, policy, learner: Learner):
+    """`iteration(carry, tasks) -> (carry, metrics)`: B episodes with the current policy, then `learner.learn`."""
 
     def kl_coef_at(carry: TrainCarry) -> jax.Array:
         """β for this iteration: linear from the member's start value to `kl_coef_final` at the last one."""
@@ -239,8 +234,8 @@ def make_periods(config: TrainConfig, env: envs.Environment, env_params, policy,
             groups = probes.draw_tasks(task_key, *tasks, config.episodes_per_iteration // group_size)
             reset_keys = jnp.repeat(groups, group_size, axis=0)
         state = carry.learner
-        batch, success = play(play_key, state.policy, config.episodes_per_iteration, group_size=group_size,
-                              reset_keys=reset_keys)
+        batch, success = rollouts(play_key, env, env_params, policy, state.policy.params, state.policy.version,
+                                  config.episodes_per_iteration, group_size, reset_keys)
         if config.kl_coef_final is not None:
             state = state.replace(policy=state.policy.replace(kl_coef=kl_coef_at(carry)))
         state, update_metrics = learner.learn(state, batch, update_key, carry.hyperparameters)
@@ -255,6 +250,15 @@ def make_periods(config: TrainConfig, env: envs.Environment, env_params, policy,
             "kl_coef": state.policy.kl_coef,
         }
         return carry.replace(learner=state, key=key, iteration=carry.iteration + 1, env_steps=env_steps), metrics
+
+    return iteration
+
+
+def make_periods(config: TrainConfig, env: envs.Environment, env_params, policy, learner: Learner):
+    """`run(carry, num_periods) -> (carry, (metrics, evaluation))`, jitted: the scan over evaluation periods,
+    each (task filtering,) `eval_every` iterations, and an evaluation."""
+    eval_params = env.evaluation_params(env_params)
+    iteration = make_iteration(config, env, env_params, policy, learner)
 
     def filtered_tasks(carry: TrainCarry):
         """(carry with the probes' key and env steps spent, (task keys [M], kept [M]))."""
@@ -274,7 +278,9 @@ def make_periods(config: TrainConfig, env: envs.Environment, env_params, policy,
             filtering = {"informative_tasks": jnp.mean(tasks[1]), "probe_env_steps": carry.env_steps - steps_before}
         carry, metrics = jax.lax.scan(lambda carry, _: iteration(carry, tasks), carry, None, length=config.eval_every)
         key, eval_key = jax.random.split(carry.key)
-        episodes, success = play(eval_key, carry.learner.policy, config.eval_episodes, eval_params)
+        policy_state = carry.learner.policy
+        episodes, success = rollouts(eval_key, env, eval_params, policy, policy_state.params, policy_state.version,
+                                     config.eval_episodes)
         evaluation = {
             "return": jnp.mean(episodes.episode_return),
             "success": jnp.mean(success),

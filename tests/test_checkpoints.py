@@ -63,8 +63,8 @@ def test_a_run_killed_mid_write_resumes_where_it_stopped_to_the_uninterrupted_re
         carry, _ = run_period(carry, 1)
     fingerprint = json.loads((killed / "config.json").read_text())
     step, restored, record = Checkpointer(killed / "checkpoints", fingerprint).restore(initial)
-    assert step == latest and len(record["evaluations"]["rows"]) == latest
-    adam = restored.state.opt_state.inner_state[0]
+    assert step == latest and len(record["history"]["rows"]) == latest
+    adam = restored.learner.policy.opt_state.inner_state[0]
     assert np.asarray(adam.count).min() > 0 and np.abs(np.asarray(adam.mu["params"]["logits"])).min() > 0
     for got, expected in zip(_leaves(restored), _leaves(carry)):
         np.testing.assert_array_equal(got, expected)

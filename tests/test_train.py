@@ -29,7 +29,7 @@ def test_chunks_give_the_same_result_as_one_scan_and_compile_once(cartpole):
     cache_before = cartpole.run._cache_size()
     second, (_, second_evaluation) = cartpole.run(first, 1)
     assert cartpole.run._cache_size() == cache_before  # the second chunk reuses the first compile
-    jax.tree.map(np.testing.assert_array_equal, whole.state.params, second.state.params)
+    jax.tree.map(np.testing.assert_array_equal, whole.learner.policy.params, second.learner.policy.params)
     np.testing.assert_array_equal(evaluation["return"], [first_evaluation["return"][0], second_evaluation["return"][0]])
     assert metrics["return_mean"].shape == (2, 3)
     assert int(whole.iteration) == 6 and int(whole.env_steps) == int(metrics["env_steps"][-1, -1])
