@@ -26,16 +26,16 @@ def run_rule(rule: str, grid: str, seeds: list[int], iterations: int, eval_every
         print(f"  {rule}: iteration {(period + 1) * eval_every}/{iterations}, mean held-out success "
               f"{row['success'].mean():.1%}", flush=True)
 
-    names = ("elite_return_mean", "pool_return_mean", "pool_size", "kept_fraction", "ready")
+    names = ("elite_return_mean", "pool_return_mean", "pool_filled", "kept_fraction", "ready")
     results = run_sweep(sweep, progress, metric_names=names)
     metrics = {name: results[f"metrics/{name}"] for name in names}  # [M, iterations]
     rows = []
     for index, member in enumerate(sweep.members):
         ready = metrics["ready"][index].astype(bool)
-        pool_size = metrics["pool_size"][index][ready]
-        successes = np.rint(metrics["pool_return_mean"][index][ready] * pool_size).astype(int)
+        pool_filled = metrics["pool_filled"][index][ready]
+        successes = np.rint(metrics["pool_return_mean"][index][ready] * pool_filled).astype(int)
         predicted = [float(ftw_jax.expected_failure_share(int(n), int(m), member["C"], member["K"]))
-                     for n, m in zip(pool_size, successes)]
+                     for n, m in zip(pool_filled, successes)]
         rows.append({
             "rule": rule, "C": member["C"], "K": member["K"], "seed": member["seed"],
             "final_success": float(results["success"][index, -1]),

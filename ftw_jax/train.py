@@ -202,6 +202,8 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
                       example=example_trajectory(env, env_params, policy),
                       episodes_per_iteration=config.episodes_per_iteration)
     learner = algos.get(config.algorithm).make_learner(config.algorithm_config, context)
+    if not isinstance(learner, Learner):
+        raise ValueError(f"{config.algorithm}'s make_learner returned {type(learner).__name__}, not a Learner.")
 
     def init(key: jax.Array, hyperparameters: Hyperparameters | None = None) -> TrainCarry:
         if hyperparameters is None:

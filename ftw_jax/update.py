@@ -58,7 +58,7 @@ class UpdateConfig:
         filled slots, on whose policy steps KL(π_old ‖ π_new) and the total variation are measured after the
         step (2 × that many extra forward passes). 0 turns the monitor off.
       monitor_discount: γ of the logged TRPO penalty term (must be < 1).
-      staleness_histogram_bins: if > 0, metrics carry `pool_staleness_histogram` [bins]: valid entries by
+      staleness_histogram_bins: if > 0, metrics carry `pool_staleness_histogram` [bins]: filled entries by
         staleness 0, 1, ..., the last bin counting everything from bins − 1 up.
     """
 
@@ -213,8 +213,8 @@ def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: ja
         "elite_return_mean": jnp.sum(jnp.where(filled, elite_returns, 0.0)) / kept,
         "elite_return_min": jnp.min(jnp.where(filled, elite_returns, jnp.inf)),
         "unique_elite_fraction": jnp.sum(selection.counts > 0) / slots,
-        "kept_fraction": jnp.sum(filled) / slots,  # < 1 only under beat_minimum
-        "pool_size": pool.size,
+        "kept_fraction": jnp.sum(filled) / slots,  # < 1 under beat_minimum, or with fewer than K valid entries
+        "pool_filled": pool.size,  # entries in the pool (N is its capacity)
         "pool_return_mean": jnp.sum(jnp.where(filled_slots, returns, 0.0)) / pool_entries,
         # Staleness: the current version (before this step) minus the version that played the entry.
         "pool_staleness_mean": jnp.sum(jnp.where(filled_slots, selection.staleness, 0)) / pool_entries,
@@ -250,7 +250,7 @@ def make_trust_region(apply_fn: ApplyFn, config: UpdateConfig):
 
 
 def staleness_histogram(pool: pool_lib.Pool, staleness: jax.Array, bins: int) -> jax.Array:
-    """[bins] int32: valid entries by staleness 0, 1, ..., the last bin counting everything from bins − 1 up."""
+    """[bins] int32: filled entries by staleness 0, 1, ..., the last bin counting everything from bins − 1 up."""
     return jnp.zeros(bins, jnp.int32).at[jnp.minimum(staleness, bins - 1)].add(pool_lib.valid_mask(pool).astype(jnp.int32))
 
 

@@ -1,13 +1,33 @@
-"""The API tour (docs/api.md) runs as written."""
+"""The documents' scripts run as written: the API tour (docs/api.md) and the extension example (docs/extending.md)."""
 
+import json
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
+
+DOCS = pathlib.Path(__file__).parents[1] / "docs"
+
+
+def python_block(page: str, marker: str) -> str:
+    (block,) = [block for block in re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)
+                if marker in block]
+    return block
 
 
 @pytest.mark.slow
 def test_api_tour_runs():
-    tour_page = (pathlib.Path(__file__).parents[1] / "docs" / "api.md").read_text()
-    (tour,) = [block for block in re.findall(r"```python\n(.*?)```", tour_page, re.S) if "make_update" in block]
-    exec(compile(tour, "docs/api.md (API tour)", "exec"), {})
+    exec(compile(python_block("api.md", "make_update"), "docs/api.md (API tour)", "exec"), {})
+
+
+@pytest.mark.slow
+def test_a_new_algorithm_and_environment_train_from_the_command_line():
+    # A fresh process: the example adds to the registries, which other tests must not see.
+    done = subprocess.run([sys.executable, "-c", python_block("extending.md", "ALGORITHMS")], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["config"]["algorithm"] == "top_half" and summary["config"]["algorithm_config"] == {"quantile": 0.75}
+    assert summary["return"][0] > 0.75  # the uniform policy earns 0.6, the best arm 1.0

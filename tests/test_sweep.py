@@ -87,12 +87,12 @@ def test_a_member_with_a_smaller_pool_reproduces_its_own_run():
     settings = dict(num_iterations=24, eval_every=12, pool_capacity=8, batch_size=2, num_batches=4, num_elites=1)
     sweep = make_sweep("bandit", parse_grid("N=8,16"), seeds=[3], **settings)
     assert sweep.config.algorithm_config.pool_capacity == 16
-    results = run_sweep(sweep, metric_names=("pool_size",))
+    results = run_sweep(sweep, metric_names=("pool_filled",))
     _, (metrics, evaluation) = make_train(TrainConfig.for_env("bandit", **settings)).train(jax.random.key(3))
     np.testing.assert_allclose(results["return"][0], evaluation["return"], rtol=1e-6)
     np.testing.assert_allclose(results["train_return"][0], metrics["return_mean"][:, -1], rtol=1e-6)
     # Per-iteration metrics on request: pools fill one pull per iteration up to their own capacity.
-    np.testing.assert_array_equal(results["metrics/pool_size"], np.minimum(np.arange(1, 25), [[8], [16]]))
+    np.testing.assert_array_equal(results["metrics/pool_filled"], np.minimum(np.arange(1, 25), [[8], [16]]))
     assert not np.allclose(results["return"][0], results["return"][1])
 
 

@@ -107,7 +107,7 @@ def test_no_op_until_the_pool_holds_c_entries():
     for count in (1, 3):
         new_state, metrics = update(start, filled_pool(count), jax.random.key(count))
         chex.assert_trees_all_equal(new_state, start)
-        assert not bool(metrics["ready"]) and not bool(metrics["applied"]) and int(metrics["pool_size"]) == count
+        assert not bool(metrics["ready"]) and not bool(metrics["applied"]) and int(metrics["pool_filled"]) == count
     new_state, metrics = update(start, filled_pool(4), jax.random.key(4))
     assert bool(metrics["applied"]) and int(new_state.version) == 1
     assert not np.allclose(new_state.params["w"], start.params["w"])
