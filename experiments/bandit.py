@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from ftw_jax import cli
-from ftw_jax.bandit import kl_fixed_point_probability, run_seeds, winners_only_probability
+from ftw_jax.reproduction import kl_fixed_point_probability, run_seeds, winners_only_probability
 from ftw_jax.plots import save_histogram
 
 
@@ -25,17 +25,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.set_defaults(num_seeds=1000)
     args = parser.parse_args(argv)
     seeds = cli.seeds_of(args)
-    config = cli.bandit_config(args)
+    config, env = cli.bandit_protocol(args)
 
     started = time.perf_counter()
-    curves = run_seeds(config, seeds)
+    curves = run_seeds(config, seeds, env)
     best = np.asarray(curves["best_arm_probability"], np.float64)
     seconds = time.perf_counter() - started
     cli.print_bandit_table(seeds, best, np.asarray(curves["expected_reward"], np.float64), max_rows=5)
 
     final = best[:, -1]
-    winners_only = winners_only_probability(config)
-    fixed_point = kl_fixed_point_probability(config)
+    winners_only = winners_only_probability(config, env)
+    fixed_point = kl_fixed_point_probability(config, env)
     on_path = np.abs(final - winners_only) < 1e-5
     print(f"\n{len(seeds)} seeds in {seconds:.1f} s (one jit, compile included)")
     print(f"if every kept action were the best arm (numpy recurrence): P(best) = {winners_only:.6f}")

@@ -1,7 +1,8 @@
 """The `ftw-jax` command: parses, calls the package, prints. Its training flags are generated from the configs.
 
 Every setting is declared once, as a `ftw_jax.settings.setting` field of `TrainConfig`, of an algorithm's
-config (`ftw_jax.algos`) or of `BanditConfig`; its flag, type, choices, help and default come from there.
+config (`ftw_jax.algos`) or of the bandit (`GaussianBandit`); its flag, type, choices, help and default come
+from there.
 """
 
 from __future__ import annotations
@@ -71,9 +72,10 @@ def _shown(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
-def add_settings(parser: argparse.ArgumentParser, settings, *, env_defaults: bool = False) -> None:
+def add_settings(parser: argparse.ArgumentParser, settings, *, env_defaults: bool | str = False) -> None:
     """One flag per setting name (the first declaration's help; its default shown, with each environment's own
-    when `env_defaults`). Every flag defaults to None: not given."""
+    when `env_defaults` is True, or that environment's when it names one). Every flag defaults to None: not
+    given."""
     from ftw_jax import envs
 
     seen = set()
@@ -83,11 +85,14 @@ def add_settings(parser: argparse.ArgumentParser, settings, *, env_defaults: boo
         seen.add(item.name)
         kind = typing.get_origin(item.base_type) is typing.Literal and str or item.base_type
         default = f"default {_shown(item.default)}"
-        if env_defaults:
+        if isinstance(env_defaults, str):
+            default = f"default {_shown(envs.entry(env_defaults).defaults.get(item.name, item.default))}"
+        elif env_defaults:
             default += "".join(f"; {env} {_shown(entry.defaults[item.name])}"
                                for env, entry in envs.ENVIRONMENTS.items() if item.name in entry.defaults)
         parser.add_argument(*filter(None, (item.flag, item.short)), dest=item.name, type=_VALUE_TYPES[kind],
-                            choices=item.choices, default=None, help=f"{item.help} ({default})")
+                            choices=item.choices, default=None, metavar=None if item.choices else item.flag[2:].upper().replace("-", "_"),
+                            help=f"{item.help} ({default})")
 
 
 def given_settings(args, settings) -> dict:
@@ -169,20 +174,31 @@ def _default_metric(args, env) -> str:
 
 # ----------------------------------------------------------------------------------------------------- bandit
 
+def _protocol_settings():
+    from ftw_jax.reproduction import PROTOCOL_SETTINGS
+
+    return [item for item in _training_settings() if item.name in PROTOCOL_SETTINGS]
+
+
 def add_bandit_arguments(parser: argparse.ArgumentParser) -> None:
-    """The bandit protocol's options: its seeds and `BanditConfig`'s settings (experiments/bandit.py takes them too)."""
-    from ftw_jax.bandit import BanditConfig
+    """The bandit protocol's options: its seeds, the bandit's and the training settings it reads (experiments/bandit.py
+    takes them too)."""
+    from ftw_jax.envs import GaussianBandit
     from ftw_jax.settings import describe
 
     _add_seeds(parser)
-    add_settings(parser, describe(BanditConfig))
+    add_settings(parser, describe(GaussianBandit))
+    add_settings(parser, _protocol_settings(), env_defaults="bandit")
 
 
-def bandit_config(args):
-    from ftw_jax.bandit import BanditConfig
+def bandit_protocol(args):
+    """(TrainConfig, GaussianBandit) of the bandit command's flags."""
+    from ftw_jax.envs import GaussianBandit
+    from ftw_jax.reproduction import protocol_config
     from ftw_jax.settings import describe
 
-    return BanditConfig(**given_settings(args, describe(BanditConfig)))
+    env = GaussianBandit(**given_settings(args, describe(GaussianBandit)))
+    return protocol_config(**given_settings(args, _protocol_settings())), env
 
 
 def _add_bandit_parser(subparsers) -> None:
@@ -200,13 +216,13 @@ def _add_bandit_parser(subparsers) -> None:
 
 
 def _run_bandit(args) -> int:
-    from ftw_jax.bandit import run_seeds
+    from ftw_jax.reproduction import run_seeds
 
     seeds = seeds_of(args)
-    config = bandit_config(args)
+    config, env = bandit_protocol(args)
     print(f"running {len(seeds)} seed(s) x {config.num_iterations} iterations in one jit...", file=sys.stderr)
     started = time.perf_counter()
-    curves = run_seeds(config, seeds)
+    curves = run_seeds(config, seeds, env)
     best = np.asarray(curves["best_arm_probability"], dtype=np.float64)  # [S, I + 1]
     reward = np.asarray(curves["expected_reward"], dtype=np.float64)
     seconds = time.perf_counter() - started
@@ -216,7 +232,7 @@ def _run_bandit(args) -> int:
     final = best[:, -1]
     result = {
         "seeds": seeds,
-        "best_arm": config.best_arm,
+        "best_arm": env.best_arm,
         "best_arm_probability_initial": best[:, 0].tolist(),
         "best_arm_probability_final": final.tolist(),
         "expected_reward_final": reward[:, -1].tolist(),
@@ -224,6 +240,7 @@ def _run_bandit(args) -> int:
         "updates_applied": np.asarray(curves["metrics"]["applied"]).sum(axis=1).tolist(),
         "seconds": seconds,
         "config": dataclasses.asdict(config),
+        "env": dataclasses.asdict(env),
     }
     if args.json:
         print(json.dumps(result))
@@ -235,8 +252,8 @@ def _run_bandit(args) -> int:
 
         path = save_learning_curves(
             args.out / "learning_curve.png", best, [f"seed {seed}" for seed in seeds],
-            title=f"FTW bandit: best arm probability (C={config.batch_size}, K={config.num_elites}, "
-            f"J={config.num_batches}, beta={config.kl_coef})",
+            title=f"FTW bandit: best arm probability (C={config.algorithm_config.batch_size}, "
+            f"K={config.algorithm_config.num_elites}, J={config.algorithm_config.num_batches}, beta={config.kl_coef})",
             ylabel="P(best arm)",
         )
         print(f"learning curve: {path}")

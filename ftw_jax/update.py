@@ -62,10 +62,10 @@ class UpdateConfig:
         staleness 0, 1, ..., the last bin counting everything from bins − 1 up.
     """
 
-    pool_capacity: int = setting(64, "N, the pool's capacity", axis="N")
-    num_batches: int = setting(16, "J, minibatches per update", axis="J")
-    batch_size: int = setting(8, "C, pool entries drawn (without replacement) per minibatch", axis="C")
-    num_elites: int = setting(2, "K, entries kept per minibatch", axis="K")
+    pool_capacity: int = setting(64, "N, the pool's capacity", axis="N", short="-N")
+    num_batches: int = setting(16, "J, minibatches per update", axis="J", short="-J")
+    batch_size: int = setting(8, "C, pool entries drawn (without replacement) per minibatch", axis="C", short="-C")
+    num_elites: int = setting(2, "K, entries kept per minibatch", axis="K", short="-K")
     reference: Literal["initial", "previous"] = setting("initial", "the KL's reference policy")
     kl_direction: Literal["policy_to_reference", "reference_to_policy"] = setting(
         "policy_to_reference", "KL(pi || pi_ref) or KL(pi_ref || pi)")

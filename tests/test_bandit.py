@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from ftw_jax import cli
-from ftw_jax.bandit import BanditConfig, make_run, run_seeds
+from ftw_jax.envs import GaussianBandit
+from ftw_jax.reproduction import (kl_fixed_point_probability, make_run, protocol_config, run_seeds,
+                                  winners_only_probability)
 
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
@@ -15,14 +17,14 @@ pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 
 def test_one_seed_reuses_no_key():
     with jax.debug_key_reuse(True):
-        curves = jax.jit(make_run(BanditConfig(num_iterations=12)))(jax.random.key(0))
+        curves = jax.jit(make_run(protocol_config(num_iterations=12)))(jax.random.key(0))
     assert curves["best_arm_probability"].shape == (13,)
 
 SHORT = ["--iterations", "60", "--no-plot"]
 
 
 def test_short_run_learns_the_best_arm_and_seeds_differ():
-    curves = run_seeds(BanditConfig(num_iterations=60), [0, 1, 2, 3])
+    curves = run_seeds(protocol_config(num_iterations=60), [0, 1, 2, 3])
     best = np.asarray(curves["best_arm_probability"])
     assert best.shape == (4, 61)
     np.testing.assert_allclose(best[:, 0], 0.5, rtol=1e-6)
@@ -33,7 +35,7 @@ def test_short_run_learns_the_best_arm_and_seeds_differ():
 
 
 def test_same_seed_same_run():
-    first = run_seeds(BanditConfig(num_iterations=30), [7, 7])["best_arm_probability"]
+    first = run_seeds(protocol_config(num_iterations=30), [7, 7])["best_arm_probability"]
     np.testing.assert_array_equal(first[0], first[1])
 
 
@@ -67,6 +69,16 @@ def test_bad_options_give_a_clear_error(capsys, argv, message):
     assert message in capsys.readouterr().err
 
 
+def test_the_protocol_takes_the_bandit_s_training_settings_and_refuses_others():
+    config = protocol_config(batch_size=4, kl_coef=0.1)
+    assert (config.algorithm_config.batch_size, config.kl_coef, config.learning_rate) == (4, 0.1, 0.08)
+    with pytest.raises(ValueError, match=r"does not take \['updates_per_iteration'\]"):
+        protocol_config(updates_per_iteration=2)
+    with pytest.raises(ValueError, match="one pull per iteration and SGD"):
+        make_run(config.replace(optimizer="adam"))
+    assert kl_fixed_point_probability(config, GaussianBandit(arm_means=(0.1, 0.9, 0.5))) < 1.0
+
+
 def test_malformed_seeds_are_rejected(capsys):
     with pytest.raises(SystemExit):
         cli.main(["bandit", "--seeds", "4x"])
@@ -76,9 +88,7 @@ def test_malformed_seeds_are_rejected(capsys):
 def test_final_probability_is_capped_by_the_winners_only_recurrence():
     """The jitted runs end at most where the numpy recurrence (every kept pull the best arm) ends, and the
     luckiest seeds end exactly there; the mean is the reference implementation's ~0.968."""
-    from ftw_jax.bandit import winners_only_probability
-
-    config = BanditConfig()
+    config = protocol_config()
     final = np.asarray(run_seeds(config, list(range(42, 42 + 64)))["best_arm_probability"])[:, -1]
     ceiling = winners_only_probability(config)
     assert abs(ceiling - 0.968875) < 1e-6
@@ -88,7 +98,5 @@ def test_final_probability_is_capped_by_the_winners_only_recurrence():
 
 
 def test_kl_fixed_point_is_stationary():
-    from ftw_jax.bandit import kl_fixed_point_probability
-
-    p = kl_fixed_point_probability(BanditConfig(kl_coef=1.0))
+    p = kl_fixed_point_probability(protocol_config(kl_coef=1.0))
     assert abs(p * np.log(p / (1 - p)) - 1.0) < 1e-9  # two arms: β p logit(p) = 1

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from ftw_jax.envs.base import Environment
+from ftw_jax.settings import setting
 
 
 @flax.struct.dataclass
@@ -23,8 +24,8 @@ class BanditParams:
 
 @dataclasses.dataclass(frozen=True)
 class GaussianBandit(Environment):
-    arm_means: tuple[float, ...] = (1.0, 0.3)
-    noise_sd: float = 0.2
+    arm_means: tuple[float, ...] = setting((1.0, 0.3), "the arms' mean rewards")
+    noise_sd: float = setting(0.2, "sd of the Gaussian reward noise")
 
     def __post_init__(self):
         if len(self.arm_means) < 2:
