@@ -52,6 +52,20 @@ def _check(config: TrainConfig, env: GaussianBandit) -> None:
         raise ValueError("the bandit protocol runs FTW with one pull per iteration and SGD (see protocol_config).")
 
 
+def pull_record(action: jax.Array, log_prob: jax.Array, version: jax.Array, reward: jax.Array) -> Trajectory:
+    """One pull as a batch of one trajectory of one step ([1, 1] leaves; the return [1])."""
+    return Trajectory(
+        observation=jnp.zeros((1, 1), jnp.int32),
+        action=action.reshape(1, 1).astype(jnp.int32),
+        mask=jnp.ones((1, 1), bool),
+        behaviour_logp=log_prob.reshape(1, 1).astype(jnp.float32),
+        behaviour_version=version.reshape(1, 1).astype(jnp.int32),
+        episode_return=reward.reshape(1).astype(jnp.float32),
+        reward=reward.reshape(1, 1).astype(jnp.float32),
+        alive=jnp.ones((1, 1), bool),
+    )
+
+
 def make_run(config: TrainConfig, env: GaussianBandit = GaussianBandit()):
     """Builds `run(key) -> curves`, the whole protocol for one seed (vmap it over keys).
 
@@ -63,16 +77,8 @@ def make_run(config: TrainConfig, env: GaussianBandit = GaussianBandit()):
     policy = TabularPolicy(num_actions=env.num_actions)
     update = make_update(policy.apply, config.algorithm_config)
     optimizer = optax.sgd(config.learning_rate)
-    example = Trajectory(
-        observation=jnp.zeros((1,), jnp.int32),
-        action=jnp.zeros((1,), jnp.int32),
-        mask=jnp.ones((1,), bool),
-        behaviour_logp=jnp.zeros((1,), jnp.float32),
-        behaviour_version=jnp.zeros((1,), jnp.int32),
-        episode_return=jnp.zeros((), jnp.float32),
-        reward=jnp.zeros((1,), jnp.float32),
-        alive=jnp.ones((1,), bool),
-    )
+    zero = jnp.zeros(())
+    example = jax.tree.map(lambda leaf: leaf[0], pull_record(zero, zero, zero, zero))  # one trajectory
 
     def logits_of(params):
         return params["params"]["logits"]  # [A]
@@ -88,16 +94,7 @@ def make_run(config: TrainConfig, env: GaussianBandit = GaussianBandit()):
         log_probs = jax.nn.log_softmax(logits)
         action = jax.random.categorical(action_key, logits)
         _, _, reward, _, _ = env.step(reward_key, jnp.zeros((), jnp.int32), action, env_params)
-        pulled = Trajectory(
-            observation=jnp.zeros((1, 1), jnp.int32),
-            action=action.reshape(1, 1).astype(jnp.int32),
-            mask=jnp.ones((1, 1), bool),
-            behaviour_logp=log_probs[action].reshape(1, 1),
-            behaviour_version=state.version.reshape(1, 1),
-            episode_return=reward.reshape(1),
-            reward=reward.reshape(1, 1).astype(jnp.float32),
-            alive=jnp.ones((1, 1), bool),
-        )
+        pulled = pull_record(action, log_probs[action], state.version, reward)
         pool = pool_lib.add(pool, pulled)
         state, metrics = update(state, pool, update_key)
         best_probability, expected_reward = summary(state.params)
