@@ -90,9 +90,9 @@ def add_settings(parser: argparse.ArgumentParser, settings, *, env_defaults: boo
         elif env_defaults:
             default += "".join(f"; {env} {_shown(entry.defaults[item.name])}"
                                for env, entry in envs.ENVIRONMENTS.items() if item.name in entry.defaults)
+        metavar = None if item.choices else item.flag[2:].upper().replace("-", "_")
         parser.add_argument(*filter(None, (item.flag, item.short)), dest=item.name, type=_VALUE_TYPES[kind],
-                            choices=item.choices, default=None, metavar=None if item.choices else item.flag[2:].upper().replace("-", "_"),
-                            help=f"{item.help} ({default})")
+                            choices=item.choices, default=None, metavar=metavar, help=f"{item.help} ({default})")
 
 
 def given_settings(args, settings) -> dict:
@@ -347,7 +347,8 @@ def _add_train_parser(subparsers) -> None:
     parser.set_defaults(handler=_run_train)
 
 
-def _write_period_logs(folder: pathlib.Path, metrics: dict, evaluation: dict, seeds: list[int], eval_every: int) -> None:
+def _write_period_logs(folder: pathlib.Path, metrics: dict, evaluation: dict, seeds: list[int],
+                       eval_every: int) -> None:
     """Appends a period's rows to metrics.jsonl (per iteration and seed) and evaluation.jsonl (per seed)."""
     from ftw_jax import runs
 
@@ -382,8 +383,9 @@ def _run_train(args) -> int:
                 log(f"compiled in {run.compile_seconds:.1f} s")
             _write_period_logs(folder, metrics, evaluation, seeds, config.eval_every)
             success = f"  eval success {evaluation['success'].mean():6.1%}" if trainer.env.has_success else ""
-            log(f"iteration {evaluation['iteration'][0]:>5}/{config.num_iterations}  env steps {run.clock[-1][1]:>10,}  "
-                f"train return {metrics['return_mean'][:, -1].mean():9.3f}  eval return {evaluation['return'].mean():9.3f}"
+            log(f"iteration {evaluation['iteration'][0]:>5}/{config.num_iterations}  env steps {run.clock[-1][1]:>10,}"
+                f"  train return {metrics['return_mean'][:, -1].mean():9.3f}"
+                f"  eval return {evaluation['return'].mean():9.3f}"
                 f"{success}  {run.throughput(steps_before):9,.0f} env steps/s")
             if not np.all(np.isfinite(evaluation["return"])):
                 log("error: non-finite evaluation return; stopping (the run folder keeps what was done).")

@@ -33,7 +33,8 @@ from ftw_jax.train import TrainConfig, Trainer, make_train
 
 def axes(algorithm: str = "ftw") -> dict[str, Setting]:
     """Grid axis -> setting: those marked sweepable on the run's config and on the algorithm's."""
-    return {item.axis: item for cls in (algos.get(algorithm).config, TrainConfig) for item in describe(cls) if item.axis}
+    settings = [*describe(algos.get(algorithm).config), *describe(TrainConfig)]
+    return {item.axis: item for item in settings if item.axis}
 
 
 ALL_AXES = {axis: item for algorithm in algos.ALGORITHMS for axis, item in axes(algorithm).items()}

@@ -44,7 +44,7 @@ class TrainConfig:
     num_iterations: int = setting(120, "training iterations (a multiple of --eval-every)", flag="iterations")
     episodes_per_iteration: int = setting(16, "B, episodes rolled out per iteration")
     kl_coef: float = setting(0.0, "beta, the KL penalty's weight (at the start)", axis="kl")
-    kl_coef_final: float | None = setting(None, "beta decays linearly to this by the last iteration (default: constant)")
+    kl_coef_final: float | None = setting(None, "beta decays linearly to this by the last iteration (None: constant)")
     optimizer: Literal["adam", "sgd"] = setting("adam", "the Optax optimizer")
     learning_rate: float = setting(3e-3, "the optimizer's learning rate", axis="lr")
     policy: str | None = setting(None, "the policy network (default: the environment's; sokoban: conv or mlp)",

@@ -251,7 +251,8 @@ def make_trust_region(apply_fn: ApplyFn, config: UpdateConfig):
 
 def staleness_histogram(pool: pool_lib.Pool, staleness: jax.Array, bins: int) -> jax.Array:
     """[bins] int32: filled entries by staleness 0, 1, ..., the last bin counting everything from bins − 1 up."""
-    return jnp.zeros(bins, jnp.int32).at[jnp.minimum(staleness, bins - 1)].add(pool_lib.valid_mask(pool).astype(jnp.int32))
+    filled = pool_lib.valid_mask(pool).astype(jnp.int32)
+    return jnp.zeros(bins, jnp.int32).at[jnp.minimum(staleness, bins - 1)].add(filled)
 
 
 def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[PolicyState, pool_lib.Pool, jax.Array], tuple]:

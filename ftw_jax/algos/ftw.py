@@ -13,9 +13,8 @@ import jax
 import jax.numpy as jnp
 
 from ftw_jax import pool as pool_lib
-from ftw_jax.algos.base import Algorithm, Context, updates_per_iteration_setting, Hyperparameters, Learner
+from ftw_jax.algos.base import Algorithm, Context, Hyperparameters, Learner, updates_per_iteration_setting
 from ftw_jax.checks import check_positive_int
-from ftw_jax.settings import setting
 from ftw_jax.state import PolicyState
 from ftw_jax.update import Sizes, UpdateConfig, make_update
 
@@ -74,4 +73,5 @@ def check(config: FTWConfig, episodes_per_iteration: int) -> None:
                          f"(N={config.pool_capacity}).")
 
 
-ALGORITHM = Algorithm(name="ftw", config=FTWConfig, make_learner=make_learner, hyperparameters=hyperparameters, check=check)
+ALGORITHM = Algorithm(name="ftw", config=FTWConfig, make_learner=make_learner, hyperparameters=hyperparameters,
+                      check=check)

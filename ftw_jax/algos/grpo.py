@@ -13,9 +13,14 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from ftw_jax.algos.base import Algorithm, Context, updates_per_iteration_setting, Learner
-from ftw_jax.algos.policy_gradient import (ADVANTAGE_EPSILON, BatchLearnerState, clip_epsilon_setting, make_policy_gradient_update,
-                                           repeated_steps)
+from ftw_jax.algos.base import Algorithm, Context, Learner, updates_per_iteration_setting
+from ftw_jax.algos.policy_gradient import (
+    ADVANTAGE_EPSILON,
+    BatchLearnerState,
+    clip_epsilon_setting,
+    make_policy_gradient_update,
+    repeated_steps,
+)
 from ftw_jax.checks import check_positive_int
 from ftw_jax.settings import setting
 

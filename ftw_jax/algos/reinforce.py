@@ -5,8 +5,12 @@ from __future__ import annotations
 import dataclasses
 
 from ftw_jax.algos.base import Algorithm, Context, Learner
-from ftw_jax.algos.policy_gradient import (BatchLearnerState, make_policy_gradient_update,
-                                           mean_baseline_advantages, repeated_steps)
+from ftw_jax.algos.policy_gradient import (
+    BatchLearnerState,
+    make_policy_gradient_update,
+    mean_baseline_advantages,
+    repeated_steps,
+)
 
 
 @dataclasses.dataclass(frozen=True)

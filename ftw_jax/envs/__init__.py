@@ -24,8 +24,11 @@ class EnvEntry:
     """One environment of the registry."""
 
     make: Callable[..., Environment]  # options -> the environment
-    policies: tuple[str, ...]  # the policy architectures that fit its observations (`policies.ARCHITECTURES`), the first the default
-    defaults: Mapping[str, Any]  # training settings (`TrainConfig` or algorithm fields) that train it in seconds to minutes on 2 CPU cores
+    # The policy architectures that fit its observations (`policies.ARCHITECTURES`), the first the default.
+    policies: tuple[str, ...]
+    # Training settings (of `TrainConfig` or an algorithm's config) that train it in seconds to minutes on 2 CPU
+    # cores; a setting of another algorithm's config is left out for that algorithm.
+    defaults: Mapping[str, Any]
 
 
 def _gymnax(name: str, **options) -> GymnaxEnvironment:
