@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import signal
 import sys
 import time
 import typing
@@ -160,8 +161,11 @@ def _add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
 def _open_run(args, default_name: str, fingerprint: dict, *, writer: bool = True):
     from ftw_jax import runs
 
-    return runs.open_run(args.out, args.name, args.resume, default_name, fingerprint, writer=writer,
-                         checkpoint_every=None if args.no_checkpoint else args.checkpoint_every)
+    folder, checkpointer = runs.open_run(args.out, args.name, args.resume, default_name, fingerprint, writer=writer,
+                                         checkpoint_every=None if args.no_checkpoint else args.checkpoint_every,
+                                         cleanup=args.cleanup)
+    args.run_folder = folder  # for the resume command an interrupt prints
+    return folder, checkpointer
 
 
 def _logger(args):
@@ -220,6 +224,10 @@ def _run_bandit(args) -> int:
 
     seeds = seeds_of(args)
     config, env = bandit_protocol(args)
+    if not args.no_plot:  # before the work, not after it
+        from ftw_jax.runs import make_folder
+
+        make_folder(args.out)
     print(f"running {len(seeds)} seed(s) x {config.num_iterations} iterations in one jit...", file=sys.stderr)
     started = time.perf_counter()
     curves = run_seeds(config, seeds, env)
@@ -238,10 +246,13 @@ def _run_bandit(args) -> int:
         "expected_reward_final": reward[:, -1].tolist(),
         "best_arm_probability_final_mean": float(final.mean()),
         "updates_applied": np.asarray(curves["metrics"]["applied"]).sum(axis=1).tolist(),
+        "warning": applied_warning(np.asarray(curves["metrics"]["applied"]).mean(axis=1), [f"seed {s}" for s in seeds]),
         "seconds": seconds,
         "config": dataclasses.asdict(config),
         "env": dataclasses.asdict(env),
     }
+    if result["warning"]:
+        print(result["warning"], file=sys.stderr)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -396,6 +407,8 @@ def _run_train(args) -> int:
     summary = _train_summary(args, config, seeds, run, folder, time.perf_counter() - started, steps_before,
                              trainer.env.has_success)
     runs.write_json(folder / "summary.json", summary)
+    if summary["warning"]:
+        print(summary["warning"], file=sys.stderr)
     if not args.no_plot:
         from ftw_jax.plots import save_learning_curves
 
@@ -413,9 +426,21 @@ def _run_train(args) -> int:
     return 0
 
 
+def applied_warning(applied_share: np.ndarray, labels: list) -> str | None:
+    """A warning when some member applied less than half of the optimizer steps it tried (None otherwise)."""
+    low = [f"{label} ({share:.0%})" for label, share in zip(labels, applied_share) if share < 0.5]
+    if not low:
+        return None
+    return (f"warning: few or no updates were applied (non-finite losses or gradients, nothing kept, a pool that "
+            f"never held C entries), so the results are close to the untrained policy's: {', '.join(low)}.")
+
+
 def _train_summary(args, config, seeds, run, folder, seconds: float, steps_before: int, has_success: bool) -> dict:
     final = run.history[-1]
     return {
+        "updates_applied": run.updates_applied().tolist(),
+        "updates_applied_share": run.applied_share().tolist(),
+        "warning": applied_warning(run.applied_share(), [f"seed {seed}" for seed in seeds]),
         "env": args.env,
         "seeds": seeds,
         "return": final["return"].tolist(),
@@ -511,6 +536,11 @@ def _run_sweep(args) -> int:
     if not main_process:
         return 0
     summary = _save_sweep(args, sweep, run.results(), folder, metric, heatmap_axes)
+    labels = [", ".join(f"{axis}={value}" for axis, value in member.items()) for member in sweep.members]
+    summary.update(updates_applied_share=run.applied_share().tolist(),
+                   warning=applied_warning(run.applied_share(), labels))
+    if summary["warning"]:
+        print(summary["warning"], file=sys.stderr)
     summary.update(seconds=time.perf_counter() - started, compile_seconds=run.compile_seconds,
                    env_steps_per_second=run.throughput(steps_before), devices=jax.device_count(),
                    processes=jax.process_count())
@@ -638,6 +668,28 @@ def _run_compare(args) -> int:
     return 0
 
 
+class Terminated(Exception):
+    """SIGTERM, raised where the program is, so that the run folder is closed as after Ctrl-C."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated
+
+
+def resume_command(argv: list[str], folder: pathlib.Path) -> str:
+    """The command line that continues the run in `folder`: `argv` without --out/--name/--resume, with
+    --resume FOLDER."""
+    kept, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in ("--out", "--name", "--resume"):
+            skip = True
+        elif not token.startswith(("--out=", "--name=", "--resume=")):
+            kept.append(token)
+    return " ".join(["ftw-jax", *kept, "--resume", str(folder)])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ftw-jax", description="Follow the Winners (FTW) in JAX.")
     subparsers = parser.add_subparsers(dest="command", required=True)
@@ -645,12 +697,23 @@ def main(argv: list[str] | None = None) -> int:
     _add_train_parser(subparsers)
     _add_sweep_parser(subparsers)
     _add_compare_parser(subparsers)
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return args.handler(args)
-    except (ValueError, ImportError) as error:  # bad input, or an optional dependency that is not installed
+        with contextlib.ExitStack() as args.cleanup:  # releases the run folder's lock however the command ends
+            return args.handler(args)
+    except (ValueError, ImportError, OSError) as error:  # bad input, a missing optional dependency, a bad path
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, Terminated) as interrupt:
+        folder = getattr(args, "run_folder", None)
+        where = (f"; the run folder {folder} keeps what its last checkpoint holds. Resume with:\n  "
+                 f"{resume_command(argv, folder)}" if folder and not getattr(args, "no_checkpoint", True) else "")
+        print(f"\ninterrupted{where}", file=sys.stderr)
+        return 143 if isinstance(interrupt, Terminated) else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
 
 
 if __name__ == "__main__":

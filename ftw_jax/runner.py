@@ -118,6 +118,16 @@ class MemberRun:
             results[f"metrics/{name}"] = results[f"metrics/{name}"].reshape(self.num_members, -1)
         return results
 
+    def updates_applied(self) -> np.ndarray:
+        """[M] optimizer steps applied so far (the policy's version)."""
+        return host_array(self.carry.learner.policy.version)[:self.num_members]
+
+    def applied_share(self) -> np.ndarray:
+        """[M] the share of the steps tried so far that were applied (skipped: not ready, nothing kept, not
+        finite)."""
+        tried = host_array(self.carry.iteration)[:self.num_members] * self.trainer.learner.steps_per_batch
+        return self.updates_applied() / np.maximum(tried, 1)
+
     def throughput(self, steps_before: int) -> float | None:
         """Training env steps per second over the periods run here (compile excluded)."""
         if not self.clock:

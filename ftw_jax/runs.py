@@ -2,23 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime
 import json
+import os
 import pathlib
 
 import numpy as np
 
 
+def make_folder(path: pathlib.Path) -> pathlib.Path:
+    """Creates `path` (and its parents) if needed; a ValueError says why it cannot be (a file, no permission)."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"cannot use {path} as a folder: {error.strerror or error}.") from None
+    if not os.access(path, os.W_OK):
+        raise ValueError(f"cannot write into the folder {path}: permission denied.")
+    return path
+
+
 def new_run_folder(root: pathlib.Path, name: str) -> pathlib.Path:
     """A fresh folder `root/name-YYYYmmdd-HHMMSS[-n]`."""
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    make_folder(root)
     folder = root / f"{name}-{stamp}"
     suffix = 1
     while folder.exists():
         suffix += 1
         folder = root / f"{name}-{stamp}-{suffix}"
-    folder.mkdir(parents=True)
+    folder.mkdir()
     return folder
 
 
@@ -44,16 +58,38 @@ def append_rows(path: pathlib.Path, columns: dict, seeds: list[int]) -> None:
                 file.write(json.dumps(record) + "\n")
 
 
+def write_atomically(path: pathlib.Path, text: str) -> None:
+    """Writes `text` to a temporary file beside `path`, syncs it and renames it into place: a reader (or a
+    kill) sees the old file or the new one, never half of one."""
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with temporary.open("w") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+
+
 def write_json(path: pathlib.Path, payload: dict) -> None:
-    path.write_text(json.dumps(payload, indent=2, default=_plain) + "\n")
+    write_atomically(path, json.dumps(payload, indent=2, default=_plain) + "\n")
+
+
+def _iteration(line: str) -> int | None:
+    """The iteration of one JSON line, or None for a line torn by a kill mid-write."""
+    try:
+        return json.loads(line)["iteration"]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def keep_rows_up_to(path: pathlib.Path, last_iteration: int) -> None:
-    """Drops the JSON lines of iterations after `last_iteration` (written after the checkpoint a run resumes from)."""
+    """Keeps the JSON lines of iterations up to `last_iteration` (those after the checkpoint a run resumes from
+    are written again, and a line torn by a kill is dropped); rewritten atomically."""
     if not path.exists():
         return
     lines = path.read_text().splitlines(keepends=True)
-    path.write_text("".join(line for line in lines if json.loads(line)["iteration"] <= last_iteration))
+    kept = [line for line in lines if line.endswith("\n") and (_iteration(line) or 0) <= last_iteration
+            and _iteration(line) is not None]
+    write_atomically(path, "".join(kept))
 
 
 def write_csv(path: pathlib.Path, rows: list[dict]) -> None:
@@ -64,26 +100,78 @@ def write_csv(path: pathlib.Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
+def check_run_name(name: str) -> str:
+    """`name` if it names a folder directly inside `--out` (no separators, not . or ..), else ValueError."""
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name != name.strip():
+        raise ValueError(f"--name must be a plain folder name inside --out (no '/', not '..'), got {name!r}.")
+    return name
+
+
+@contextlib.contextmanager
+def locked(folder: pathlib.Path):
+    """Holds `folder/.lock` (this process's pid) while the block runs, so two runs never write one folder.
+
+    A lock whose process is gone (killed) is taken over; one held by a live process is refused (ValueError).
+    """
+    path = folder / ".lock"
+    while True:
+        try:
+            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            break
+        except FileExistsError:
+            try:
+                owner = int(path.read_text().strip() or 0)
+            except (OSError, ValueError):
+                owner = 0
+            if owner and owner != os.getpid() and _alive(owner):
+                raise ValueError(f"the run folder {folder} is in use by process {owner} (its lock: {path}); "
+                                 "wait for it to end, or stop it.") from None
+            path.unlink(missing_ok=True)  # its process is gone: take it over
+    with os.fdopen(descriptor, "w") as file:
+        file.write(f"{os.getpid()}\n")
+    try:
+        yield folder
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
 def open_run(out: pathlib.Path, name: str | None, resume: pathlib.Path | None, default_name: str, fingerprint: dict,
-             *, checkpoint_every: int | None = 1, writer: bool = True):
+             *, checkpoint_every: int | None = 1, writer: bool = True, cleanup: contextlib.ExitStack | None = None):
     """(run folder, Checkpointer or None): a new folder (`out/name`, or `out/default_name-DATE-TIME`) holding
     config.json, or the `resume` folder after checking that it was started with the same configuration.
-    `checkpoint_every=None` writes no checkpoints; only the `writer` process writes files."""
+    `checkpoint_every=None` writes no checkpoints (refused with `resume`: it would start again and overwrite the
+    logs); only the `writer` process writes files, and it holds the folder's lock until `cleanup` closes."""
     from ftw_jax.checkpoints import Checkpointer, check_same_config
 
     if resume:
+        if checkpoint_every is None:
+            raise ValueError("--resume needs the checkpoints: drop --no-checkpoint (nothing written would be kept).")
         folder = resume
         if not (folder / "config.json").exists():
             raise ValueError(f"--resume {folder}: no run there (config.json is missing).")
         check_same_config(json.loads((folder / "config.json").read_text()), fingerprint, f"the run in {folder}")
     elif name:
-        folder = out / name
+        folder = out / check_run_name(name)
         if writer and (folder / "config.json").exists():
             raise ValueError(f"the run folder {folder} already holds a run; pass --resume {folder} to continue it.")
+        if writer and folder.exists() and any(folder.iterdir()):
+            raise ValueError(f"{folder} exists and is not a run folder; choose another --name or --out.")
     else:
         folder = new_run_folder(out, default_name)
     if writer:
-        folder.mkdir(parents=True, exist_ok=True)
+        make_folder(folder)
+        if cleanup is not None:
+            cleanup.enter_context(locked(folder))
         write_json(folder / "config.json", fingerprint)
     checkpointer = (None if checkpoint_every is None
                     else Checkpointer(folder / "checkpoints", fingerprint, every=checkpoint_every))

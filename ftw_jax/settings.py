@@ -6,13 +6,14 @@
         optimizer: Literal["adam", "sgd"] = setting("adam", "the Optax optimizer")
 
 `describe(Config)` lists them (name, type, default, help, ...) for the command line, which generates its flags
-from them (`ftw_jax.cli`), and for sweeps, which vary the fields marked with an `axis`. `check_choices`
-validates every `Literal` field of an instance.
+from them (`ftw_jax.cli`), and for sweeps, which vary the fields marked with an `axis`. `check_settings`
+validates an instance: choices, and finite numbers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from typing import Any
@@ -68,9 +69,15 @@ def describe(cls: type) -> list[Setting]:
     ]
 
 
-def check_choices(instance: Any) -> None:
-    """Raises ValueError naming the field if a `Literal` field holds a value outside its choices."""
+def check_settings(instance: Any) -> None:
+    """Raises ValueError naming the field if a setting holds a value outside its choices, or a number (or a tuple
+    of numbers) that is not finite: NaN and infinity pass range checks such as `not lr > 0` and would train
+    nothing."""
     for item in describe(type(instance)):
         value = getattr(instance, item.name)
         if item.choices is not None and value not in item.choices:
             raise ValueError(f"{item.name} must be one of {item.choices}, got {value!r}.")
+        numbers = value if isinstance(value, tuple) else (value,)
+        for number in numbers:
+            if isinstance(number, (int, float)) and not isinstance(number, bool) and not math.isfinite(number):
+                raise ValueError(f"{item.name} must be finite, got {value!r}.")

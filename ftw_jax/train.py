@@ -27,7 +27,7 @@ from ftw_jax.algos.base import Context, Hyperparameters, Learner
 from ftw_jax.checks import check_positive_int
 from ftw_jax.policies import ARCHITECTURES
 from ftw_jax.rollout import rollout, rollouts
-from ftw_jax.settings import check_choices, describe, setting
+from ftw_jax.settings import check_settings, describe, setting
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +85,7 @@ class TrainConfig:
             object.__setattr__(self, "policy", entry.policies[0])
         if self.policy not in entry.policies:
             raise ValueError(f"policy must be one of {entry.policies} for {self.env}, got {self.policy!r}.")
-        check_choices(self)
+        check_settings(self)
         for name in ("num_iterations", "episodes_per_iteration", "eval_every", "eval_episodes"):
             check_positive_int(name, getattr(self, name))
         if self.num_iterations % self.eval_every:

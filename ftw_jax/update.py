@@ -20,7 +20,7 @@ from ftw_jax import pool as pool_lib
 from ftw_jax.checks import check_positive_int
 from ftw_jax.occupancy import check_sizes
 from ftw_jax.selection import select_elites_masked
-from ftw_jax.settings import check_choices, setting
+from ftw_jax.settings import check_settings, setting
 from ftw_jax.state import PolicyState, select_tree
 
 # apply_fn(params, observation) -> [T, A] logits for one trajectory's observation pytree (leaves [T, ...]).
@@ -83,7 +83,7 @@ class UpdateConfig:
     def __post_init__(self):
         check_sizes(self.pool_capacity, self.batch_size, self.num_elites)
         check_positive_int("num_batches (J)", self.num_batches)
-        check_choices(self)
+        check_settings(self)
         if self.max_staleness is not None and not (isinstance(self.max_staleness, int) and self.max_staleness >= 0):
             raise ValueError(f"max_staleness must be None or an int >= 0, got {self.max_staleness!r}.")
         if self.importance_weight_cap is not None and not self.importance_weight_cap > 0:

@@ -69,6 +69,7 @@ class Learner:
     init: Callable[[jax.Array, Any, Hyperparameters], Any]
     learn: Callable[[Any, Trajectory, jax.Array, Hyperparameters], tuple[Any, dict]]
     group_size: int = 1  # episodes of a batch that share a start state (GRPO's G)
+    steps_per_batch: int = 1  # optimizer steps `learn` tries on each batch (U), for the share of them applied
 
 
 def _no_check(config: Any, episodes_per_iteration: int) -> None:

@@ -58,7 +58,7 @@ def make_learner(config: FTWConfig, context: Context) -> Learner:
                                        state.policy, jax.random.split(key, config.updates_per_iteration))
         return FTWLearnerState(policy=policy, pool=pool), metrics
 
-    return Learner(init=init, learn=learn)
+    return Learner(init=init, learn=learn, steps_per_batch=config.updates_per_iteration)
 
 
 def hyperparameters(config: FTWConfig) -> FTWHyperparameters:

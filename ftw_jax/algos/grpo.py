@@ -22,7 +22,7 @@ from ftw_jax.algos.policy_gradient import (
     repeated_steps,
 )
 from ftw_jax.checks import check_positive_int
-from ftw_jax.settings import setting
+from ftw_jax.settings import check_settings, setting
 
 
 def group_advantages(returns: jax.Array, group_size: int, *, normalise: bool = True) -> jax.Array:
@@ -54,6 +54,7 @@ class GRPOConfig:
     clip_epsilon: float = clip_epsilon_setting()
 
     def __post_init__(self):
+        check_settings(self)
         check_positive_int("updates_per_iteration", self.updates_per_iteration)
         if not (isinstance(self.group_size, int) and self.group_size >= 2):
             raise ValueError(f"group_size must be an int >= 2, got {self.group_size!r}.")
@@ -81,7 +82,7 @@ def make_learner(config: GRPOConfig, context: Context) -> Learner:
         return repeated_steps(update, state, batch, advantages(config, batch.episode_return),
                               config.updates_per_iteration)
 
-    return Learner(init=init, learn=learn, group_size=config.group_size)
+    return Learner(init=init, learn=learn, group_size=config.group_size, steps_per_batch=config.updates_per_iteration)
 
 
 def check(config: GRPOConfig, episodes_per_iteration: int) -> None:

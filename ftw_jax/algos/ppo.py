@@ -22,7 +22,7 @@ from ftw_jax.algos.policy_gradient import ADVANTAGE_EPSILON, clip_epsilon_settin
 from ftw_jax.checks import check_positive_int
 from ftw_jax.envs.base import WithLegalActions
 from ftw_jax.pool import Trajectory
-from ftw_jax.settings import setting
+from ftw_jax.settings import check_settings, setting
 from ftw_jax.state import PolicyState, apply_if_finite
 
 
@@ -73,6 +73,7 @@ class PPOConfig:
     gae_lambda: float = setting(0.95, "PPO: GAE lambda")
 
     def __post_init__(self):
+        check_settings(self)
         check_positive_int("updates_per_iteration", self.updates_per_iteration)
         if not 0 < self.clip_epsilon < 1:
             raise ValueError(f"clip_epsilon must be in (0, 1), got {self.clip_epsilon!r}.")
@@ -153,7 +154,7 @@ def make_learner(config: PPOConfig, context: Context) -> Learner:
 
         return jax.lax.scan(epoch, state, None, length=config.updates_per_iteration)
 
-    return Learner(init=init, learn=learn)
+    return Learner(init=init, learn=learn, steps_per_batch=config.updates_per_iteration)
 
 
 ALGORITHM = Algorithm(name="ppo", config=PPOConfig, make_learner=make_learner)

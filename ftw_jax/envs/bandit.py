@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from ftw_jax.envs.base import Environment
-from ftw_jax.settings import setting
+from ftw_jax.settings import check_settings, setting
 
 
 @flax.struct.dataclass
@@ -28,6 +28,7 @@ class GaussianBandit(Environment):
     noise_sd: float = setting(0.2, "sd of the Gaussian reward noise")
 
     def __post_init__(self):
+        check_settings(self)
         if len(self.arm_means) < 2:
             raise ValueError(f"arm_means needs at least 2 arms, got {self.arm_means!r}.")
         if not self.noise_sd >= 0:
