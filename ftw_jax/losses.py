@@ -20,13 +20,15 @@ def log_likelihood(logits: jax.Array, actions: jax.Array, mask: jax.Array) -> ja
       mask: [T] bool, True on the steps that count.
 
     Returns:
-      [T] masked log-probabilities (the negative is the per-step cross-entropy).
+      [T] masked log-probabilities (the negative is the per-step cross-entropy); NaN on a counted step whose
+      action is outside [0, A), so that a bad action id fails the step instead of training another action.
     """
     chex.assert_rank(logits, 2)
     chex.assert_shape((actions, mask), (logits.shape[0],))
     log_probs = jax.nn.log_softmax(logits)
-    chosen = jnp.take_along_axis(log_probs, actions[:, None], axis=-1)[:, 0]
-    return jnp.where(mask, chosen, 0.0)
+    in_range = (actions >= 0) & (actions < logits.shape[-1])
+    chosen = jnp.take_along_axis(log_probs, jnp.where(in_range, actions, 0)[:, None], axis=-1)[:, 0]
+    return jnp.where(mask, jnp.where(in_range, chosen, jnp.nan), 0.0)
 
 
 def categorical_kl(p_logits: jax.Array, q_logits: jax.Array, mask: jax.Array) -> jax.Array:

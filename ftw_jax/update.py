@@ -151,9 +151,22 @@ def select(config: UpdateConfig, pool: pool_lib.Pool, version: jax.Array, key: j
                      valid=valid, staleness=staleness)
 
 
+def without_unused_observations(trajectories: pool_lib.Trajectory, weights: jax.Array) -> pool_lib.Trajectory:
+    """`trajectories` with the observations of steps that cannot reach the loss set to 0: every step of an entry
+    of weight 0 and the padding after each episode's end. Their loss terms are 0 already, but a NaN among
+    their inputs would still make the gradient NaN (0 × NaN in the backward pass) and skip the update."""
+    used = (weights > 0)[:, None] & trajectories.alive  # [M, T]
+
+    def zeroed(leaf):
+        shaped = used.reshape(used.shape + (1,) * (leaf.ndim - used.ndim))
+        return jnp.where(shaped, leaf, jnp.zeros((), leaf.dtype))
+
+    return trajectories.replace(observation=jax.tree.map(zeroed, trajectories.observation))
+
+
 def make_loss(apply_fn: ApplyFn, config: UpdateConfig):
     """Phase 2: `loss(params, reference_params, kl_coef, trajectories [M], weights [M]) -> (loss, (terms,
-    log importance weights [M]))`: cross-entropy + β·KL over the kept steps, averaged as configured."""
+    log importance weights [M], kept steps))`: cross-entropy + β·KL over the kept steps, averaged as configured."""
 
     def step_losses(params, reference_params, trajectory):
         logits = apply_fn(params, trajectory.observation)
@@ -172,7 +185,9 @@ def make_loss(apply_fn: ApplyFn, config: UpdateConfig):
         }  # each [T]
 
     def average(per_step, step_weights):
-        """Weighted mean of [M, T] per-step values under the configured normalisation."""
+        """Weighted mean of [M, T] per-step values under the configured normalisation (a step of weight 0 adds
+        0 even where its value is NaN)."""
+        per_step = jnp.where(step_weights > 0, per_step, 0.0)
         if config.normalisation == "token":
             return jnp.sum(per_step * step_weights) / jnp.maximum(jnp.sum(step_weights), 1e-12)
         steps = jnp.sum(step_weights, axis=1)
@@ -181,6 +196,7 @@ def make_loss(apply_fn: ApplyFn, config: UpdateConfig):
         return jnp.sum(per_trajectory * trajectory_weights) / jnp.maximum(jnp.sum(trajectory_weights), 1e-12)
 
     def loss(params, reference_params, kl_coef, trajectories, weights):
+        trajectories = without_unused_observations(trajectories, weights)
         per_step = jax.vmap(step_losses, in_axes=(None, None, 0))(params, reference_params, trajectories)
         log_weights = diagnostics.log_importance_ratio(  # [M] log π_θ(τ) / q(τ), no gradient through it
             jax.lax.stop_gradient(-per_step["cross_entropy"]), trajectories.behaviour_logp, trajectories.mask)
@@ -188,7 +204,8 @@ def make_loss(apply_fn: ApplyFn, config: UpdateConfig):
             weights = weights * jnp.minimum(jnp.exp(log_weights), config.importance_weight_cap)
         step_weights = weights[:, None] * trajectories.mask
         terms = {name: average(value, step_weights) for name, value in per_step.items()}
-        return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, log_weights)
+        kept_steps = jnp.sum(step_weights > 0)  # 0: nothing to learn from
+        return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, log_weights, kept_steps)
 
     return loss
 
@@ -291,12 +308,12 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[PolicyStat
             raise ValueError(f"the update was built for a pool of capacity {config.pool_capacity}, got {capacity}.")
         sizes = Sizes.of(config) if sizes is None else sizes
         selection = select(config, pool, state.version, key, sizes)
-        (loss, (terms, log_weights)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        (loss, (terms, log_weights, kept_steps)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, state.reference_params, state.kl_coef, selection.trajectories, selection.weights
         )
         ready = jnp.sum(selection.valid) >= sizes.batch_size
-        # Nothing kept: no step (Adam's momentum would still move the params).
-        new_state, applied, finite = apply_step(config, state, grads, loss, ready & jnp.any(selection.filled))
+        # Nothing to learn from (no kept step of the policy's own): no step, as Adam's momentum would still move.
+        new_state, applied, finite = apply_step(config, state, grads, loss, ready & (kept_steps > 0))
         metrics = {"loss": loss, **terms, **selection_metrics(pool, selection, log_weights, sizes),
                    "grad_norm": optax.tree_utils.tree_norm(grads), "ready": ready, "nonfinite": ~finite,
                    "applied": applied, "version": new_state.version}

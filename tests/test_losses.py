@@ -71,3 +71,12 @@ def test_shape_mismatch_is_caught():
         losses.log_likelihood(LOGITS, ACTIONS[:2], MASK)
     with pytest.raises(AssertionError):
         losses.categorical_kl(LOGITS, OTHER[:, :2], MASK)
+
+
+def test_an_action_outside_the_action_space_is_nan_where_it_counts():
+    logits = jnp.zeros((4, 3))
+    actions = jnp.array([0, -1, 3, 2])
+    got = losses.log_likelihood(logits, actions, jnp.array([True, True, True, False]))
+    np.testing.assert_allclose(got[0], -np.log(3), rtol=1e-6)
+    assert np.isnan(got[1]) and np.isnan(got[2])  # not trained as action A - 1 (or clipped to 2)
+    assert got[3] == 0.0  # a step that does not count stays 0, whatever its action

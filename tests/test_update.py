@@ -375,3 +375,39 @@ def test_kl_value_and_gradient_by_hand_away_from_the_reference(kl_direction):
     expected = {"w": params64["w"] - learning_rate * np.einsum("mtd,mta->da", obs, logit_grad),
                 "b": params64["b"] - learning_rate * logit_grad.sum((0, 1))}
     chex.assert_trees_all_close(as64(new_state.params), expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("elite_path", ["gather", "counts"])
+def test_nan_inputs_that_cannot_reach_the_loss_do_not_block_the_update(elite_path):
+    # Entry 0 has the lowest return, so no 4-subset keeps it among its best 2; entry 5 gets a padding step
+    # after its end. Both hold NaN observations: the update must be the one on the same pool with zeros there.
+    pool = filled_pool()
+    trajectories = pool.trajectories
+    observation = trajectories.observation.at[0].set(jnp.nan).at[5, 2].set(jnp.nan)
+    after_the_end = dict(alive=trajectories.alive.at[5, 2].set(False), mask=trajectories.mask.at[5, 2].set(False))
+    poisoned = pool.replace(trajectories=trajectories.replace(observation=observation, **after_the_end))
+    clean = pool.replace(trajectories=trajectories.replace(observation=jnp.nan_to_num(observation), **after_the_end))
+    update = ftw_jax.make_update(linear_apply, config(elite_path=elite_path))
+    new_state, metrics = update(state(), poisoned, jax.random.key(7))
+    expected_state, expected = update(state(), clean, jax.random.key(7))
+    assert bool(metrics["applied"]) and not bool(metrics["nonfinite"])
+    np.testing.assert_allclose(metrics["loss"], expected["loss"], rtol=1e-6)
+    chex.assert_trees_all_close(new_state.params, expected_state.params, rtol=1e-6)
+
+
+def test_an_action_outside_the_action_space_fails_the_step_instead_of_training_another_action():
+    pool = filled_pool()
+    bad = pool.replace(trajectories=pool.trajectories.replace(action=pool.trajectories.action.at[:, 0].set(-1)))
+    start = state(optimizer=optax.adam(0.1))
+    new_state, metrics = ftw_jax.make_update(linear_apply, config())(start, bad, jax.random.key(8))
+    assert bool(metrics["nonfinite"]) and not bool(metrics["applied"])
+    chex.assert_trees_all_equal(new_state, start)
+
+
+def test_elites_without_a_step_of_the_policy_s_own_are_not_an_update():
+    pool = filled_pool()
+    silent = pool.replace(trajectories=pool.trajectories.replace(mask=jnp.zeros_like(pool.trajectories.mask)))
+    start = state(optimizer=optax.adam(0.1))  # Adam's momentum would move the params on a zero gradient
+    new_state, metrics = ftw_jax.make_update(linear_apply, config())(start, silent, jax.random.key(9))
+    assert bool(metrics["ready"]) and not bool(metrics["applied"]) and int(metrics["version"]) == 0
+    chex.assert_trees_all_equal(new_state, start)
