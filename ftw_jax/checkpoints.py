@@ -10,13 +10,17 @@ pool, the PRNG keys, the iteration and the hyperparameters. The record holds the
 wrote the checkpoint; a different one is refused) and whatever the caller needs to rebuild its results.
 
 Orbax writes each checkpoint into a temporary folder and renames it into place only when complete, so a kill
-mid-write leaves nothing that loads (`latest_step` never sees the partial folder).
+mid-write leaves nothing that loads (`latest_step` never sees the partial folder). A checkpoint damaged
+afterwards (a truncated file, empty metadata) is set aside and the one before it restored.
 """
 
 from __future__ import annotations
 
 import json
 import pathlib
+import shutil
+import sys
+import time
 
 import jax
 import numpy as np
@@ -89,23 +93,48 @@ class Checkpointer:
             force=final,
         )
 
-    def restore(self, template):
-        """The latest checkpoint as (periods done, carry shaped and sharded like `template`, record), or None.
+    def restore(self, template, log=None):
+        """The newest intact checkpoint as (periods done, carry shaped and sharded like `template`, record), or None.
 
-        Raises ValueError if it was written by a different configuration.
+        A checkpoint that cannot be read (a truncated array file, empty metadata) is named through `log`
+        (default: stderr), moved aside to `checkpoints-unreadable/` beside this folder, and the one before it
+        is tried. Raises ValueError if it was written by a different configuration, or if checkpoints exist
+        and none can be read.
         """
-        ocp = self._ocp
-        step = self._manager.latest_step()
-        if step is None:
-            return None
-        record = self._manager.restore(step, args=ocp.args.Composite(record=ocp.args.JsonRestore()))["record"]
-        check_same_config(record["fingerprint"], self.fingerprint, f"the checkpoint {self.directory / str(step)}")
-        stored = self._manager.restore(
-            step, args=ocp.args.Composite(carry=ocp.args.StandardRestore(with_raw_keys(template)))
-        )["carry"]
-        rewrap = lambda like, leaf: jax.random.wrap_key_data(leaf, impl=jax.random.key_impl(like))  # noqa: E731
-        carry = jax.tree.map(lambda like, leaf: rewrap(like, leaf) if _is_key(like) else leaf, template, stored)
-        return step, carry, record
+        log = log or (lambda message: print(message, file=sys.stderr, flush=True))
+        unreadable = []
+        for step in sorted(self._manager.all_steps(), reverse=True):
+            try:
+                record = self._read(step, record=self._ocp.args.JsonRestore())["record"]
+            except Exception as error:  # noqa: BLE001 (Orbax and TensorStore raise many kinds)
+                unreadable.append(self._set_aside(step, error, log))
+                continue
+            check_same_config(record["fingerprint"], self.fingerprint, f"the checkpoint {self.directory / str(step)}")
+            try:
+                stored = self._read(step, carry=self._ocp.args.StandardRestore(with_raw_keys(template)))["carry"]
+            except Exception as error:  # noqa: BLE001
+                unreadable.append(self._set_aside(step, error, log))
+                continue
+            rewrap = lambda like, leaf: jax.random.wrap_key_data(leaf, impl=jax.random.key_impl(like))  # noqa: E731
+            carry = jax.tree.map(lambda like, leaf: rewrap(like, leaf) if _is_key(like) else leaf, template, stored)
+            return step, carry, record
+        if unreadable:
+            raise ValueError(f"no checkpoint in {self.directory} can be read ({'; '.join(unreadable)}); start a new run.")
+        return None
+
+    def _read(self, step: int, **items):
+        return self._manager.restore(step, args=self._ocp.args.Composite(**items))
+
+    def _set_aside(self, step: int, error: Exception, log) -> str:
+        """Moves an unreadable checkpoint out of the way (kept for a look, never loaded again); says so."""
+        aside = self.directory.parent / "checkpoints-unreadable" / f"{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(self.directory / str(step)), aside)
+        self._manager.reload()
+        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        log(f"warning: the checkpoint {self.directory / str(step)} cannot be read ({type(error).__name__}: {reason}); "
+            f"moved to {aside}, trying the one before it.")
+        return f"{step}: {type(error).__name__}"
 
     def close(self) -> None:
         """Waits for writes in flight, then releases Orbax's threads."""

@@ -29,12 +29,33 @@ FIRST_SEED = 42
 
 def _int_list(text: str) -> list[int]:
     try:
-        values = [int(part) for part in text.split(",") if part.strip()]
+        values = [int(part) for part in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
     return values
+
+
+# Seeds become PRNG keys: non-negative int32 values work on every backend.
+MAX_SEED, MAX_NUM_SEEDS = 2**31 - 1, 1_000_000
+
+
+def _seed_list(text: str) -> list[int]:
+    seeds = _int_list(text)
+    bad = [seed for seed in seeds if not 0 <= seed <= MAX_SEED]
+    if bad:
+        raise argparse.ArgumentTypeError(f"seeds must be integers in [0, {MAX_SEED}], got {bad[0]}")
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(f"seeds must be distinct (a repeated seed repeats its run), got "
+                                         f"{repeated[0]} more than once")
+    return seeds
+
+
+def _num_seeds(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_NUM_SEEDS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_NUM_SEEDS:,} seeds, got {text}")
+    return value
 
 
 def _float_list(text: str) -> tuple[float, ...]:
@@ -126,9 +147,9 @@ def _train_overrides(args, log, algorithm: str | None = None) -> dict:
 
 def _add_seeds(parser: argparse.ArgumentParser, count: int = 3) -> None:
     seeds = parser.add_mutually_exclusive_group()
-    seeds.add_argument("--seeds", type=_int_list, help=f"comma-separated seeds (default {FIRST_SEED}.."
+    seeds.add_argument("--seeds", type=_seed_list, help=f"comma-separated seeds (default {FIRST_SEED}.."
                        f"{FIRST_SEED + count - 1})")
-    seeds.add_argument("--num-seeds", type=_positive_int, default=count,
+    seeds.add_argument("--num-seeds", type=_num_seeds, default=count,
                        help=f"run seeds {FIRST_SEED}, {FIRST_SEED + 1}, ..., {FIRST_SEED} + N - 1 (default {count})")
 
 
@@ -601,7 +622,7 @@ def _add_compare_parser(subparsers) -> None:
     _add_seeds(parser, count=5)
     parser.add_argument("--learning-rates", type=_float_list, default=None,
                         help="the tuning grid (default: the environment's learning rate alone, no tuning)")
-    parser.add_argument("--tuning-seeds", type=_int_list, default=None,
+    parser.add_argument("--tuning-seeds", type=_seed_list, default=None,
                         help="seeds that choose the learning rate (default 1000,1001 when the grid has several)")
     add_settings(parser, [item for item in _training_settings() if item.name not in ("algorithm", "learning_rate")],
                  env_defaults=True)

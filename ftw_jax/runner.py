@@ -13,6 +13,7 @@ killed run goes on from its last checkpoint exactly as if never stopped.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Iterator
 
@@ -41,6 +42,28 @@ def host_array(array: jax.Array) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(array, tiled=True))
 
 
+def memory_available() -> int:
+    """Bytes the members' state may take: the devices' memory where JAX reports it (GPUs), else the host's RAM."""
+    limits = [(device.memory_stats() or {}).get("bytes_limit") for device in jax.devices()]
+    if all(limits):
+        return int(sum(limits))
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(trainer: Trainer, num_members: int, share: float = 0.5) -> None:
+    """Refuses, before allocating anything, a run whose members' state (params, optimizer, pool, ...) alone would
+    take more than `share` of the memory available (the program needs room for its temporaries too)."""
+    spec = jax.eval_shape(trainer.init, jax.random.key(0))
+    per_member = sum(leaf.size * np.dtype(leaf.dtype).itemsize for leaf in jax.tree.leaves(spec)
+                     if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key))
+    needed, available = per_member * num_members, memory_available()
+    if needed > share * available:
+        raise ValueError(f"the run's state needs {needed / 2**30:,.1f} GiB ({num_members} member(s) x "
+                         f"{per_member / 2**30:,.2f} GiB: params, optimizer state and the pool of N trajectories), "
+                         f"more than {share:.0%} of the {available / 2**30:,.1f} GiB here; use a smaller "
+                         "--pool-capacity or fewer seeds or grid points.")
+
+
 def seed_keys(seeds: list[int]) -> jax.Array:
     return jnp.stack([jax.random.key(seed) for seed in seeds])
 
@@ -58,6 +81,7 @@ class MemberRun:
                  checkpointer: Checkpointer | None = None, metric_names: tuple[str, ...] = ()):
         self.trainer, self.checkpointer, self.metric_names = trainer, checkpointer, metric_names
         self.num_members = len(keys)
+        check_memory(trainer, self.num_members)
         if hyperparameters is None:  # every member the config's own
             hyperparameters = jax.tree.map(lambda leaf: jnp.stack([leaf] * self.num_members),
                                            trainer.config.hyperparameters())

@@ -69,6 +69,19 @@ def describe(cls: type) -> list[Setting]:
     ]
 
 
+def check_field_types(instance: Any) -> None:
+    """Raises ValueError naming the field if a dataclass field of type int, float, bool, str or tuple holds a value
+    of another type (`--env-options height=6.5` for an int); an int passes for a float."""
+    hints = typing.get_type_hints(type(instance))
+    for field in dataclasses.fields(instance):
+        expected, value = hints.get(field.name), getattr(instance, field.name)
+        expected = {float: (int, float)}.get(expected, expected)
+        if expected in (int, float, bool, str, (int, float)) and (
+                not isinstance(value, expected) or (expected is not bool and isinstance(value, bool))):
+            names = " or ".join(kind.__name__ for kind in (expected if isinstance(expected, tuple) else (expected,)))
+            raise ValueError(f"{field.name} must be {names}, got {value!r}.")
+
+
 def check_settings(instance: Any) -> None:
     """Raises ValueError naming the field if a setting holds a value outside its choices, or a number (or a tuple
     of numbers) that is not finite: NaN and infinity pass range checks such as `not lr > 0` and would train

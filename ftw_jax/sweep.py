@@ -54,6 +54,8 @@ def parse_grid(text: str) -> dict[str, list]:
             grid[name] = [kind(value) for value in values.split(",")]
         except ValueError:
             raise ValueError(f"bad values for grid axis {name!r}: {values!r} (expected {kind.__name__}s).") from None
+        if len(set(grid[name])) < len(grid[name]):
+            raise ValueError(f"grid axis {name!r} repeats a value: {values!r} (its members would be the same runs).")
     if not grid:
         raise ValueError(f"empty grid {text!r}: expected e.g. 'C=4,8 K=1,2'.")
     return grid

@@ -81,8 +81,12 @@ class UpdateConfig:
     staleness_histogram_bins: int = setting(0, "log the pool's staleness histogram with this many bins (0: off)")
 
     def __post_init__(self):
+        check_positive_int("pool_capacity (N)", self.pool_capacity)
         check_sizes(self.pool_capacity, self.batch_size, self.num_elites)
         check_positive_int("num_batches (J)", self.num_batches)
+        for name in ("pool_capacity", "num_batches", "batch_size", "num_elites"):  # pool indices are int32
+            if getattr(self, name) > 2**31 - 1:
+                raise ValueError(f"{name} must be < 2**31, got {getattr(self, name)}.")
         check_settings(self)
         if self.max_staleness is not None and not (isinstance(self.max_staleness, int) and self.max_staleness >= 0):
             raise ValueError(f"max_staleness must be None or an int >= 0, got {self.max_staleness!r}.")

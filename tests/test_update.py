@@ -194,7 +194,7 @@ def test_repeated_updates_converge_to_the_kept_action_frequency():
         (dict(num_elites=5), "num_elites"),
         (dict(batch_size=9), "batch_size"),
         (dict(num_elites=0), "num_elites"),
-        (dict(pool_capacity=0), "batch_size"),
+        (dict(pool_capacity=0), r"pool_capacity \(N\) must be an int >= 1"),
         (dict(num_batches=0), "num_batches"),
         (dict(normalisation="mean"), "normalisation"),
         (dict(reference="ema"), "reference"),

@@ -17,6 +17,7 @@ from ftw_jax.envs.base import Environment
 from ftw_jax.envs.gymnax_adapter import GymnaxEnvironment
 from ftw_jax.envs.search import SearchTask
 from ftw_jax.envs.sokoban import Sokoban
+from ftw_jax.settings import check_field_types
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,9 +67,15 @@ def entry(name: str) -> EnvEntry:
 def make(name: str, **options) -> Environment:
     """An environment by registry name; options go to its class (a ValueError names one it does not take)."""
     try:
-        return entry(name).make(**options)
+        env = entry(name).make(**options)
     except TypeError as error:  # an option the environment does not have
         raise ValueError(f"bad options for {name}: {error}") from None
+    if dataclasses.is_dataclass(env):
+        try:
+            check_field_types(env)
+        except ValueError as error:
+            raise ValueError(f"bad options for {name}: {error}") from None
+    return env
 
 
 __all__ = ["ENVIRONMENTS", "EnvEntry", "Environment", "GaussianBandit", "GymnaxEnvironment", "SearchTask", "Sokoban",

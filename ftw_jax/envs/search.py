@@ -39,6 +39,9 @@ FIRST_ENTITY = 7
 _QUEUE = 3  # longest forced stretch: RESULT link value
 
 _FREE, _AFTER_SEARCH, _AFTER_ANSWER = range(3)
+# Bounds that keep a task one a small transformer learns on a CPU; beyond them it would only hang or run out
+# of memory (the vocabulary and the history grow with them).
+MAX_ITEMS, MAX_STEPS = 256, 256
 
 
 @flax.struct.dataclass
@@ -67,8 +70,12 @@ class SearchTask(Environment):
     def __post_init__(self):
         if self.hops not in (1, 2):
             raise ValueError(f"hops must be 1 or 2, got {self.hops!r}.")
-        if self.num_entities < 2 or self.num_values < 2:
-            raise ValueError(f"num_entities and num_values must be >= 2, got {self.num_entities}, {self.num_values}.")
+        if not (2 <= self.num_entities <= MAX_ITEMS and 2 <= self.num_values <= MAX_ITEMS):
+            raise ValueError(f"num_entities and num_values must be in [2, {MAX_ITEMS}], got {self.num_entities}, "
+                             f"{self.num_values}.")
+        if self.step_limit > MAX_STEPS:
+            raise ValueError(f"step_limit must be <= {MAX_STEPS} (the policy reads the whole history), "
+                             f"got {self.step_limit}.")
         needed = 2 + 5 * self.hops + 2  # question, (SEARCH e RESULT x y) per hop, ANSWER v
         if self.step_limit < needed:
             raise ValueError(f"step_limit must be >= {needed} for {self.hops} hop(s), got {self.step_limit}.")

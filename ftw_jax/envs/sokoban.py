@@ -35,6 +35,10 @@ _GENERATION_ATTEMPTS = 32
 _PULL_PROBABILITY = 0.8
 
 
+# Bounds beyond which level generation and the policy would only hang or run out of memory on a CPU.
+MAX_SIDE, MAX_STEPS = 64, 1000
+
+
 @flax.struct.dataclass
 class Level:
     walls: jax.Array  # [H, W] bool
@@ -68,8 +72,10 @@ class Sokoban(Environment):
     level_seed: int = 0
 
     def __post_init__(self):
-        if self.height < 4 or self.width < 4:
-            raise ValueError(f"the grid must be at least 4x4, got {self.height}x{self.width}.")
+        if not (4 <= self.height <= MAX_SIDE and 4 <= self.width <= MAX_SIDE):
+            raise ValueError(f"the grid must be between 4x4 and {MAX_SIDE}x{MAX_SIDE}, got {self.height}x{self.width}.")
+        if not 1 <= self.step_limit <= MAX_STEPS:
+            raise ValueError(f"step_limit must be in [1, {MAX_STEPS}], got {self.step_limit}.")
         if not 1 <= self.num_boxes <= (self.height - 2) * (self.width - 2) // 3:
             raise ValueError(f"num_boxes must be between 1 and a third of the interior, got {self.num_boxes}.")
         if self.reward not in ("shaped", "binary"):
