@@ -16,6 +16,7 @@ import os
 import pathlib
 import signal
 import sys
+import threading
 import time
 import typing
 
@@ -689,12 +690,12 @@ def _run_compare(args) -> int:
     return 0
 
 
-class Terminated(Exception):
-    """SIGTERM, raised where the program is, so that the run folder is closed as after Ctrl-C."""
-
-
-def _raise_terminated(signum, frame):
-    raise Terminated
+def _quiet_closed_event_loops(unraisable) -> None:
+    """Drops the "Event loop is closed" errors Orbax's reader threads leave when a damaged checkpoint is skipped
+    (the skip itself is reported on one line); anything else is printed as Python would."""
+    if isinstance(unraisable.exc_value, RuntimeError) and "Event loop is closed" in str(unraisable.exc_value):
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def resume_command(argv: list[str], folder: pathlib.Path) -> str:
@@ -720,21 +721,30 @@ def main(argv: list[str] | None = None) -> int:
     _add_compare_parser(subparsers)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
-    previous_handler = signal.signal(signal.SIGTERM, _raise_terminated)
+    from ftw_jax import runner
+
+    # Commands with a run folder stop between two periods when asked (SIGINT, SIGTERM), the last one checkpointed.
+    catch = args.command != "bandit" and threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, runner.request_stop) for signum in (signal.SIGINT, signal.SIGTERM)
+                if catch}
+    previous_unraisablehook, sys.unraisablehook = sys.unraisablehook, _quiet_closed_event_loops
     try:
         with contextlib.ExitStack() as args.cleanup:  # releases the run folder's lock however the command ends
             return args.handler(args)
     except (ValueError, ImportError, OSError) as error:  # bad input, a missing optional dependency, a bad path
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except (KeyboardInterrupt, Terminated) as interrupt:
+    except (KeyboardInterrupt, runner.Interrupted) as interrupt:
         folder = getattr(args, "run_folder", None)
         where = (f"; the run folder {folder} keeps what its last checkpoint holds. Resume with:\n  "
                  f"{resume_command(argv, folder)}" if folder and not getattr(args, "no_checkpoint", True) else "")
         print(f"\ninterrupted{where}", file=sys.stderr)
-        return 143 if isinstance(interrupt, Terminated) else 130
+        return 128 + interrupt.signum if isinstance(interrupt, runner.Interrupted) else 130
     finally:
-        signal.signal(signal.SIGTERM, previous_handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        runner.clear_stop()
+        sys.unraisablehook = previous_unraisablehook
 
 
 if __name__ == "__main__":

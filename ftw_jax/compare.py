@@ -120,7 +120,10 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
         raise ValueError(f"tuning seeds {sorted(set(seeds) & set(tuning_seeds))} are also reported seeds; "
                          "tune on other seeds.")
     for algorithm in algorithms:  # every algorithm's options are checked before the first one runs
-        make_sweep(env, {"lr": learning_rates}, seeds, env_options, algorithm=algorithm, **own_settings[algorithm])
+        try:
+            make_sweep(env, {"lr": learning_rates}, seeds, env_options, algorithm=algorithm, **own_settings[algorithm])
+        except ValueError as error:
+            raise ValueError(f"{algorithm}: {error} (change its settings, or leave it out of the algorithms)") from None
     if metric not in (None, "success", "return"):
         raise ValueError(f"metric must be 'success' or 'return', got {metric!r}.")
     metric = metric or ("success" if envs.make(env, **dict(env_options or {})).has_success else "return")

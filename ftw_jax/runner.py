@@ -28,6 +28,28 @@ from ftw_jax.checkpoints import Checkpointer, rows_from_record, rows_record
 from ftw_jax.train import Trainer
 
 
+class Interrupted(Exception):
+    """A stop was asked for (SIGINT, SIGTERM): raised between two periods, once the last one is checkpointed."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_stop_signal: list[int] = []  # the signal that asked this process to stop, if one did
+
+
+def request_stop(signum: int, frame=None) -> None:
+    """A signal handler: the run stops after the period in progress (asked twice, at once)."""
+    if _stop_signal:
+        raise KeyboardInterrupt
+    _stop_signal.append(signum)
+
+
+def clear_stop() -> None:
+    _stop_signal.clear()
+
+
 def member_sharding(num_members: int) -> tuple[NamedSharding, int]:
     """A sharding of the member axis over every visible device, and the member count padded to fit it."""
     devices = np.array(jax.devices())
@@ -124,6 +146,8 @@ class MemberRun:
         self.compile_seconds = time.perf_counter() - started
         started = time.perf_counter()
         for period in range(len(self.history), config.num_periods):  # one period per call: same result as one scan
+            if _stop_signal:
+                raise Interrupted(_stop_signal[0])
             self.carry, (metrics, evaluation) = run_period(self.carry)
             metrics = {name: host_array(value)[:self.num_members, 0] for name, value in metrics.items()}
             evaluation = {name: host_array(value)[:self.num_members, 0] for name, value in evaluation.items()}

@@ -39,4 +39,9 @@ def make_learner(config: ReinforceConfig, context: Context) -> Learner:
     return Learner(init=init, learn=learn)
 
 
-ALGORITHM = Algorithm(name="reinforce", config=ReinforceConfig, make_learner=make_learner)
+def check(config: ReinforceConfig, episodes_per_iteration: int) -> None:
+    if episodes_per_iteration < 2:  # R − mean(R) of one episode is 0: nothing would ever be learned
+        raise ValueError(f"REINFORCE's mean baseline needs episodes_per_iteration (B) >= 2, got {episodes_per_iteration}.")
+
+
+ALGORITHM = Algorithm(name="reinforce", config=ReinforceConfig, make_learner=make_learner, check=check)

@@ -1,0 +1,77 @@
+"""Bad input, through the command line as a user types it: one line naming the bad value and what was
+expected, exit status 2, before any work and without a traceback (issue 15)."""
+
+import pathlib
+
+import pytest
+
+from ftw_jax import cli
+
+# (argv, a piece of the message). Every one of them once ran, crashed with a traceback, hung or trained nothing.
+CASES = [
+    # Non-finite numbers pass range checks such as `not lr > 0` and would train nothing.
+    (["train", "--env", "bandit", "--learning-rate", "inf"], "learning_rate must be finite"),
+    (["train", "--env", "bandit", "--kl-coef", "inf"], "kl_coef must be finite"),
+    (["train", "--env", "bandit", "--kl-coef-final", "nan"], "kl_coef_final must be finite"),
+    (["train", "--env", "bandit", "--importance-weight-cap", "inf"], "importance_weight_cap must be finite"),
+    (["bandit", "--learning-rate", "inf"], "learning_rate must be finite"),
+    (["bandit", "--kl-coef", "inf"], "kl_coef must be finite"),
+    (["bandit", "--arm-means", "1.0,nan"], "arm_means must be finite"),
+    (["sweep", "--env", "bandit", "--grid", "kl=nan"], "kl_coef must be finite"),
+    (["sweep", "--env", "bandit", "--grid", "lr=inf"], "learning_rate must be finite"),
+    (["compare", "--env", "bandit", "--algos", "ftw", "--learning-rates", "nan"], "learning_rate must be finite"),
+    # Sizes and seeds.
+    (["train", "--env", "bandit", "--pool-capacity", "0"], "pool_capacity (N) must be an int >= 1"),
+    (["train", "--env", "bandit", "--pool-capacity", "3000000000"], "pool_capacity must be < 2**31"),
+    (["train", "--env", "bandit", "--pool-capacity", "1000000000"], "GiB"),  # checked against memory, not allocated
+    (["train", "--env", "bandit", "--seeds", "99999999999999999999"], "seeds must be integers in [0, 2147483647]"),
+    (["train", "--env", "bandit", "--seeds", "0,0"], "seeds must be distinct"),
+    (["train", "--env", "bandit", "--seeds", "1,,2"], "expected comma-separated integers"),
+    (["bandit", "--num-seeds", "100000000000"], "at most 1,000,000 seeds"),
+    (["sweep", "--env", "bandit", "--grid", "C=4,4"], "repeats a value"),
+    (["train", "--env", "bandit", "--algorithm", "reinforce", "--episodes-per-iteration", "1"], "B) >= 2"),
+    (["compare", "--env", "bandit"], "reinforce: REINFORCE's mean baseline needs episodes_per_iteration (B) >= 2"),
+    (["compare", "--env", "bandit", "--algos", "ftw,grpo"], "grpo: episodes_per_iteration (B=1) must be a multiple"),
+    # Environment options.
+    (["train", "--env", "sokoban", "--env-options", "height=6.5"], "height must be int"),
+    (["train", "--env", "search", "--env-options", "num_entities=1000000"], "num_entities and num_values must be"),
+    (["train", "--env", "sokoban", "--env-options", "nosuch=1"], "unexpected keyword argument 'nosuch'"),
+    (["train", "--env", "bandit", "--policy", "mlp"], "policy must be one of ('tabular',) for bandit"),
+    # Run folders.
+    (["train", "--env", "bandit", "--name", "../escape"], "--name must be a plain folder name"),
+    (["train", "--env", "bandit", "--name", "/absolute/path"], "--name must be a plain folder name"),
+    (["train", "--env", "bandit", "--resume", "{out}/x", "--no-checkpoint"], "--resume needs the checkpoints"),
+    (["train", "--env", "bandit", "--resume", "{out}/nothing"], "no run there"),
+    (["train", "--env", "bandit", "--out", "{file}"], "cannot use"),
+    (["sweep", "--env", "bandit", "--grid", "C=4", "--out", "{file}"], "cannot use"),
+    (["compare", "--env", "bandit", "--algos", "ftw", "--out", "{file}"], "cannot use"),
+    (["bandit", "--out", "{file}"], "cannot use"),
+    (["train", "--env", "bandit", "--name", "{not_a_run}"], "is not a run folder"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), CASES, ids=[" ".join(argv) for argv, _ in CASES])
+def test_bad_input_gets_one_line_and_exit_2(argv, message, tmp_path, capsys):
+    file = tmp_path / "a-file"
+    file.write_text("not a folder")
+    (tmp_path / "not-a-run").mkdir()
+    (tmp_path / "not-a-run" / "notes.txt").write_text("mine")
+    values = {"out": tmp_path, "file": file, "not_a_run": "not-a-run"}
+    argv = [part.format(**values) for part in argv]
+    if "--out" not in argv and argv[0] != "bandit":
+        argv += ["--out", str(tmp_path)]
+    try:
+        code = cli.main(argv)
+    except SystemExit as exit_:  # argparse's own errors (a bad value for a flag's type)
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    assert message in err
+    assert err.strip().splitlines()[-1].count("error") == 1  # the last line is the error
+    assert not (tmp_path / "not-a-run" / "config.json").exists()  # nothing half-written
+
+
+def test_a_run_folder_name_must_stay_inside_out(tmp_path, capsys):
+    assert cli.main(["train", "--env", "bandit", "--out", str(tmp_path / "runs"), "--name", "..", "--no-plot"]) == 2
+    assert not (tmp_path / "config.json").exists() and not list(pathlib.Path(tmp_path).glob("*.json"))

@@ -1,0 +1,110 @@
+"""Faults a run survives (issue 15): a damaged newest checkpoint or a torn log line, a second process on the
+same run folder, and an interrupt; each ends with the numbers and files of an uninterrupted run."""
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ftw_jax import cli
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("unchecked_key_reuse")]
+
+# 30 checkpointed evaluation periods of a tiny run with Adam (as in test_checkpoints.py).
+TRAIN = ["train", "--env", "bandit", "--seeds", "0,1", "--iterations", "60", "--eval-every", "2", "--optimizer", "adam",
+         "--no-plot", "--json"]
+LOGS = ("metrics.jsonl", "evaluation.jsonl")
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    """An uninterrupted run: its folder and its printed summary."""
+    out = tmp_path_factory.mktemp("runs")
+    stdout = tmp_path_factory.mktemp("stdout") / "summary.json"
+    with open(stdout, "w") as file:
+        done = subprocess.run([sys.executable, "-m", "ftw_jax.cli", *TRAIN, "--out", str(out), "--name", "whole"],
+                              stdout=file, stderr=subprocess.DEVNULL, timeout=600)
+    assert done.returncode == 0
+    return out / "whole", json.loads(stdout.read_text())
+
+
+def assert_same_run(folder, summary, whole):
+    whole_folder, whole_summary = whole
+    for key in ("return", "env_steps", "updates_applied"):
+        assert summary[key] == whole_summary[key], key
+    for name in LOGS:
+        assert (folder / name).read_bytes() == (whole_folder / name).read_bytes(), name
+
+
+def truncate_the_array_files(checkpoint):
+    for data in (checkpoint / "carry").rglob("d/*"):
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+
+
+def empty_the_metadata(checkpoint):
+    (checkpoint / "carry" / "_METADATA").write_text("")
+
+
+def tear_the_last_log_line(checkpoint):
+    shutil.rmtree(checkpoint)  # killed while appending the period's rows, before its checkpoint was written
+    with open(checkpoint.parents[1] / "metrics.jsonl", "a") as file:
+        file.write('{"seed": 0, "return_mean": 0.5, "ite')
+
+
+@pytest.mark.parametrize("damage", [truncate_the_array_files, empty_the_metadata, tear_the_last_log_line])
+def test_a_damaged_newest_checkpoint_or_log_resumes_from_the_one_before(damage, whole, tmp_path, capsys):
+    folder = tmp_path / "run"
+    shutil.copytree(whole[0], folder)
+    damage(folder / "checkpoints" / "30")
+    assert cli.main([*TRAIN, "--out", str(tmp_path), "--resume", str(folder)]) == 0
+    captured = capsys.readouterr()
+    assert "resumed from the checkpoint after iteration 58" in captured.err and "Traceback" not in captured.err
+    if damage is not tear_the_last_log_line:  # the damaged checkpoint is named and set aside
+        assert f"the checkpoint {folder / 'checkpoints' / '30'} cannot be read" in captured.err
+        assert len(list((folder / "checkpoints-unreadable").iterdir())) == 1
+    assert_same_run(folder, json.loads(captured.out), whole)
+
+
+def start(folder):
+    return subprocess.Popen([sys.executable, "-m", "ftw_jax.cli", *TRAIN, "--out", str(folder.parent), "--name",
+                             folder.name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path, process, seconds=300):
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert process.poll() is None and time.monotonic() < deadline, "the run ended before it could be reached"
+        time.sleep(0.05)
+
+
+def test_a_second_process_on_a_locked_run_folder_is_refused_and_the_first_ends_intact(whole, tmp_path, capsys):
+    folder = tmp_path / "run"
+    first = start(folder)
+    wait_for(folder / "checkpoints" / "2", first)
+    assert (folder / ".lock").read_text().strip() == str(first.pid)
+    assert cli.main([*TRAIN, "--out", str(tmp_path), "--resume", str(folder)]) == 2
+    assert f"is in use by process {first.pid}" in capsys.readouterr().err
+    out, _ = first.communicate(timeout=600)
+    assert first.returncode == 0 and not (folder / ".lock").exists()
+    assert_same_run(folder, json.loads(out), whole)
+
+
+@pytest.mark.parametrize(("sent", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupt_says_how_to_resume_and_resuming_finishes_the_run(sent, status, whole, tmp_path, capsys):
+    folder = tmp_path / "run"
+    process = start(folder)
+    wait_for(folder / "checkpoints" / "3", process)
+    os.kill(process.pid, sent)
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == status and "Traceback" not in err, err
+    assert not (folder / ".lock").exists()
+    command = err.strip().splitlines()[-1].strip()  # the last line: the command that resumes it
+    assert command.startswith("ftw-jax train") and f"--resume {folder}" in command
+    assert cli.main(shlex.split(command)[1:]) == 0
+    assert_same_run(folder, json.loads(capsys.readouterr().out), whole)
