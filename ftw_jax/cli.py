@@ -680,7 +680,11 @@ def _run_compare(args) -> int:
     summary = {"env": args.env, "metric": comparison.metric, "seeds": seeds, "env_options": args.env_options,
                "overrides": overrides, "seconds": time.perf_counter() - started, "run_folder": str(folder),
                "algorithms": summary_rows(comparison),
-               "tuning": {r.algorithm: r.tuning for r in comparison.results}}
+               "tuning": {r.algorithm: r.tuning for r in comparison.results},
+               "warning": applied_warning(np.concatenate([r.applied_share for r in comparison.results]),
+                                          [f"{r.algorithm} seed {s}" for r in comparison.results for s in seeds])}
+    if summary["warning"]:
+        log(summary["warning"])
     runs.write_json(folder / "summary.json", summary)
     if args.json:
         print(json.dumps(summary))

@@ -63,6 +63,7 @@ class AlgorithmResult:
     env_steps: np.ndarray  # [S, periods] training env steps at each evaluation
     seconds: float  # wall clock of its runs (tuning included)
     tuning: list[dict]  # per learning rate tried: {"learning_rate", "auc_mean"}; empty when not tuned
+    applied_share: np.ndarray  # [S] the share of its optimizer steps each reported seed applied
 
     @property
     def final(self) -> np.ndarray:
@@ -173,7 +174,8 @@ class _Phases:
             chosen = max(tuning, key=lambda row: row["auc_mean"])["learning_rate"]
         reported = self.run(algorithm, "report", sweep({"lr": [chosen]}, seeds))
         return AlgorithmResult(algorithm=algorithm, learning_rate=chosen, curves=reported[self.metric],
-                               env_steps=reported["env_steps"], seconds=time.perf_counter() - started, tuning=tuning)
+                               env_steps=reported["env_steps"], seconds=time.perf_counter() - started, tuning=tuning,
+                               applied_share=reported["updates_applied_share"])
 
 
 def summary_rows(comparison: Comparison) -> list[dict]:

@@ -164,6 +164,7 @@ class MemberRun:
         results = {name: np.stack([row[name] for row in self.history], axis=1) for name in self.history[0]}
         for name in self.metric_names:  # [M, periods, eval_every] -> [M, iterations]
             results[f"metrics/{name}"] = results[f"metrics/{name}"].reshape(self.num_members, -1)
+        results["updates_applied_share"] = self.applied_share()  # [M]
         return results
 
     def updates_applied(self) -> np.ndarray:

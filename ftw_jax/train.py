@@ -288,6 +288,7 @@ def make_periods(config: TrainConfig, env: envs.Environment, env_params, policy,
             "success": jnp.mean(success),
             "iteration": carry.iteration,
             "env_steps": carry.env_steps,  # probes included
+            "updates_applied": policy_state.version,  # optimizer steps applied so far
             **filtering,
         }
         return carry.replace(key=key), (metrics, evaluation)

@@ -7,6 +7,7 @@ A actions.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Literal
 
 import chex
@@ -117,6 +118,30 @@ class Sizes:
     @classmethod
     def of(cls, config: "UpdateConfig") -> "Sizes":
         return cls(config.num_batches, config.batch_size, config.num_elites)
+
+    def check(self, config: "UpdateConfig") -> None:
+        """Raises ValueError if these sizes, where they are concrete numbers, lie outside the config's maxima or
+        have K > C."""
+        values = (self.num_batches, self.batch_size, self.num_elites)
+        if any(isinstance(value, jax.core.Tracer) for value in values):
+            return
+        num_batches, batch_size, num_elites = (int(value) for value in values)
+        maxima = (config.num_batches, config.batch_size, config.num_elites)
+        if not (1 <= num_batches <= maxima[0] and 1 <= num_elites <= batch_size <= maxima[1]
+                and num_elites <= maxima[2]):
+            raise ValueError(f"sizes (J, C, K) = {(num_batches, batch_size, num_elites)} must lie within the "
+                             f"config's {maxima}, with 1 <= K <= C.")
+
+    def within(self, config: "UpdateConfig") -> tuple["Sizes", jax.Array]:
+        """(these sizes inside the config's maxima with 1 <= K <= C, whether any had to be clamped): traced
+        sizes cannot be refused, so they are clamped and the flag (a metric) says so."""
+        values = (self.num_batches, self.batch_size, self.num_elites)
+        num_batches = jnp.clip(self.num_batches, 1, config.num_batches)
+        batch_size = jnp.clip(self.batch_size, 1, config.batch_size)
+        num_elites = jnp.clip(self.num_elites, 1, jnp.minimum(batch_size, config.num_elites))
+        clamped = Sizes(num_batches, batch_size, num_elites)
+        changed = jnp.any(jnp.stack([jnp.asarray(a) != b for a, b in zip(values, (num_batches, batch_size, num_elites))]))
+        return clamped, changed
 
 
 @flax.struct.dataclass
@@ -246,6 +271,8 @@ def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: ja
         # Importance ratios π_θ(τ) / q(τ) of the kept trajectories (θ before this step), repeats counted.
         "elite_log_weight_mean": jnp.sum(weights * log_weights) / jnp.maximum(jnp.sum(weights), 1),
         "elite_ess_fraction": diagnostics.effective_sample_size(log_weights, weights) / jnp.maximum(jnp.sum(weights), 1),
+        # Behaviour log-probs that are not finite make the two above NaN; the step itself does not use them.
+        "behaviour_logp_nonfinite": jnp.any((weights > 0) & ~jnp.isfinite(log_weights)),
     }
 
 
@@ -310,7 +337,7 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[PolicyStat
         if not isinstance(pool, pool_lib.Pool) or pool.capacity != config.pool_capacity:
             capacity = pool.capacity if isinstance(pool, pool_lib.Pool) else type(pool).__name__
             raise ValueError(f"the update was built for a pool of capacity {config.pool_capacity}, got {capacity}.")
-        sizes = Sizes.of(config) if sizes is None else sizes
+        sizes, sizes_clamped = (Sizes.of(config) if sizes is None else sizes).within(config)
         selection = select(config, pool, state.version, key, sizes)
         (loss, (terms, log_weights, kept_steps)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, state.reference_params, state.kl_coef, selection.trajectories, selection.weights
@@ -320,7 +347,7 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[PolicyStat
         new_state, applied, finite = apply_step(config, state, grads, loss, ready & (kept_steps > 0))
         metrics = {"loss": loss, **terms, **selection_metrics(pool, selection, log_weights, sizes),
                    "grad_norm": optax.tree_utils.tree_norm(grads), "ready": ready, "nonfinite": ~finite,
-                   "applied": applied, "version": new_state.version}
+                   "applied": applied, "version": new_state.version, "sizes_clamped": sizes_clamped}
         if config.monitor_entries:
             metrics.update(trust_region(state.params, new_state.params, pool))
         if config.staleness_histogram_bins:
@@ -328,4 +355,12 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[PolicyStat
                                                                       config.staleness_histogram_bins)
         return new_state, metrics
 
-    return jax.jit(update)
+    jitted = jax.jit(update)
+
+    @functools.wraps(update)
+    def checked_update(state: PolicyState, pool: pool_lib.Pool, key: jax.Array, sizes: Sizes | None = None):
+        if sizes is not None:  # concrete sizes outside the maxima are refused before tracing
+            sizes.check(config)
+        return jitted(state, pool, key, sizes)
+
+    return checked_update

@@ -411,3 +411,26 @@ def test_elites_without_a_step_of_the_policy_s_own_are_not_an_update():
     new_state, metrics = ftw_jax.make_update(linear_apply, config())(start, silent, jax.random.key(9))
     assert bool(metrics["ready"]) and not bool(metrics["applied"]) and int(metrics["version"]) == 0
     chex.assert_trees_all_equal(new_state, start)
+
+
+def test_sizes_outside_the_maxima_are_refused_when_concrete_and_clamped_and_flagged_when_traced():
+    update = ftw_jax.make_update(linear_apply, config())  # maxima J=3, C=4, K=2
+    for bad in ((2, 3, 4), (2, 9, 1), (4, 3, 1)):  # K > C, C > C_max, J > J_max
+        with pytest.raises(ValueError, match=r"sizes \(J, C, K\) = .* must lie within the config's \(3, 4, 2\)"):
+            update(state(), filled_pool(), jax.random.key(10), ftw_jax.Sizes(*map(jnp.int32, bad)))
+    # Traced (a sweep vmaps over them), they cannot be refused: clamped into the maxima, and said so.
+    traced = jax.jit(lambda key, sizes: update(state(), filled_pool(), key, sizes)[1])
+    metrics = traced(jax.random.key(11), ftw_jax.Sizes(*map(jnp.int32, (2, 9, 1))))
+    assert bool(metrics["sizes_clamped"]) and bool(metrics["applied"])
+    metrics = traced(jax.random.key(12), ftw_jax.Sizes(*map(jnp.int32, (2, 3, 1))))
+    assert not bool(metrics["sizes_clamped"])
+
+
+def test_nan_behaviour_log_probs_are_flagged():
+    pool = filled_pool()
+    bad = pool.replace(trajectories=pool.trajectories.replace(behaviour_logp=jnp.full_like(
+        pool.trajectories.behaviour_logp, jnp.nan)))
+    _, metrics = ftw_jax.make_update(linear_apply, config())(state(), bad, jax.random.key(13))
+    assert bool(metrics["behaviour_logp_nonfinite"]) and bool(metrics["applied"])
+    _, metrics = ftw_jax.make_update(linear_apply, config())(state(), pool, jax.random.key(14))
+    assert not bool(metrics["behaviour_logp_nonfinite"])
