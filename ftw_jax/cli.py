@@ -555,12 +555,13 @@ def _run_sweep(args) -> int:
         finally:  # waits for the checkpoint writes in flight
             if checkpointer:
                 checkpointer.close()
+        results = run.results()  # gathers from every process: all of them must take part
     if not main_process:
         return 0
-    summary = _save_sweep(args, sweep, run.results(), folder, metric, heatmap_axes)
+    summary = _save_sweep(args, sweep, results, folder, metric, heatmap_axes)
     labels = [", ".join(f"{axis}={value}" for axis, value in member.items()) for member in sweep.members]
-    summary.update(updates_applied_share=run.applied_share().tolist(),
-                   warning=applied_warning(run.applied_share(), labels))
+    applied_share = results["updates_applied_share"]
+    summary.update(updates_applied_share=applied_share.tolist(), warning=applied_warning(applied_share, labels))
     if summary["warning"]:
         print(summary["warning"], file=sys.stderr)
     summary.update(seconds=time.perf_counter() - started, compile_seconds=run.compile_seconds,

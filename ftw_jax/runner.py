@@ -65,8 +65,9 @@ def host_array(array: jax.Array) -> np.ndarray:
 
 
 def memory_available() -> int:
-    """Bytes the members' state may take: the devices' memory where JAX reports it (GPUs), else the host's RAM."""
-    limits = [(device.memory_stats() or {}).get("bytes_limit") for device in jax.devices()]
+    """Bytes this process's share of the members may take: its devices' memory where JAX reports it (GPUs),
+    else the host's RAM."""
+    limits = [(device.memory_stats() or {}).get("bytes_limit") for device in jax.local_devices()]
     if all(limits):
         return int(sum(limits))
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -78,12 +79,25 @@ def check_memory(trainer: Trainer, num_members: int, share: float = 0.5) -> None
     spec = jax.eval_shape(trainer.init, jax.random.key(0))
     per_member = sum(leaf.size * np.dtype(leaf.dtype).itemsize for leaf in jax.tree.leaves(spec)
                      if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key))
-    needed, available = per_member * num_members, memory_available()
+    here = jax.local_device_count() / jax.device_count()  # this process holds its devices' share of the members
+    needed, available = per_member * num_members * here, memory_available()
     if needed > share * available:
         raise ValueError(f"the run's state needs {needed / 2**30:,.1f} GiB ({num_members} member(s) x "
                          f"{per_member / 2**30:,.2f} GiB: params, optimizer state and the pool of N trajectories), "
                          f"more than {share:.0%} of the {available / 2**30:,.1f} GiB here; use a smaller "
                          "--pool-capacity or fewer seeds or grid points.")
+
+
+def check_working_memory(stats, share: float = 0.8) -> None:
+    """Refuses, before running it, a compiled period whose temporaries and outputs (XLA's own count) exceed
+    `share` of the memory here: large J·K, B or T make the update's working arrays big, not the state."""
+    if stats is None:
+        return
+    needed, available = stats.temp_size_in_bytes + stats.output_size_in_bytes, memory_available()
+    if needed > share * available:
+        raise ValueError(f"one evaluation period needs {needed / 2**30:,.1f} GiB of working memory (XLA's count: the "
+                         f"episodes played, the elites gathered per update), more than {share:.0%} of the "
+                         f"{available / 2**30:,.1f} GiB here; use smaller J, K, B or fewer seeds or grid points.")
 
 
 def seed_keys(seeds: list[int]) -> jax.Array:
@@ -143,6 +157,7 @@ class MemberRun:
         # Compiled ahead of time, so that throughput is reported without the compile.
         run_period = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, None)), static_argnums=1)
         run_period = run_period.lower(self.carry, 1).compile()
+        check_working_memory(run_period.memory_analysis())
         self.compile_seconds = time.perf_counter() - started
         started = time.perf_counter()
         for period in range(len(self.history), config.num_periods):  # one period per call: same result as one scan

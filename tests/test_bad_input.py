@@ -1,12 +1,14 @@
 """Bad input, through the command line as a user types it: one line naming the bad value and what was
 expected, exit status 2, before any work and without a traceback (issue 15)."""
 
+import json
 import pathlib
 
 import pytest
 
 from ftw_jax import cli
 
+pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")  # the checker's false positive on vmapped scans
 # (argv, a piece of the message). Every one of them once ran, crashed with a traceback, hung or trained nothing.
 CASES = [
     # Non-finite numbers pass range checks such as `not lr > 0` and would train nothing.
@@ -24,6 +26,7 @@ CASES = [
     (["train", "--env", "bandit", "--pool-capacity", "0"], "pool_capacity (N) must be an int >= 1"),
     (["train", "--env", "bandit", "--pool-capacity", "3000000000"], "pool_capacity must be < 2**31"),
     (["train", "--env", "bandit", "--pool-capacity", "1000000000"], "GiB"),  # checked against memory, not allocated
+    (["train", "--env", "bandit", "--num-batches", "100000000"], "of working memory"),  # XLA's count, before running
     (["train", "--env", "bandit", "--seeds", "99999999999999999999"], "seeds must be integers in [0, 2147483647]"),
     (["train", "--env", "bandit", "--seeds", "0,0"], "seeds must be distinct"),
     (["train", "--env", "bandit", "--seeds", "1,,2"], "expected comma-separated integers"),
@@ -75,3 +78,14 @@ def test_bad_input_gets_one_line_and_exit_2(argv, message, tmp_path, capsys):
 def test_a_run_folder_name_must_stay_inside_out(tmp_path, capsys):
     assert cli.main(["train", "--env", "bandit", "--out", str(tmp_path / "runs"), "--name", "..", "--no-plot"]) == 2
     assert not (tmp_path / "config.json").exists() and not list(pathlib.Path(tmp_path).glob("*.json"))
+
+
+def test_a_run_that_applies_no_update_says_so(tmp_path, capsys):
+    # C = 5 of a pool that 4 pulls never fill: not one update, and the result is the untrained policy's.
+    argv = ["train", "--env", "bandit", "--iterations", "4", "--eval-every", "4", "--seeds", "0,1", "--out",
+            str(tmp_path), "--name", "run", "--no-plot", "--json"]
+    assert cli.main(argv) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["updates_applied"] == [0, 0] and "few or no updates were applied" in summary["warning"]
+    assert summary["warning"] in captured.err
