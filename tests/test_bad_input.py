@@ -26,7 +26,8 @@ CASES = [
     (["train", "--env", "bandit", "--pool-capacity", "0"], "pool_capacity (N) must be an int >= 1"),
     (["train", "--env", "bandit", "--pool-capacity", "3000000000"], "pool_capacity must be < 2**31"),
     (["train", "--env", "bandit", "--pool-capacity", "1000000000"], "GiB"),  # checked against memory, not allocated
-    (["train", "--env", "bandit", "--num-batches", "100000000"], "of working memory"),  # XLA's count, before running
+    pytest.param(["train", "--env", "bandit", "--num-batches", "100000000"], "of working memory",  # XLA's count
+                 marks=pytest.mark.slow),
     (["train", "--env", "bandit", "--seeds", "99999999999999999999"], "seeds must be integers in [0, 2147483647]"),
     (["train", "--env", "bandit", "--seeds", "0,0"], "seeds must be distinct"),
     (["train", "--env", "bandit", "--seeds", "1,,2"], "expected comma-separated integers"),
@@ -53,7 +54,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "message"), CASES, ids=[" ".join(argv) for argv, _ in CASES])
+@pytest.mark.parametrize(("argv", "message"), CASES, ids=[" ".join(case.values[0] if hasattr(case, "values") else case[0])
+                                                         for case in CASES])
 def test_bad_input_gets_one_line_and_exit_2(argv, message, tmp_path, capsys):
     file = tmp_path / "a-file"
     file.write_text("not a folder")
@@ -80,6 +82,7 @@ def test_a_run_folder_name_must_stay_inside_out(tmp_path, capsys):
     assert not (tmp_path / "config.json").exists() and not list(pathlib.Path(tmp_path).glob("*.json"))
 
 
+@pytest.mark.slow
 def test_a_run_that_applies_no_update_says_so(tmp_path, capsys):
     # C = 5 of a pool that 4 pulls never fill: not one update, and the result is the untrained policy's.
     argv = ["train", "--env", "bandit", "--iterations", "4", "--eval-every", "4", "--seeds", "0,1", "--out",

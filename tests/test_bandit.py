@@ -47,6 +47,7 @@ def test_json_output(capsys):
     assert all(0.5 < p <= 1 for p in result["best_arm_probability_final"])
 
 
+@pytest.mark.slow
 def test_num_seeds_and_table_and_plot(capsys, tmp_path):
     assert cli.main(["bandit", "--num-seeds", "2", "--iterations", "20", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -85,6 +86,7 @@ def test_malformed_seeds_are_rejected(capsys):
     assert "comma-separated integers" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_final_probability_is_capped_by_the_winners_only_recurrence():
     """The jitted runs end at most where the numpy recurrence (every kept pull the best arm) ends, and the
     luckiest seeds end exactly there; the mean is the reference implementation's ~0.968."""

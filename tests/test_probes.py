@@ -107,6 +107,7 @@ class SeenCoinTask(CoinTask):
         return state[None], state, reward, done, info
 
 
+@pytest.mark.slow
 def test_training_episodes_start_from_the_kept_tasks_only(monkeypatch):
     """Tasks with p = 0 or 1 are never kept (their probes agree), p = 0.5 ones are (8 probes disagree with
     probability 1 − 2⁻⁷); so with filtering every pooled training episode is a p = 0.5 task, where without it

@@ -79,6 +79,7 @@ def test_search_learns_to_search_on_a_small_budget():
     assert before < 1.5 * chance and after > 2.5 * chance, (before, after)
 
 
+@pytest.mark.slow
 def test_bandit_through_the_training_program_matches_the_reproduction():
     trainer = make_train(TrainConfig.for_env("bandit"))
     carry, (metrics, evaluation) = trainer.train(jax.random.key(4))
