@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import optax
 
 from ftw_jax import algos, envs, probes
-from ftw_jax.algos.base import Context, Hyperparameters, Learner
+from ftw_jax.algos.base import Context, Hyperparameters, Learner, with_learning_rate
 from ftw_jax.checks import check_positive_int
 from ftw_jax.policies import ARCHITECTURES
 from ftw_jax.rollout import rollout, rollouts
@@ -45,8 +45,16 @@ class TrainConfig:
     episodes_per_iteration: int = setting(16, "B, episodes rolled out per iteration")
     kl_coef: float = setting(0.0, "beta, the KL penalty's weight (at the start)", axis="kl")
     kl_coef_final: float | None = setting(None, "beta decays linearly to this by the last iteration (None: constant)")
+    kl_decay_iterations: int | None = setting(
+        None, "beta reaches kl_coef_final after this many iterations and stays there (None: at the last one)")
     optimizer: Literal["adam", "sgd"] = setting("adam", "the Optax optimizer")
     learning_rate: float = setting(3e-3, "the optimizer's learning rate", axis="lr")
+    max_grad_norm: float | None = setting(
+        None, "clip every gradient to this global norm before the optimizer, for every algorithm (None: no clipping; "
+              "PPO's references: 0.5)")
+    anneal_learning_rate: bool = setting(
+        False, "decay the learning rate linearly, lr·(1 − i/iterations) at iteration i, for every algorithm "
+               "(CleanRL's PPO schedule)")
     policy: str | None = setting(None, "the policy network (default: the environment's; sokoban: conv or mlp)",
                                  choices=tuple(ARCHITECTURES))
     hidden_sizes: tuple[int, ...] = setting((64, 64), "hidden layer widths of the MLP (and the conv policy's head)")
@@ -98,6 +106,12 @@ class TrainConfig:
             raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef!r}.")
         if self.kl_coef_final is not None and not self.kl_coef_final >= 0:
             raise ValueError(f"kl_coef_final must be >= 0 or None, got {self.kl_coef_final!r}.")
+        if self.kl_decay_iterations is not None:
+            check_positive_int("kl_decay_iterations", self.kl_decay_iterations)
+            if self.kl_coef_final is None:
+                raise ValueError(f"kl_decay_iterations={self.kl_decay_iterations} needs kl_coef_final (what beta decays to).")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm!r}.")
         if not (isinstance(self.probe_tasks, int) and self.probe_tasks >= 0):
             raise ValueError(f"probe_tasks must be an int >= 0, got {self.probe_tasks!r}.")
         if not (isinstance(self.probes_per_task, int) and self.probes_per_task >= 2):
@@ -189,6 +203,15 @@ def example_trajectory(env: envs.Environment, env_params, policy):
     return jax.tree.map(lambda spec: jnp.zeros(spec.shape, spec.dtype), jax.eval_shape(play, jax.random.key(0)))
 
 
+def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
+    """The run's Optax optimizer, its learning rate a state array (`optax.inject_hyperparams`) so that members of
+    a sweep can differ in it and a schedule can set it; after global-norm clipping when `max_grad_norm` is set."""
+    optimizer = optax.inject_hyperparams(getattr(optax, config.optimizer))(learning_rate=config.learning_rate)
+    if config.max_grad_norm is None:
+        return optimizer
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optimizer)
+
+
 def make_train(config: TrainConfig, **env_options) -> Trainer:
     """Builds the training program for `config` (env options go to `ftw_jax.envs.make`)."""
     env = envs.make(config.env, **env_options)
@@ -196,8 +219,7 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
         raise ValueError(f"probe_tasks needs an environment with a notion of success; {config.env} has none.")
     env_params = env.default_params()
     policy = make_policy(config, env)
-    # The learning rate is a state array (optax.inject_hyperparams), so members of a sweep can differ in it.
-    optimizer = optax.inject_hyperparams(getattr(optax, config.optimizer))(learning_rate=config.learning_rate)
+    optimizer = make_optimizer(config)
     context = Context(policy=policy, make_network=functools.partial(make_policy, config, env), optimizer=optimizer,
                       example=example_trajectory(env, env_params, policy),
                       episodes_per_iteration=config.episodes_per_iteration)
@@ -223,8 +245,10 @@ def make_iteration(config: TrainConfig, env: envs.Environment, env_params, polic
     """`iteration(carry, tasks) -> (carry, metrics)`: B episodes with the current policy, then `learner.learn`."""
 
     def kl_coef_at(carry: TrainCarry) -> jax.Array:
-        """β for this iteration: linear from the member's start value to `kl_coef_final` at the last one."""
-        progress = carry.iteration / max(config.num_iterations - 1, 1)
+        """β for this iteration: linear from the member's start value to `kl_coef_final` at iteration
+        `kl_decay_iterations` − 1 (default: the last one), then constant."""
+        horizon = config.kl_decay_iterations or config.num_iterations
+        progress = jnp.minimum(carry.iteration / max(horizon - 1, 1), 1.0)
         start = carry.hyperparameters.kl_coef
         return ((start - config.kl_coef_final) * (1 - progress) + config.kl_coef_final).astype(jnp.float32)
 
@@ -240,6 +264,10 @@ def make_iteration(config: TrainConfig, env: envs.Environment, env_params, polic
                                   config.episodes_per_iteration, group_size, reset_keys)
         if config.kl_coef_final is not None:
             state = state.replace(policy=state.policy.replace(kl_coef=kl_coef_at(carry)))
+        learning_rate = carry.hyperparameters.learning_rate
+        if config.anneal_learning_rate:  # every optimizer state of the learner (PPO's critic too)
+            learning_rate = learning_rate * (1.0 - carry.iteration / config.num_iterations)
+            state = with_learning_rate(state, learning_rate)
         state, update_metrics = learner.learn(state, batch, update_key, carry.hyperparameters)
         env_steps = carry.env_steps + jnp.sum(batch.mask, dtype=jnp.int32)
         metrics = {
@@ -250,6 +278,7 @@ def make_iteration(config: TrainConfig, env: envs.Environment, env_params, polic
             "success": jnp.mean(success),
             "env_steps": env_steps,
             "kl_coef": state.policy.kl_coef,
+            "learning_rate": learning_rate,
         }
         return carry.replace(learner=state, key=key, iteration=carry.iteration + 1, env_steps=env_steps), metrics
 

@@ -120,7 +120,7 @@ def test_ppo_policy_loss_is_the_per_step_clipped_surrogate():
 
     params = 0.3 * jax.random.normal(jax.random.key(5), (3, 2))
     advantages = jax.random.normal(jax.random.key(6), (3, 4))
-    update = baseline_step("ppo", apply, clip_epsilon=0.1)
+    update = baseline_step("ppo", apply, clip_epsilon=0.1, entropy_coef=0.0)
     _, metrics = update(PolicyState.create(params, optax.sgd(0.1)), batch, advantages)
     log_probs = jax.vmap(lambda o, a, m: losses.log_likelihood(apply(params, o), a, m))(
         batch.observation, batch.action, batch.mask)
@@ -139,7 +139,7 @@ def test_critic_step_descends_the_squared_error_on_alive_steps():
         return 0.5 * jnp.sum(jnp.where(batch.alive, (values - targets) ** 2, 0.0)) / 3
 
     critic = Critic(params=params, opt_state=optax.sgd(0.5).init(params))
-    critic, loss = make_critic_update(value_fn, optax.sgd(0.5))(critic, batch, targets)
+    critic, loss = make_critic_update(value_fn, optax.sgd(0.5))(critic, batch, targets, jnp.zeros_like(targets))
     np.testing.assert_allclose(loss, written_out(params), rtol=1e-6)
     np.testing.assert_allclose(critic.params["w"], params["w"] - 0.5 * jax.grad(written_out)(params)["w"], rtol=1e-5)
 
@@ -185,9 +185,10 @@ def log_softmax(logits):
 KL_COEF = 0.4  # β of the by-hand baseline tests
 
 
-def away_from_the_reference(algorithm, clip_epsilon=0.2):
-    """A linear policy moved away from its reference (β = KL_COEF), one SGD step; returns what the update did and
-    the batch, params and reference in float64."""
+def away_from_the_reference(algorithm, clip_epsilon=0.2, **options):
+    """A linear policy moved away from its reference (β = KL_COEF), one SGD step of the algorithm's config with
+    `options` (PPO's entropy bonus 0 unless given); returns what the update did and the batch, params and
+    reference in float64."""
     batch = make_trajectories(4, 3, seed=2, returns=jnp.array([1.0, 0.0, 3.0, 3.5]))
     batch = batch.replace(mask=batch.mask.at[1, 2].set(False).at[3, 0].set(False))
     reference = 0.1 * jnp.arange(6.0).reshape(3, 2)
@@ -197,7 +198,7 @@ def away_from_the_reference(algorithm, clip_epsilon=0.2):
     # Behaviour log-probs ±0.5 away from the policy's: ratios e^∓0.5 = 0.61, 1.65, outside the clip range.
     offsets = jnp.array([[0.5, -0.5, 0.5], [-0.5, 0.5, -0.5], [0.5, 0.5, -0.5], [-0.5, -0.5, 0.5]])
     batch = batch.replace(behaviour_logp=chosen + offsets)
-    config = baseline_config(algorithm, group_size=2, clip_epsilon=clip_epsilon)
+    config = baseline_config(algorithm, group_size=2, clip_epsilon=clip_epsilon, **{"entropy_coef": 0.0, **options})
     advantages = (grpo.advantages(config, batch.episode_return) if algorithm == "grpo"
                   else mean_baseline_advantages(batch.episode_return))
     state = PolicyState.create(reference, optax.sgd(0.5), kl_coef=KL_COEF).replace(params=params)
@@ -206,8 +207,10 @@ def away_from_the_reference(algorithm, clip_epsilon=0.2):
     return new_state, metrics, advantages, jax.tree.map(as64, batch), as64(params), as64(reference)
 
 
-def written_out_baseline_loss(params, reference, batch, advantages, algorithm, clip_epsilon=0.2):
-    """Each baseline's loss in plain jnp (float32 inputs from float64): surrogate + β·KL over the policy's steps."""
+def written_out_baseline_loss(params, reference, batch, advantages, algorithm, clip_epsilon=0.2, entropy_coef=0.0,
+                              kl_estimate="k3"):
+    """Each baseline's loss in plain jnp (float32 inputs from float64): surrogate + β·KL − c·entropy over the
+    policy's steps (GRPO's KL: `kl_estimate`)."""
     observation, mask = jnp.asarray(batch.observation, jnp.float32), jnp.asarray(batch.mask, bool)
     actions = jnp.asarray(batch.action, jnp.int32)
 
@@ -224,11 +227,12 @@ def written_out_baseline_loss(params, reference, batch, advantages, algorithm, c
     else:
         ratio = jnp.exp(chosen - jnp.asarray(batch.behaviour_logp, jnp.float32))
         surrogate = -jnp.minimum(ratio * advantages, jnp.clip(ratio, 1 - clip_epsilon, 1 + clip_epsilon) * advantages)
-    if algorithm == "grpo":  # k3 at the taken action: e^d − d − 1, d = log π_ref − log π
+    if algorithm == "grpo" and kl_estimate == "k3":  # k3 at the taken action: e^d − d − 1, d = log π_ref − log π
         kl = jnp.exp(chosen_ref - chosen) - (chosen_ref - chosen) - 1
     else:  # exact KL(π ‖ π_ref)
         kl = jnp.sum(jnp.exp(log_pi) * (log_pi - log_ref), -1)
-    return jnp.sum(jnp.where(mask, surrogate + KL_COEF * kl, 0.0)) / jnp.sum(mask)
+    entropy = -jnp.sum(jnp.exp(log_pi) * log_pi, -1)
+    return jnp.sum(jnp.where(mask, surrogate + KL_COEF * kl - entropy_coef * entropy, 0.0)) / jnp.sum(mask)
 
 
 @pytest.mark.parametrize("algorithm", ["reinforce", "grpo"])
@@ -275,6 +279,7 @@ def test_a_baseline_step_with_a_nan_gradient_and_a_finite_loss_changes_nothing(a
     critic_params = {"w": jnp.ones(3), "z": jnp.zeros(())}
     critic = Critic(params=critic_params, opt_state=optax.adam(0.1).init(critic_params))
     value_fn = lambda params, observation: observation @ params["w"] + 0.0 * jnp.sqrt(params["z"])  # noqa: E731
-    new_critic, value_loss = make_critic_update(value_fn, optax.adam(0.1))(critic, batch, jnp.ones((4, 3)))
+    new_critic, value_loss = make_critic_update(value_fn, optax.adam(0.1))(critic, batch, jnp.ones((4, 3)),
+                                                                           jnp.zeros((4, 3)))
     assert np.isfinite(float(value_loss))
     chex.assert_trees_all_equal(new_critic, critic)  # params, Adam's state

@@ -36,10 +36,16 @@ class Hyperparameters:
     algorithm: Any = None  # the algorithm's own (FTW: its `Sizes`, inside the config's maxima)
 
 
-def with_learning_rate(opt_state: Any, learning_rate: jax.Array) -> Any:
-    """An `optax.inject_hyperparams` state with its learning rate set (a member's own, in a sweep)."""
-    opt_state.hyperparams["learning_rate"] = jnp.asarray(learning_rate, jnp.float32)
-    return opt_state
+def _is_injected(node: Any) -> bool:
+    return isinstance(node, (optax.InjectHyperparamsState, optax.InjectStatefulHyperparamsState))
+
+
+def with_learning_rate(tree: Any, learning_rate: jax.Array) -> Any:
+    """`tree` (an optimizer state, or a learner state holding several) with the learning rate of every
+    `optax.inject_hyperparams` state in it set: a member's own in a sweep, or this iteration's when annealed."""
+    rate = jnp.asarray(learning_rate, jnp.float32)
+    set_rate = lambda node: node._replace(hyperparams={**node.hyperparams, "learning_rate": rate})  # noqa: E731
+    return jax.tree.map(lambda node: set_rate(node) if _is_injected(node) else node, tree, is_leaf=_is_injected)
 
 
 @dataclasses.dataclass(frozen=True)

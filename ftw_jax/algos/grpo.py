@@ -1,13 +1,15 @@
-"""GRPO: groups of G episodes sharing a start state, group-relative advantages, U clipped steps + β·k3 KL.
+"""GRPO: groups of G episodes sharing a start state, group-relative advantages, U clipped steps + β·KL.
 
 A_i = (R_i − mean of its group) / (sd of its group + ε), or un-normalised R_i − mean of its group; the
-surrogate is PPO's clipped ratio to the behaviour policy, and the KL term the k3 estimate at the sampled
-actions (docs/baselines.md says what that estimate's gradient is).
+surrogate is PPO's clipped ratio to the behaviour policy. The KL term is the k3 estimate at the sampled
+actions as TRL's GRPOTrainer computes it (the default; its gradient follows KL(π_ref ‖ π), see
+`policy_gradient.k3_kl`), or the exact KL(π ‖ π_ref) from the logits that every other method here uses.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 import chex
 import jax
@@ -18,10 +20,11 @@ from ftw_jax.algos.policy_gradient import (
     ADVANTAGE_EPSILON,
     BatchLearnerState,
     clip_epsilon_setting,
+    entropy_coef_setting,
     make_policy_gradient_update,
     repeated_steps,
 )
-from ftw_jax.checks import check_positive_int
+from ftw_jax.checks import check_non_negative, check_positive_int
 from ftw_jax.settings import check_settings, setting
 
 
@@ -52,10 +55,15 @@ class GRPOConfig:
     group_size: int = setting(8, "GRPO: G episodes per start state (B a multiple of G)")
     normalise_advantages: bool = setting(True, "GRPO: divide advantages by the group's sd")
     clip_epsilon: float = clip_epsilon_setting()
+    kl_estimate: Literal["k3", "exact"] = setting(
+        "k3", "GRPO's KL term: k3 at the sampled actions as TRL (its gradient follows KL(ref || pi)), or the exact "
+              "KL(pi || ref) the other methods use")
+    entropy_coef: float = entropy_coef_setting()
 
     def __post_init__(self):
         check_settings(self)
         check_positive_int("updates_per_iteration", self.updates_per_iteration)
+        check_non_negative("entropy_coef", self.entropy_coef)
         if not (isinstance(self.group_size, int) and self.group_size >= 2):
             raise ValueError(f"group_size must be an int >= 2, got {self.group_size!r}.")
         if not 0 < self.clip_epsilon < 1:
@@ -63,8 +71,9 @@ class GRPOConfig:
 
 
 def make_step(config: GRPOConfig, apply_fn):
-    """GRPO's step: the clipped ratio to the behaviour policy + β·k3 at the sampled actions."""
-    return make_policy_gradient_update(apply_fn, clip_epsilon=config.clip_epsilon, kl_estimate="k3")
+    """GRPO's step: the clipped ratio to the behaviour policy + β·KL (k3 or exact) − the entropy bonus."""
+    return make_policy_gradient_update(apply_fn, clip_epsilon=config.clip_epsilon, kl_estimate=config.kl_estimate,
+                                       entropy_coef=config.entropy_coef)
 
 
 def advantages(config: GRPOConfig, returns):

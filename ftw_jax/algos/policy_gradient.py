@@ -25,7 +25,13 @@ ADVANTAGE_EPSILON = 1e-6
 
 def clip_epsilon_setting():
     """ε, declared by the clipped-ratio baselines."""
-    return setting(0.2, "the ratio clip of GRPO and PPO")
+    return setting(0.2, "the ratio clip of GRPO and PPO (and PPO's value clip)")
+
+
+def entropy_coef_setting(default: float = 0.0):
+    """The entropy bonus's weight, declared by every baseline (PPO's references use 0.01, TRL's GRPO none)."""
+    return setting(default, "the entropy bonus's weight: the loss subtracts it times the policy's mean entropy "
+                            "(baselines; PPO's default 0.01 as its references, REINFORCE's and GRPO's 0)")
 
 
 @flax.struct.dataclass
@@ -44,7 +50,11 @@ def mean_baseline_advantages(returns: jax.Array) -> jax.Array:
 def k3_kl(log_probs: jax.Array, reference_log_probs: jax.Array) -> jax.Array:
     """The k3 estimate of KL(π ‖ π_ref) at actions sampled from π: exp(d) − d − 1, d = log π_ref − log π.
 
-    Unbiased, and never negative. Elementwise.
+    Its value is unbiased for KL(π ‖ π_ref) when the actions come from π, and never negative. Its gradient is
+    not that KL's: differentiated with the sampled actions held fixed (as GRPO does), ∇k3 = (1 − π_ref/π) ∇log π,
+    whose expectation under π is −Σ π_ref ∇log π = ∇KL(π_ref ‖ π), the reverse direction. After the first of
+    several steps on one batch the actions come from the behaviour policy, not π, and neither holds exactly.
+    Elementwise.
     """
     difference = reference_log_probs - log_probs
     return jnp.exp(difference) - difference - 1.0
@@ -59,13 +69,15 @@ def clipped_surrogate(log_probs: jax.Array, behaviour_log_probs: jax.Array, adva
 
 
 def make_policy_gradient_update(apply_fn: Callable[[Any, Any], jax.Array], *, clip_epsilon: float | None = None,
-                                kl_estimate: Literal["exact", "k3"] = "exact"):
+                                kl_estimate: Literal["exact", "k3"] = "exact", entropy_coef: float = 0.0):
     """`update(state, batch, advantages) -> (state, metrics)`: one gradient step on a batch of B trajectories.
 
-    The surrogate is −A·log π (plain policy gradient), or the clipped ratio to the behaviour policy when
-    `clip_epsilon` is given; the KL to `state.reference_params` is exact from the logits, or GRPO's k3
-    estimate at the sampled actions. `advantages` are [B] per trajectory or [B, T] per step (PPO). A step whose
-    loss, gradients or updates are not finite is skipped (`metrics["applied"]` False), as in the FTW update.
+    loss = surrogate + β·KL − entropy_coef·entropy, each averaged over the policy's steps. The surrogate is
+    −A·log π (plain policy gradient), or the clipped ratio to the behaviour policy when `clip_epsilon` is
+    given; the KL to `state.reference_params` is KL(π ‖ π_ref) exact from the logits ("exact", its gradient
+    that KL's), or the k3 estimate at the sampled actions ("k3", whose gradient follows KL(π_ref ‖ π): see
+    `k3_kl`). `advantages` are [B] per trajectory or [B, T] per step (PPO). A step whose loss, gradients or
+    updates are not finite is skipped (`metrics["applied"]` False), as in the FTW update.
     """
 
     def per_trajectory(params, reference_params, trajectory):
@@ -90,7 +102,7 @@ def make_policy_gradient_update(apply_fn: Callable[[Any, Any], jax.Array], *, cl
             surrogate = -per_step * log_probs
         mean = lambda per_step: jnp.sum(jnp.where(batch.mask, per_step, 0.0)) / steps  # noqa: E731
         terms = {"surrogate": mean(surrogate), "kl": mean(kl), "entropy": mean(entropy)}
-        return terms["surrogate"] + kl_coef * terms["kl"], terms
+        return terms["surrogate"] + kl_coef * terms["kl"] - entropy_coef * terms["entropy"], terms
 
     def update(state: PolicyState, batch: Trajectory, advantages: jax.Array):
         (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(

@@ -1,9 +1,11 @@
-"""PPO with a critic: GAE(γ, λ) advantages, U epochs each of one clipped policy step + β·KL (exact) and one
-critic step.
+"""PPO with a critic, as CleanRL's and PureJaxRL's PPO run it: GAE(γ, λ) advantages, U epochs each of M
+minibatch steps (the batch's trajectories shuffled and split), a clipped policy step + β·KL (exact) − the entropy
+bonus, and a critic step on the (clipped) squared error.
 
-The critic is a network of the policy's architecture with one output. Advantages are normalised over the
-batch's policy steps; values and targets come from before the epochs; the critic fits ½ (V(h_t) − target_t)²
-averaged over the alive steps.
+The critic is a network of the policy's architecture with one output and its own optimizer state (the
+references share one optimizer over both networks). Values, advantages and targets come from before the
+epochs; advantages are normalised over each minibatch's policy steps; the critic fits ½ (V(h_t) − target_t)²,
+or with `clip_value_loss` ½ max of that and the same for V_old + clip(V − V_old, ±ε), averaged over the alive steps.
 """
 
 from __future__ import annotations
@@ -18,8 +20,13 @@ import jax.numpy as jnp
 import optax
 
 from ftw_jax.algos.base import Algorithm, Context, Learner, updates_per_iteration_setting, with_learning_rate
-from ftw_jax.algos.policy_gradient import ADVANTAGE_EPSILON, clip_epsilon_setting, make_policy_gradient_update
-from ftw_jax.checks import check_positive_int
+from ftw_jax.algos.policy_gradient import (
+    ADVANTAGE_EPSILON,
+    clip_epsilon_setting,
+    entropy_coef_setting,
+    make_policy_gradient_update,
+)
+from ftw_jax.checks import check_non_negative, check_positive_int
 from ftw_jax.envs.base import WithLegalActions
 from ftw_jax.pool import Trajectory
 from ftw_jax.settings import check_settings, setting
@@ -65,16 +72,30 @@ def normalised(values: jax.Array, mask: jax.Array) -> jax.Array:
     return jnp.where(mask, (values - mean) / (sd + ADVANTAGE_EPSILON), 0.0)
 
 
+def minibatch_indices(key: jax.Array, batch_size: int, num_minibatches: int) -> jax.Array:
+    """[M, B / M] trajectory indices: a random permutation of the B trajectories split into M minibatches."""
+    if batch_size % num_minibatches:
+        raise ValueError(f"B={batch_size} trajectories do not split into {num_minibatches} minibatches.")
+    return jax.random.permutation(key, batch_size).reshape(num_minibatches, batch_size // num_minibatches)
+
+
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
     updates_per_iteration: int = updates_per_iteration_setting()
+    num_minibatches: int = setting(4, "PPO: M minibatch steps per epoch, each on B/M of the batch's trajectories "
+                                      "(CleanRL and PureJaxRL: 4)")
     clip_epsilon: float = clip_epsilon_setting()
+    clip_value_loss: bool = setting(True, "PPO: clip the critic's change from its pre-epoch values at clip_epsilon "
+                                          "(as CleanRL and PureJaxRL)")
+    entropy_coef: float = entropy_coef_setting(0.01)
     discount: float = setting(1.0, "PPO: gamma")
     gae_lambda: float = setting(0.95, "PPO: GAE lambda")
 
     def __post_init__(self):
         check_settings(self)
         check_positive_int("updates_per_iteration", self.updates_per_iteration)
+        check_positive_int("num_minibatches", self.num_minibatches)
+        check_non_negative("entropy_coef", self.entropy_coef)
         if not 0 < self.clip_epsilon < 1:
             raise ValueError(f"clip_epsilon must be in (0, 1), got {self.clip_epsilon!r}.")
         for name in ("discount", "gae_lambda"):
@@ -99,18 +120,24 @@ def without_legal_actions(observation):
     return observation.observation if isinstance(observation, WithLegalActions) else observation
 
 
-def make_critic_update(value_fn: Callable[[Any, Any], jax.Array], optimizer: optax.GradientTransformation):
-    """`update(critic, batch, targets) -> (critic, value_loss)`: one step on ½ (V(h_t) − target_t)² averaged over
-    the alive steps. `value_fn(params, observation [T, ...]) -> [T]`; a non-finite step is skipped."""
+def make_critic_update(value_fn: Callable[[Any, Any], jax.Array], optimizer: optax.GradientTransformation,
+                       clip_epsilon: float | None = None):
+    """`update(critic, batch, targets, old_values) -> (critic, value_loss)`: one step on ½ (V(h_t) − target_t)²
+    averaged over the alive steps; with `clip_epsilon` on ½ max((V − target)², (V_clipped − target)²) with
+    V_clipped = V_old + clip(V − V_old, −ε, ε). `value_fn(params, observation [T, ...]) -> [T]`; a non-finite
+    step is skipped."""
 
-    def loss_fn(params, batch: Trajectory, targets):
+    def loss_fn(params, batch: Trajectory, targets, old_values):
         values = jax.vmap(value_fn, in_axes=(None, 0))(params, batch.observation)
-        chex.assert_equal_shape((values, targets))
-        squared = jnp.where(batch.alive, 0.5 * (values - targets) ** 2, 0.0)
-        return jnp.sum(squared) / jnp.maximum(jnp.sum(batch.alive), 1)
+        chex.assert_equal_shape((values, targets, old_values))
+        squared = (values - targets) ** 2
+        if clip_epsilon is not None:
+            clipped = old_values + jnp.clip(values - old_values, -clip_epsilon, clip_epsilon)
+            squared = jnp.maximum(squared, (clipped - targets) ** 2)
+        return jnp.sum(jnp.where(batch.alive, 0.5 * squared, 0.0)) / jnp.maximum(jnp.sum(batch.alive), 1)
 
-    def update(critic: Critic, batch: Trajectory, targets: jax.Array):
-        loss, grads = jax.value_and_grad(loss_fn)(critic.params, batch, targets)
+    def update(critic: Critic, batch: Trajectory, targets: jax.Array, old_values: jax.Array):
+        loss, grads = jax.value_and_grad(loss_fn)(critic.params, batch, targets, old_values)
         params, opt_state, _, _ = apply_if_finite(optimizer, critic.params, critic.opt_state, grads, loss)
         return Critic(params=params, opt_state=opt_state), loss
 
@@ -118,16 +145,16 @@ def make_critic_update(value_fn: Callable[[Any, Any], jax.Array], optimizer: opt
 
 
 def ppo_advantages(config: PPOConfig, value_fn, critic_params, batch: Trajectory):
-    """(advantages [B, T] normalised over the policy's steps, value targets [B, T]) for one PPO iteration."""
+    """(advantages, value targets, values), each [B, T], for one PPO iteration: from before its epochs."""
     values = jax.lax.stop_gradient(jax.vmap(value_fn, in_axes=(None, 0))(critic_params, batch.observation))
     advantages = gae_advantages(batch.reward, batch.alive, values, discount=config.discount,
                                 gae_lambda=config.gae_lambda)
-    return normalised(advantages, batch.mask), advantages + values
+    return advantages, advantages + values, values
 
 
 def make_step(config: PPOConfig, apply_fn):
-    """PPO's policy step: the clipped ratio to the behaviour policy + β·KL(π ‖ π_ref), exact."""
-    return make_policy_gradient_update(apply_fn, clip_epsilon=config.clip_epsilon)
+    """PPO's policy step: the clipped ratio to the behaviour policy + β·KL(π ‖ π_ref), exact, − the entropy bonus."""
+    return make_policy_gradient_update(apply_fn, clip_epsilon=config.clip_epsilon, entropy_coef=config.entropy_coef)
 
 
 def make_learner(config: PPOConfig, context: Context) -> Learner:
@@ -135,7 +162,8 @@ def make_learner(config: PPOConfig, context: Context) -> Learner:
     critic_network = context.make_network(1)
     value_fn = lambda params, observation: critic_network.apply(  # noqa: E731
         params, without_legal_actions(observation))[:, 0]
-    critic_update = make_critic_update(value_fn, context.optimizer)
+    critic_update = make_critic_update(value_fn, context.optimizer,
+                                       config.clip_epsilon if config.clip_value_loss else None)
 
     def init(key, observation, hyperparameters):
         policy_key, critic_key = jax.random.split(key)
@@ -145,16 +173,28 @@ def make_learner(config: PPOConfig, context: Context) -> Learner:
                                critic=Critic(params=critic_params, opt_state=opt_state))
 
     def learn(state: PPOLearnerState, batch, key, hyperparameters):
-        advantages, targets = ppo_advantages(config, value_fn, state.critic.params, batch)
+        advantages, targets, values = ppo_advantages(config, value_fn, state.critic.params, batch)
 
-        def epoch(state, _):
-            policy, metrics = policy_update(state.policy, batch, advantages)
-            critic, value_loss = critic_update(state.critic, batch, targets)
+        def minibatch_step(state, indices):
+            part = jax.tree.map(lambda leaf: leaf[indices], batch)
+            policy, metrics = policy_update(state.policy, part, normalised(advantages[indices], part.mask))
+            critic, value_loss = critic_update(state.critic, part, targets[indices], values[indices])
             return PPOLearnerState(policy=policy, critic=critic), {**metrics, "value_loss": value_loss}
 
-        return jax.lax.scan(epoch, state, None, length=config.updates_per_iteration)
+        def epoch(state, epoch_key):
+            order = minibatch_indices(epoch_key, batch.reward.shape[0], config.num_minibatches)
+            return jax.lax.scan(minibatch_step, state, order)
 
-    return Learner(init=init, learn=learn, steps_per_batch=config.updates_per_iteration)
+        state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, config.updates_per_iteration))
+        return state, jax.tree.map(lambda leaf: leaf.reshape(-1, *leaf.shape[2:]), metrics)  # [U·M] steps
+
+    return Learner(init=init, learn=learn, steps_per_batch=config.updates_per_iteration * config.num_minibatches)
 
 
-ALGORITHM = Algorithm(name="ppo", config=PPOConfig, make_learner=make_learner)
+def check(config: PPOConfig, episodes_per_iteration: int) -> None:
+    if episodes_per_iteration % config.num_minibatches:
+        raise ValueError(f"episodes_per_iteration (B={episodes_per_iteration}) must be a multiple of "
+                         f"num_minibatches (M={config.num_minibatches}) for PPO.")
+
+
+ALGORITHM = Algorithm(name="ppo", config=PPOConfig, make_learner=make_learner, check=check)

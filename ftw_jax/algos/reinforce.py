@@ -1,26 +1,39 @@
-"""REINFORCE with a mean baseline: A_i = R_i − mean(R) over the batch, one step per batch, + β·KL (exact)."""
+"""REINFORCE with a mean baseline: A_i = R_i − mean(R) over the batch, U steps per batch, + β·KL (exact).
+
+Its surrogate −A·log π has no ratio to the behaviour policy, so steps after the first on one batch are
+off-policy; U = 1 (the default) is REINFORCE as written, U > 1 gives it as many steps as the others take.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
-from ftw_jax.algos.base import Algorithm, Context, Learner
+from ftw_jax.algos.base import Algorithm, Context, Learner, updates_per_iteration_setting
 from ftw_jax.algos.policy_gradient import (
     BatchLearnerState,
+    entropy_coef_setting,
     make_policy_gradient_update,
     mean_baseline_advantages,
     repeated_steps,
 )
+from ftw_jax.checks import check_non_negative, check_positive_int
+from ftw_jax.settings import check_settings
 
 
 @dataclasses.dataclass(frozen=True)
 class ReinforceConfig:
-    """REINFORCE has no settings of its own (the learning rate and β are the run's)."""
+    updates_per_iteration: int = updates_per_iteration_setting()
+    entropy_coef: float = entropy_coef_setting()
+
+    def __post_init__(self):
+        check_settings(self)
+        check_positive_int("updates_per_iteration", self.updates_per_iteration)
+        check_non_negative("entropy_coef", self.entropy_coef)
 
 
 def make_step(config: ReinforceConfig, apply_fn):
-    """REINFORCE's step: −A·log π + β·KL(π ‖ π_ref), exact."""
-    return make_policy_gradient_update(apply_fn)
+    """REINFORCE's step: −A·log π + β·KL(π ‖ π_ref), exact, − the entropy bonus."""
+    return make_policy_gradient_update(apply_fn, entropy_coef=config.entropy_coef)
 
 
 def advantages(config: ReinforceConfig, returns):
@@ -34,9 +47,10 @@ def make_learner(config: ReinforceConfig, context: Context) -> Learner:
         return BatchLearnerState(policy=context.init_policy(key, observation, hyperparameters))
 
     def learn(state, batch, key, hyperparameters):
-        return repeated_steps(update, state, batch, advantages(config, batch.episode_return), steps=1)
+        return repeated_steps(update, state, batch, advantages(config, batch.episode_return),
+                              config.updates_per_iteration)
 
-    return Learner(init=init, learn=learn)
+    return Learner(init=init, learn=learn, steps_per_batch=config.updates_per_iteration)
 
 
 def check(config: ReinforceConfig, episodes_per_iteration: int) -> None:

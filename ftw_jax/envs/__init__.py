@@ -42,6 +42,7 @@ ENVIRONMENTS: dict[str, EnvEntry] = {
     "bandit": EnvEntry(GaussianBandit, ("tabular",), dict(
         num_iterations=240, episodes_per_iteration=1, pool_capacity=128, num_batches=4, batch_size=5,
         num_elites=1, optimizer="sgd", learning_rate=0.08, kl_coef=0.05, eval_every=24, eval_episodes=64,
+        num_minibatches=1,  # PPO: one episode per iteration cannot be split
     )),
     "cartpole": EnvEntry(functools.partial(_gymnax, "CartPole-v1"), ("mlp",), {}),  # the TrainConfig defaults
     "sokoban": EnvEntry(Sokoban, ("conv", "mlp"), dict(
