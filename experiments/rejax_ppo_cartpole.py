@@ -23,6 +23,7 @@ Where the implementations differ (by design, not tuned away):
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import pathlib
 import subprocess
@@ -32,7 +33,7 @@ import time
 import numpy as np
 
 REJAX = ["rejax==0.1.3", "gymnax==0.0.9"]
-SEEDS = [0, 1, 2, 3, 4]
+SEEDS = list(range(10))
 TOTAL_STEPS = 100_000
 EVAL_EVERY_STEPS = 5_000
 EVAL_EPISODES = 128
@@ -40,7 +41,7 @@ REJAX_CONFIG = dict(env="CartPole-v1", num_envs=5, num_steps=100, num_epochs=5, 
                     learning_rate=7.5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
                     max_grad_norm=0.5, total_timesteps=TOTAL_STEPS, eval_freq=EVAL_EVERY_STEPS,
                     agent_kwargs={"activation": "tanh", "hidden_layer_sizes": [64, 64]})
-OURS = dict(algorithm="ppo", episodes_per_iteration=10, updates_per_iteration=5, num_minibatches=5,
+OURS = dict(algorithm="ppo", updates_per_iteration=5, num_minibatches=5,
             learning_rate=7.5e-4, discount=0.99, gae_lambda=0.95, clip_epsilon=0.2, clip_value_loss=True,
             entropy_coef=0.01, max_grad_norm=0.5, optimizer="adam", hidden_sizes=(64, 64), kl_coef=0.0,
             eval_episodes=EVAL_EPISODES)
@@ -65,7 +66,7 @@ def cartpole_trajectory() -> dict:
         observations.append(np.asarray(observation).tolist())
         rewards.append(float(reward))
         dones.append(bool(done))
-    return {"gymnax": gymnax.__version__ if hasattr(gymnax, "__version__") else "?",
+    return {"gymnax": importlib.metadata.version("gymnax"),
             "observations": observations, "rewards": rewards, "dones": dones}
 
 
@@ -95,14 +96,14 @@ def run_rejax(venv: pathlib.Path, out: pathlib.Path) -> dict:
     return json.loads(out.read_text())
 
 
-def run_ours(iterations: int) -> dict:
+def run_ours(iterations: int, episodes_per_iteration: int) -> dict:
     """Our PPO with rejax's config, all seeds in one compiled sweep; curves at rejax's evaluation points (each
     the last evaluation at or before that many env steps)."""
     from ftw_jax.sweep import make_sweep, run_sweep
 
     started = time.perf_counter()
     sweep = make_sweep("cartpole", {"lr": [OURS["learning_rate"]]}, SEEDS, num_iterations=iterations, eval_every=1,
-                       **{name: value for name, value in OURS.items() if name != "learning_rate"})
+                       episodes_per_iteration=episodes_per_iteration, **{name: value for name, value in OURS.items() if name != "learning_rate"})
     results = run_sweep(sweep)
     seconds = time.perf_counter() - started
     checkpoints = np.arange(TOTAL_STEPS // EVAL_EVERY_STEPS + 1) * EVAL_EVERY_STEPS
@@ -131,6 +132,8 @@ def main() -> None:
     parser.add_argument("--venv", type=pathlib.Path, default=pathlib.Path("runs/rejax-venv"))
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/rejax_ppo_cartpole"))
     parser.add_argument("--iterations", type=int, default=80, help="our iterations (must pass 100k env steps)")
+    parser.add_argument("--episodes-per-iteration", type=int, default=5,
+                        help="our B (a multiple of the 5 minibatches); fewer episodes, more gradient steps per env step")
     parser.add_argument("--worker", choices=["rejax"], help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", type=pathlib.Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -139,7 +142,7 @@ def main() -> None:
         return
     args.out.mkdir(parents=True, exist_ok=True)
     rejax = run_rejax(args.venv.resolve(), args.out / "rejax.json")
-    ours = run_ours(args.iterations)
+    ours = run_ours(args.iterations, args.episodes_per_iteration)
     (args.out / "ours.json").write_text(json.dumps(ours))
     dynamics = cartpole_trajectory()
     agree = (dynamics["dones"] == rejax["dynamics"]["dones"] and dynamics["rewards"] == rejax["dynamics"]["rewards"]
@@ -158,7 +161,7 @@ def main() -> None:
         if steps == TOTAL_STEPS:
             summary["final"] = {"rejax": cells[0], "ours": cells[1]}
     rows.append(f"\nwall clock, compile included: rejax {rejax['seconds']:.1f} s, ours {ours['seconds']:.1f} s "
-                f"(5 seeds vmapped; ours also plays its last iteration past 100k steps: "
+                f"({len(SEEDS)} seeds vmapped; ours also plays its last iteration past 100k steps: "
                 f"{np.mean(ours['steps_per_seed_run']):,.0f} steps per seed in all)")
     table = "\n".join(rows)
     print(table)
@@ -181,7 +184,7 @@ def plot(rejax: dict, ours: dict, path: pathlib.Path) -> None:
         axis.fill_between(side["env_steps"], cells[:, 1], cells[:, 2], alpha=0.25)
     axis.set_xlabel("env steps per seed")
     axis.set_ylabel("evaluation return (128 episodes)")
-    axis.set_title("CartPole-v1, PPO with rejax's config: mean of 5 seeds, 95% t-CI")
+    axis.set_title(f"CartPole-v1, PPO with rejax's config: mean of {len(SEEDS)} seeds, 95% t-CI")
     axis.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)

@@ -614,9 +614,11 @@ def _add_compare_parser(subparsers) -> None:
         "compare",
         help="FTW and the baselines (PPO, GRPO, REINFORCE) at a matched budget: curves with CIs, a table",
         description="Every algorithm runs the environment's defaults with the same overrides (same iterations x "
-        "episodes, policy network, optimizer, evaluation) and the same tuning: every learning rate of "
-        "--learning-rates on the --tuning-seeds, keeping the best mean AUC. Each algorithm takes the flags that "
-        "are its settings. Writes table.md, results.csv, seeds.csv, curves.npz and curves.png.",
+        "episodes, policy network, optimizer, evaluation) and the same tuning on the --tuning-seeds, keeping the "
+        "best mean AUC: every learning rate of --learning-rates, or --search N configurations drawn from each "
+        "algorithm's space (ftw_jax.tuning). Each algorithm takes the flags that are its settings. Writes table.md, "
+        "results.csv, differences.csv, seeds.csv, tuning.csv, curves.npz and curves against episodes, env steps "
+        "and gradient steps.",
     )
     _add_env(parser)
     parser.add_argument("--algos", default=",".join(ALGORITHMS),
@@ -624,8 +626,15 @@ def _add_compare_parser(subparsers) -> None:
     _add_seeds(parser, count=5)
     parser.add_argument("--learning-rates", type=_float_list, default=None,
                         help="the tuning grid (default: the environment's learning rate alone, no tuning)")
+    parser.add_argument("--search", type=_positive_int, default=0,
+                        help="tune by random search: this many configurations per algorithm from its space "
+                             "(learning rate, beta and its horizon, its own knobs; default: off)")
+    parser.add_argument("--search-seed", type=int, default=0, help="the seed that draws the configurations")
+    parser.add_argument("--tuning-iterations", type=_positive_int, default=None,
+                        help="iterations of each tuning run (default: those of the reported runs)")
     parser.add_argument("--tuning-seeds", type=_seed_list, default=None,
-                        help="seeds that choose the learning rate (default 1000,1001 when the grid has several)")
+                        help="seeds that choose the settings (default 1000,1001,1002 with --search; 1000,1001 "
+                             "when the grid has several learning rates)")
     add_settings(parser, [item for item in _training_settings() if item.name not in ("algorithm", "learning_rate")],
                  env_defaults=True)
     parser.add_argument("--metric", choices=["return", "success"], default=None,
@@ -634,22 +643,42 @@ def _add_compare_parser(subparsers) -> None:
     parser.set_defaults(handler=_run_compare)
 
 
+def _save_compare_plots(args, folder: pathlib.Path, comparison, num_seeds: int) -> None:
+    """The curves with 95% bootstrap bands against training episodes (curves.png), and against the mean over
+    seeds of env steps and of gradient steps applied (curves_env_steps.png, curves_updates.png)."""
+    from ftw_jax.compare import bootstrap_interval
+    from ftw_jax.plots import save_banded_curves
+
+    title = f"{args.env}{_options_label(args.env_options)}: mean of {num_seeds} seeds, 95% bootstrap CI"
+    bands = {r.algorithm: (r.curves.mean(axis=0), *bootstrap_interval(r.curves)) for r in comparison.results}
+    ylabel = f"evaluation {comparison.metric}"
+    save_banded_curves(folder / "curves.png", comparison.episodes, bands, title=title, xlabel="training episodes",
+                       ylabel=ylabel)
+    for name, label, of in (("env_steps", "training env steps (mean over seeds)", lambda r: r.env_steps),
+                            ("updates", "gradient steps applied (mean over seeds)", lambda r: r.updates)):
+        x = {r.algorithm: of(r).mean(axis=0) for r in comparison.results}
+        save_banded_curves(folder / f"curves_{name}.png", x, bands, title=title, xlabel=label, ylabel=ylabel)
+
+
 def _options_label(env_options: dict) -> str:
     return f" ({', '.join(f'{name}={value}' for name, value in env_options.items())})" if env_options else ""
 
 
 def _run_compare(args) -> int:
     from ftw_jax import runs
-    from ftw_jax.compare import bootstrap_interval, compare, markdown_table, seed_rows, summary_rows
+    from ftw_jax.compare import compare, difference_rows, markdown_table, seed_rows, summary_rows
 
     algorithms = [name.strip() for name in args.algos.split(",") if name.strip()]
     seeds = seeds_of(args)
     learning_rates = list(args.learning_rates) if args.learning_rates else None
-    tuning_seeds = args.tuning_seeds or ([1000, 1001] if learning_rates and len(learning_rates) > 1 else [])
+    default_tuning_seeds = [1000, 1001, 1002] if args.search else [1000, 1001] if learning_rates and len(learning_rates) > 1 else []
+    tuning_seeds = args.tuning_seeds or default_tuning_seeds
     overrides = given_settings(args, _training_settings())
+    search = {"search": args.search, "search_seed": args.search_seed, "tuning_iterations": args.tuning_iterations}
     folder, checkpointer = _open_run(args, f"compare-{args.env}", {
         "algorithms": algorithms, "seeds": seeds, "learning_rates": learning_rates, "tuning_seeds": tuning_seeds,
         "overrides": overrides, "env_options": args.env_options, "metric": args.metric,
+        **({"search": search} if args.search or args.tuning_iterations else {}),
     })
     if checkpointer:  # each algorithm checkpoints in its own folder below this one
         checkpointer.close()
@@ -662,25 +691,29 @@ def _run_compare(args) -> int:
             f"(min {values.min():.3f}, max {values.max():.3f})  {time.perf_counter() - started:7.1f} s")
 
     comparison = compare(args.env, algorithms, seeds, learning_rates=learning_rates, tuning_seeds=tuning_seeds,
-                         env_options=args.env_options, overrides=overrides, metric=args.metric,
+                         **search, env_options=args.env_options, overrides=overrides, metric=args.metric,
                          checkpoint_folder=None if args.no_checkpoint else folder / "checkpoints", on_period=progress,
                          log=log)
     runs.write_csv(folder / "results.csv", summary_rows(comparison))
     runs.write_csv(folder / "seeds.csv", seed_rows(comparison))
+    if difference_rows(comparison):
+        runs.write_csv(folder / "differences.csv", difference_rows(comparison))
+    tried = [{"algorithm": r.algorithm, **{k: v for k, v in row.items() if k != "auc_per_seed"}}
+             for r in comparison.results for row in r.tuning]
+    if tried:
+        runs.write_csv(folder / "tuning.csv", tried)
     table = markdown_table(comparison)
     (folder / "table.md").write_text(table)
     np.savez_compressed(folder / "curves.npz", episodes=comparison.episodes,
                         **{f"{r.algorithm}_{comparison.metric}": r.curves for r in comparison.results},
-                        **{f"{r.algorithm}_env_steps": r.env_steps for r in comparison.results})
-    from ftw_jax.plots import save_banded_curves
-
-    bands = {r.algorithm: (r.curves.mean(axis=0), *bootstrap_interval(r.curves)) for r in comparison.results}
-    save_banded_curves(folder / "curves.png", comparison.episodes, bands,
-                       title=f"{args.env}{_options_label(args.env_options)}: mean of {len(seeds)} seeds, 95% bootstrap CI",
-                       xlabel="training episodes", ylabel=f"evaluation {comparison.metric}")
+                        **{f"{r.algorithm}_env_steps": r.env_steps for r in comparison.results},
+                        **{f"{r.algorithm}_updates": r.updates for r in comparison.results})
+    _save_compare_plots(args, folder, comparison, len(seeds))
     summary = {"env": args.env, "metric": comparison.metric, "seeds": seeds, "env_options": args.env_options,
                "overrides": overrides, "seconds": time.perf_counter() - started, "run_folder": str(folder),
-               "algorithms": summary_rows(comparison),
+               "algorithms": summary_rows(comparison), "differences": difference_rows(comparison),
+               "tuning_seeds": tuning_seeds, **search,
+               "chosen": {r.algorithm: r.settings for r in comparison.results},
                "tuning": {r.algorithm: r.tuning for r in comparison.results},
                "warning": applied_warning(np.concatenate([r.applied_share for r in comparison.results]),
                                           [f"{r.algorithm} seed {s}" for r in comparison.results for s in seeds])}
@@ -691,7 +724,7 @@ def _run_compare(args) -> int:
         print(json.dumps(summary))
         return 0
     print("\n" + table)
-    print(f"{summary['seconds']:.1f} s; table.md, results.csv, seeds.csv, curves.npz, curves.png in {folder}")
+    print(f"{summary['seconds']:.1f} s; table.md, results.csv, seeds.csv, curves.npz, curves*.png in {folder}")
     return 0
 
 

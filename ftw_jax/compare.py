@@ -1,14 +1,17 @@
 """Algorithms side by side at a matched budget, and the statistics that report them.
 
-    comparison = compare("sokoban", ["ftw", "ppo", "grpo", "reinforce"], seeds=range(5))
-    rows = summary_rows(comparison)     # per algorithm: final and AUC, mean [95% bootstrap CI], IQM
+    comparison = compare("sokoban", ["ftw", "ppo", "grpo", "reinforce"], seeds=range(10),
+                         search=8, tuning_seeds=[1000, 1001, 1002])
+    rows = summary_rows(comparison)     # per algorithm: final and AUC, mean [95% t- and bootstrap CIs], IQM
+    tests = difference_rows(comparison, "ftw")      # FTW minus each baseline: Welch's t-test
 
 Matched budget: every algorithm runs the environment's `TrainConfig` with the same overrides, so the same
 iterations × B episodes (env steps differ only as episode lengths do), the same policy network, the same
-optimizer family and the same evaluation. Tuning effort is the same too: each algorithm tries every learning
-rate of the grid on the tuning seeds (kept apart from the reported seeds) and keeps the one with the highest
-mean AUC; with a one-value grid nothing is tuned. Each (algorithm, phase) is one compiled sweep over
-learning rates × seeds (`ftw_jax.sweep`), so it is vmapped, sharded and checkpointed as sweeps are.
+optimizer family and the same evaluation. Tuning effort is the same too, on tuning seeds kept apart from the
+reported ones, keeping the highest mean AUC: either every learning rate of a grid, or (`search`) the same
+number of configurations drawn at random from each algorithm's space (`ftw_jax.tuning`: learning rate, β and
+its decay horizon, and the algorithm's own knobs), optionally on shorter runs (`tuning_iterations`). Each
+compiled program is one sweep (`ftw_jax.sweep`), vmapped, sharded and checkpointed as sweeps are.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Callable
 import numpy as np
 import scipy.stats
 
-from ftw_jax import envs
+from ftw_jax import envs, tuning
 from ftw_jax.checkpoints import Checkpointer
 from ftw_jax.sweep import make_sweep, run_sweep
 from ftw_jax.train import RUN_FIELDS, TrainConfig, split_overrides
@@ -46,24 +49,61 @@ def bootstrap_interval(values: np.ndarray, axis: int = 0, seed: int = 0) -> tupl
     return result.confidence_interval.low, result.confidence_interval.high
 
 
+def t_interval(values: np.ndarray) -> tuple[float, float]:
+    """The 95% Student-t interval of the mean of one value per seed (wider than the bootstrap's at few seeds)."""
+    values = np.asarray(values, np.float64)
+    if values.size < 2 or np.all(values == values[0]):
+        return float(values.mean()), float(values.mean())
+    low, high = scipy.stats.t.interval(CONFIDENCE, values.size - 1, loc=values.mean(), scale=scipy.stats.sem(values))
+    return float(low), float(high)
+
+
 def describe(values: np.ndarray) -> dict:
-    """mean, 95% bootstrap CI and IQM of one value per seed."""
+    """mean, 95% t-interval, 95% bootstrap CI and IQM of one value per seed."""
     low, high = bootstrap_interval(values)
-    return {"mean": float(np.mean(values)), "ci_low": float(low), "ci_high": float(high),
-            "iqm": float(interquartile_mean(values))}
+    t_low, t_high = t_interval(values)
+    return {"mean": float(np.mean(values)), "t_low": t_low, "t_high": t_high, "ci_low": float(low),
+            "ci_high": float(high), "iqm": float(interquartile_mean(values))}
+
+
+def welch(a: np.ndarray, b: np.ndarray, confidence: float = CONFIDENCE) -> dict:
+    """mean(a) − mean(b), its Welch–Satterthwaite interval at `confidence`, and Welch's two-sided p-value."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    variance_a, variance_b = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    difference, standard_error = a.mean() - b.mean(), np.sqrt(variance_a + variance_b)
+    if standard_error == 0:
+        return {"difference": float(difference), "low": float(difference), "high": float(difference),
+                "p_value": 1.0 if difference == 0 else 0.0}
+    dof = (variance_a + variance_b) ** 2 / (variance_a ** 2 / (a.size - 1) + variance_b ** 2 / (b.size - 1))
+    half = scipy.stats.t.ppf(0.5 + confidence / 2, dof) * standard_error
+    p_value = scipy.stats.ttest_ind(a, b, equal_var=False).pvalue
+    return {"difference": float(difference), "low": float(difference - half), "high": float(difference + half),
+            "p_value": float(p_value)}
+
+
+def verdict(a: np.ndarray, b: np.ndarray, margin: float) -> str:
+    """"better", "worse", "equivalent" (the 90% interval of the difference inside ±margin: two one-sided tests at
+    5%) or "inconclusive", for a − b from one value per seed each."""
+    test = welch(a, b)
+    if test["p_value"] < 1 - CONFIDENCE:
+        return "better" if test["difference"] > 0 else "worse"
+    equivalence = welch(a, b, confidence=1 - 2 * (1 - CONFIDENCE))
+    return "equivalent" if -margin < equivalence["low"] and equivalence["high"] < margin else "inconclusive"
 
 
 @dataclasses.dataclass(frozen=True)
 class AlgorithmResult:
-    """One algorithm's reported runs: curves [S, periods] of the metric, and how its learning rate was chosen."""
+    """One algorithm's reported runs: curves [S, periods] of the metric, and how its settings were chosen."""
 
     algorithm: str
     learning_rate: float
     curves: np.ndarray  # [S, periods] the evaluation metric
     env_steps: np.ndarray  # [S, periods] training env steps at each evaluation
     seconds: float  # wall clock of its runs (tuning included)
-    tuning: list[dict]  # per learning rate tried: {"learning_rate", "auc_mean"}; empty when not tuned
+    tuning: list[dict]  # per configuration tried: its settings, "auc_mean", "final_mean"; empty when not tuned
     applied_share: np.ndarray  # [S] the share of its optimizer steps each reported seed applied
+    updates: np.ndarray | None = None  # [S, periods] optimizer steps applied by each evaluation
+    settings: dict = dataclasses.field(default_factory=dict)  # the chosen configuration (searched settings)
 
     @property
     def final(self) -> np.ndarray:
@@ -85,6 +125,7 @@ class Comparison:
 
 
 def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates: list[float] | None = None,
+            search: int = 0, search_seed: int = 0, tuning_iterations: int | None = None,
             tuning_seeds: list[int] = (), env_options: dict | None = None, overrides: dict | None = None,
             metric: str | None = None, checkpoint_folder: pathlib.Path | None = None,
             on_period: Callable[[str, str, int, np.ndarray], None] | None = None,
@@ -97,8 +138,11 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
       algorithms: names from `ftw_jax.algos.ALGORITHMS`.
       seeds: the reported seeds.
       learning_rates: the tuning grid (default: the environment's learning rate alone, no tuning).
-      tuning_seeds: seeds for choosing the learning rate; must not overlap `seeds` and are needed when the
-        grid has more than one value.
+      search: instead of the grid, this many configurations drawn from each algorithm's space
+        (`ftw_jax.tuning`, numpy seed `search_seed`); the overrides may not set a searched setting.
+      tuning_iterations: the tuning runs' iterations (default: the reported runs'); β's decay horizon scales.
+      tuning_seeds: seeds for choosing the settings; must not overlap `seeds` and are needed when the grid
+        has more than one value or `search` is on.
       metric: "success" or "return" (default: success where the environment has it).
       checkpoint_folder: each (algorithm, phase) checkpoints under it and resumes from it.
       on_period: progress, called as (algorithm, phase, period, metric of every member [M]) after every
@@ -117,6 +161,16 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
         raise ValueError(f"algorithms must be distinct and at least one, got {algorithms}.")
     if len(learning_rates) > 1 and not tuning_seeds:
         raise ValueError(f"a tuning grid of {len(learning_rates)} learning rates needs tuning seeds.")
+    if search:
+        if len(learning_rates) > 1:
+            raise ValueError("give either a learning-rate grid or a random search, not both.")
+        if not tuning_seeds:
+            raise ValueError(f"a random search of {search} configurations needs tuning seeds.")
+        for algorithm in algorithms:
+            searched = sorted(set(tuning.space(algorithm)) & set(own_settings[algorithm]))
+            if searched:
+                raise ValueError(f"{', '.join(searched)} is/are searched for {algorithm}; leave them out of the overrides.")
+            tuning.draw_configurations(algorithm, search, search_seed)  # refuses a count its space cannot give
     if set(seeds) & set(tuning_seeds):
         raise ValueError(f"tuning seeds {sorted(set(seeds) & set(tuning_seeds))} are also reported seeds; "
                          "tune on other seeds.")
@@ -129,7 +183,9 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
         raise ValueError(f"metric must be 'success' or 'return', got {metric!r}.")
     metric = metric or ("success" if envs.make(env, **dict(env_options or {})).has_success else "return")
     phases = _Phases(env, dict(env_options or {}), metric, checkpoint_folder, on_period)
-    results = [phases.compare(algorithm, own_settings[algorithm], learning_rates, seeds, tuning_seeds)
+    results = [phases.search(algorithm, own_settings[algorithm], search, search_seed, tuning_iterations, seeds,
+                             tuning_seeds) if search else
+               phases.compare(algorithm, own_settings[algorithm], learning_rates, seeds, tuning_seeds)
                for algorithm in algorithms]
     episodes = np.arange(1, base.num_periods + 1) * base.eval_every * base.episodes_per_iteration
     return Comparison(env=env, metric=metric, seeds=seeds, episodes=episodes, results=results)
@@ -173,13 +229,40 @@ class _Phases:
                 tuning.append({"learning_rate": rate, "auc_mean": float(curves[members].mean())})
             chosen = max(tuning, key=lambda row: row["auc_mean"])["learning_rate"]
         reported = self.run(algorithm, "report", sweep({"lr": [chosen]}, seeds))
-        return AlgorithmResult(algorithm=algorithm, learning_rate=chosen, curves=reported[self.metric],
-                               env_steps=reported["env_steps"], seconds=time.perf_counter() - started, tuning=tuning,
-                               applied_share=reported["updates_applied_share"])
+        return self.result(algorithm, reported, started, tuning, {"learning_rate": chosen})
+
+    def result(self, algorithm: str, reported: dict, started: float, tuning: list[dict], settings: dict):
+        return AlgorithmResult(algorithm=algorithm, learning_rate=settings["learning_rate"],
+                               curves=reported[self.metric], env_steps=reported["env_steps"],
+                               seconds=time.perf_counter() - started, tuning=tuning,
+                               applied_share=reported["updates_applied_share"], updates=reported["updates_applied"],
+                               settings=settings)
+
+    def search(self, algorithm: str, settings: dict, count: int, search_seed: int, tuning_iterations: int | None,
+               seeds: list[int], tuning_seeds: list[int]) -> AlgorithmResult:
+        """`count` configurations from the algorithm's space on the tuning seeds (one sweep per compiled
+        program), the best mean AUC, then the reported seeds with it."""
+        started = time.perf_counter()
+        configurations = tuning.draw_configurations(algorithm, count, search_seed)
+        tuning_settings = {**settings, **({"num_iterations": tuning_iterations} if tuning_iterations else {})}
+        rows = [dict(point) for point in configurations]
+        groups = tuning.group_sweeps(self.env, configurations, tuning_seeds, self.env_options, algorithm=algorithm,
+                                     **tuning_settings)
+        for group, (sweep, indices) in enumerate(groups):
+            curves = self.run(algorithm, f"tune{group}", sweep)[self.metric]  # [configs × seeds, periods]
+            for position, index in enumerate(indices):
+                members = curves[position * len(tuning_seeds):(position + 1) * len(tuning_seeds)]
+                rows[index].update(auc_mean=float(members.mean()), final_mean=float(members[:, -1].mean()),
+                                   auc_per_seed=[float(value) for value in members.mean(axis=1)])
+        chosen = configurations[max(range(len(rows)), key=lambda index: rows[index]["auc_mean"])]
+        sweep = tuning.group_sweeps(self.env, [chosen], seeds, self.env_options, algorithm=algorithm, **settings)[0][0]
+        reported = self.run(algorithm, "report", sweep)
+        return self.result(algorithm, reported, started, rows, dict(chosen))
 
 
 def summary_rows(comparison: Comparison) -> list[dict]:
-    """Per algorithm: its learning rate, final and AUC (mean, 95% CI, IQM over seeds), env steps, seconds."""
+    """Per algorithm: its learning rate, final and AUC (mean, 95% t- and bootstrap CIs, IQM over seeds), env
+    steps, seconds."""
     rows = []
     for result in comparison.results:
         row = {"algorithm": result.algorithm, "learning_rate": result.learning_rate, "seeds": len(comparison.seeds)}
@@ -187,6 +270,30 @@ def summary_rows(comparison: Comparison) -> list[dict]:
             row.update({f"{name}_{key}": value for key, value in describe(values).items()})
         row["env_steps_mean"] = float(result.env_steps[:, -1].mean())
         row["seconds"] = result.seconds
+        rows.append(row)
+    return rows
+
+
+def difference_rows(comparison: Comparison, reference: str = "ftw", margin: float | None = None) -> list[dict]:
+    """`reference` minus each other algorithm, on final and AUC: the difference of means, its 95% Welch
+    interval, Welch's p-value, and a verdict ("better", "worse", or with a `margin` "equivalent" /
+    "inconclusive"; default margin: 5 points of success or 5% of the reference's mean return)."""
+    by_name = {result.algorithm: result for result in comparison.results}
+    if reference not in by_name:
+        return []
+    rows = []
+    for result in comparison.results:
+        if result.algorithm == reference:
+            continue
+        row = {"reference": reference, "algorithm": result.algorithm}
+        for name in ("final", "auc"):
+            mine, theirs = getattr(by_name[reference], name), getattr(result, name)
+            bound = margin if margin is not None else (0.05 if comparison.metric == "success"
+                                                       else 0.05 * abs(float(np.mean(mine))))
+            test = welch(mine, theirs)
+            row.update({f"{name}_{key}": value for key, value in test.items()})
+            row[f"{name}_verdict"] = verdict(mine, theirs, bound)
+            row[f"{name}_margin"] = bound
         rows.append(row)
     return rows
 
@@ -200,14 +307,26 @@ def seed_rows(comparison: Comparison) -> list[dict]:
 
 
 def markdown_table(comparison: Comparison) -> str:
-    """The summary as a markdown table (values as percentages for success)."""
+    """The summary as a markdown table (values as percentages for success): mean, 95% t-interval, 95% bootstrap
+    interval and IQM of final and AUC; then, with FTW among the algorithms, FTW minus each baseline."""
     scale, unit = (100.0, "%") if comparison.metric == "success" else (1.0, "")
-    cell = lambda row, name: (f"{scale * row[f'{name}_mean']:.1f}{unit} [{scale * row[f'{name}_ci_low']:.1f}, "  # noqa: E731
-                              f"{scale * row[f'{name}_ci_high']:.1f}] | {scale * row[f'{name}_iqm']:.1f}{unit}")
-    lines = [f"| algorithm | learning rate | final {comparison.metric}: mean [95% CI] | final IQM | "
-             f"AUC: mean [95% CI] | AUC IQM | env steps / seed | seconds |",
+    number = lambda value: f"{scale * value:.1f}" if unit else f"{value:.4g}"  # noqa: E731
+    cell = lambda row, name: (f"{number(row[f'{name}_mean'])}{unit} [{number(row[f'{name}_t_low'])}, "  # noqa: E731
+                              f"{number(row[f'{name}_t_high'])}] [{number(row[f'{name}_ci_low'])}, "
+                              f"{number(row[f'{name}_ci_high'])}] | {number(row[f'{name}_iqm'])}{unit}")
+    lines = [f"| algorithm | learning rate | final {comparison.metric}: mean [95% t-CI] [95% bootstrap CI] | final IQM | "
+             f"AUC: mean [t-CI] [bootstrap CI] | AUC IQM | env steps / seed | seconds |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row in summary_rows(comparison):
         lines.append(f"| {row['algorithm']} | {row['learning_rate']:g} | {cell(row, 'final')} | {cell(row, 'auc')} | "
                      f"{row['env_steps_mean']:,.0f} | {row['seconds']:.0f} |")
+    differences = difference_rows(comparison)
+    if differences:
+        lines += ["", f"| FTW minus | final: difference [95% Welch CI], p | verdict | AUC: difference [95% Welch CI], p "
+                      f"| verdict |", "|---|---:|---|---:|---|"]
+        for row in differences:
+            cells = [f"{number(row[f'{name}_difference'])} [{number(row[f'{name}_low'])}, {number(row[f'{name}_high'])}], "
+                     f"p = {row[f'{name}_p_value']:.3f} | {row[f'{name}_verdict']} (margin ±{number(row[f'{name}_margin'])})"
+                     for name in ("final", "auc")]
+            lines.append(f"| {row['algorithm']} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"

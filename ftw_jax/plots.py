@@ -86,7 +86,8 @@ def save_heatmap(path, means, spreads, *, x_values, y_values, x_label: str, y_la
 
 
 def save_banded_curves(path, x, bands: dict[str, tuple], *, title: str, xlabel: str, ylabel: str) -> pathlib.Path:
-    """One line per label with a shaded band: `bands[label] = (mean, low, high)`, each [I] at `x` [I]."""
+    """One line per label with a shaded band: `bands[label] = (mean, low, high)`, each [I] at `x` [I] (or at
+    `x[label]` when each label has its own x, e.g. env steps)."""
     from matplotlib.figure import Figure
 
     path = pathlib.Path(path)
@@ -94,8 +95,9 @@ def save_banded_curves(path, x, bands: dict[str, tuple], *, title: str, xlabel: 
     figure = Figure(figsize=(6.4, 4.0), dpi=120)
     axes = figure.subplots()
     for label, (mean, low, high) in bands.items():
-        (line,) = axes.plot(x, mean, lw=1.8, label=label)
-        axes.fill_between(x, low, high, color=line.get_color(), alpha=0.2, lw=0)
+        at = x[label] if isinstance(x, dict) else x
+        (line,) = axes.plot(at, mean, lw=1.8, label=label)
+        axes.fill_between(at, low, high, color=line.get_color(), alpha=0.2, lw=0)
     axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
     axes.grid(alpha=0.3)
     axes.legend(loc="lower right", fontsize=8)

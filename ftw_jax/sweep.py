@@ -86,8 +86,6 @@ def make_sweep(env: str, grid: dict[str, list], seeds: list[int], env_options: d
     for axis in grid:
         if axis not in fields:
             raise ValueError(f"grid axis {axis!r} is not a setting of {base.algorithm}; its axes are {list(fields)}.")
-    if not seeds:
-        raise ValueError("a sweep needs at least one seed.")
     points = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     configs = []
     for point in points:
@@ -95,12 +93,35 @@ def make_sweep(env: str, grid: dict[str, list], seeds: list[int], env_options: d
             configs.append(base.replace(**{fields[axis]: value for axis, value in point.items()}))
         except ValueError as error:
             raise ValueError(f"grid point {point}: {error}") from None
+    return sweep_of(configs, seeds, env_options, grid)
+
+
+def sweep_of(configs: list[TrainConfig], seeds: list[int], env_options: dict | None = None,
+             grid: dict[str, list] | None = None) -> Sweep:
+    """Members = each config × seeds, in one program: the configs may differ only in their sweep axes."""
+    if not seeds:
+        raise ValueError("a sweep needs at least one seed.")
+    if not configs:
+        raise ValueError("a sweep needs at least one config.")
+    fields = {axis: item.name for axis, item in axes(configs[0].algorithm).items()}
+    for config in configs[1:]:
+        if program_key(config) != program_key(configs[0]):
+            raise ValueError(f"configs of one sweep may differ only in {list(fields)}: {program_key(config)} vs "
+                             f"{program_key(configs[0])}.")
     members = [{axis: _value(config, name) for axis, name in fields.items()} | {"seed": seed}
                for config in configs for seed in seeds]
-    integer_axes = [axis for axis, item in axes(base.algorithm).items() if item.base_type is int]
+    integer_axes = [axis for axis, item in axes(configs[0].algorithm).items() if item.base_type is int]
     maxima = {fields[axis]: max(member[axis] for member in members) for axis in integer_axes}
-    return Sweep(config=base.replace(**maxima), env_options=dict(env_options or {}), members=members,
-                 member_configs=[config for config in configs for _ in seeds], grid=grid)
+    return Sweep(config=configs[0].replace(**maxima), env_options=dict(env_options or {}), members=members,
+                 member_configs=[config for config in configs for _ in seeds], grid=dict(grid or {}))
+
+
+def program_key(config: TrainConfig) -> dict:
+    """The config's settings but its sweep axes: configs with the same key compile to one program."""
+    swept = {item.name for item in axes(config.algorithm).values()}
+    settings = {**dataclasses.asdict(config.algorithm_config), **dataclasses.asdict(config)}
+    settings.pop("algorithm_config")
+    return {name: value for name, value in settings.items() if name not in swept}
 
 
 def _value(config: TrainConfig, name: str):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ftw_jax.cli import main
-from ftw_jax.compare import bootstrap_interval, compare, describe, interquartile_mean
+from ftw_jax.compare import bootstrap_interval, compare, describe, interquartile_mean, t_interval, verdict, welch
 from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
@@ -27,7 +27,30 @@ def test_statistics_by_hand():
     # The percentile interval of the mean: about mean ± 1.96 standard errors for a sample this size.
     standard_error = values.std() / np.sqrt(len(values))
     assert high - low == pytest.approx(2 * 1.96 * standard_error, rel=0.25)
-    assert describe(np.full(5, 0.75)) == {"mean": 0.75, "ci_low": 0.75, "ci_high": 0.75, "iqm": 0.75}
+    assert describe(np.full(5, 0.75)) == {"mean": 0.75, "t_low": 0.75, "t_high": 0.75, "ci_low": 0.75,
+                                          "ci_high": 0.75, "iqm": 0.75}
+    # The t-interval: mean ± t(0.975, n − 1)·sd/√n, t(0.975, 7) = 2.3646; wider than the bootstrap's at 8 seeds.
+    t_low, t_high = t_interval(values)
+    half = 2.364624 * values.std(ddof=1) / np.sqrt(8)
+    assert (t_low, t_high) == pytest.approx((values.mean() - half, values.mean() + half), rel=1e-5)
+    assert t_high - t_low > high - low
+
+
+def test_welch_difference_and_verdicts_by_hand():
+    a, b = np.array([3.0, 4.0, 5.0, 6.0]), np.array([1.0, 1.5, 2.0, 2.5, 3.0])
+    # var(a)/4 = 1.6667/4, var(b)/5 = 0.625/5; dof by Welch–Satterthwaite 4.749; t(0.975, 4.749) = 2.6119.
+    variance = 1.666667 / 4 + 0.625 / 5
+    dof = variance ** 2 / ((1.666667 / 4) ** 2 / 3 + (0.625 / 5) ** 2 / 4)
+    assert dof == pytest.approx(4.7494, rel=1e-4)
+    test = welch(a, b)
+    half = 2.6119 * np.sqrt(variance)
+    assert test["difference"] == pytest.approx(2.5)
+    assert (test["low"], test["high"]) == pytest.approx((2.5 - half, 2.5 + half), rel=1e-3)
+    assert test["p_value"] == pytest.approx(0.02093, abs=1e-4)  # t = 2.5/sqrt(variance) = 3.397 at 4.749 dof
+    assert verdict(a, b, margin=0.1) == "better" and verdict(b, a, margin=0.1) == "worse"
+    close = np.array([0.50, 0.51, 0.49, 0.50, 0.52, 0.48])
+    assert verdict(close, close[::-1] + 0.001, margin=0.05) == "equivalent"
+    assert verdict(close, close[::-1] + 0.001, margin=0.001) == "inconclusive"  # too tight a margin to claim
 
 
 @pytest.mark.slow
@@ -72,9 +95,15 @@ def test_cli_writes_the_table_the_csvs_and_the_plot(tmp_path, capsys):
     ftw_final = [float(row["final"]) for row in seeds if row["algorithm"] == "ftw"]
     assert summary["algorithms"][0]["final_mean"] == pytest.approx(np.mean(ftw_final))
     table = (folder / "table.md").read_text()
-    assert table.count("\n") == 4 and "| ppo | 0.08 |" in table  # header, rule, two rows; the bandit's lr
+    # header, rule, two rows (the bandit's lr), then FTW minus PPO: blank line, header, rule, one row
+    assert table.count("\n") == 8 and "| ppo | 0.08 |" in table and "\n| ppo | " in table.split("FTW minus")[1]
+    differences = summary["differences"][0]
+    assert differences["algorithm"] == "ppo" and differences["final_difference"] == pytest.approx(
+        summary["algorithms"][0]["final_mean"] - summary["algorithms"][1]["final_mean"], rel=1e-4)
     curves = np.load(folder / "curves.npz")
-    assert curves["ppo_return"].shape == (3, 2) and (folder / "curves.png").stat().st_size > 10_000
+    assert curves["ppo_return"].shape == (3, 2) and curves["ppo_updates"].shape == (3, 2)
+    for name in ("curves", "curves_env_steps", "curves_updates"):
+        assert (folder / f"{name}.png").stat().st_size > 10_000
 
 
 @pytest.mark.slow

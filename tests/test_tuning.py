@@ -1,0 +1,71 @@
+"""Equal tuning: the random search's configurations, their grouping into compiled programs, and `compare`'s
+search protocol (the best configuration on the tuning seeds is what the reported seeds run)."""
+
+import jax
+import numpy as np
+import pytest
+
+from ftw_jax import tuning
+from ftw_jax.compare import compare
+from ftw_jax.train import TrainConfig, make_train
+
+pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
+BUDGET = dict(episodes_per_iteration=8, num_iterations=24, eval_every=12, eval_episodes=32)
+
+
+def test_every_algorithm_searches_the_shared_settings_and_its_own_knobs():
+    for algorithm in tuning.SPACES:
+        names = list(tuning.space(algorithm))
+        assert names[:3] == ["learning_rate", "kl_coef", "kl_decay_fraction"]
+        first, again = tuning.draw_configurations(algorithm, 6, seed=3), tuning.draw_configurations(algorithm, 6, seed=3)
+        assert first == again and len({tuple(sorted(p.items())) for p in first}) == 6  # seeded, distinct
+        assert first != tuning.draw_configurations(algorithm, 6, seed=4)
+        for point in first:
+            assert min(tuning.LEARNING_RATES) <= point["learning_rate"] <= max(tuning.LEARNING_RATES)
+            assert point["kl_coef"] > 0 or point["kl_decay_fraction"] == 1.0  # no horizon without a β
+            if algorithm == "ftw":
+                assert point["num_elites"] < point["batch_size"] <= point["pool_capacity"]
+    with pytest.raises(ValueError, match="count must be in"):
+        tuning.draw_configurations("ppo", 0, seed=0)
+
+
+def test_a_configuration_becomes_a_beta_schedule_over_its_share_of_the_run():
+    point = {"learning_rate": 1e-3, "kl_coef": 0.3, "kl_decay_fraction": 0.25, "num_minibatches": 4}
+    assert tuning.as_overrides(point, 100) == {"learning_rate": 1e-3, "kl_coef": 0.3, "num_minibatches": 4,
+                                               "kl_coef_final": 0.0, "kl_decay_iterations": 25}
+    flat = tuning.as_overrides({**point, "kl_coef": 0.0, "kl_decay_fraction": 1.0}, 100)
+    assert flat["kl_coef_final"] is None and flat["kl_decay_iterations"] is None
+
+
+def test_configurations_that_differ_only_in_sweep_axes_share_one_program():
+    points = [{"learning_rate": lr, "kl_coef": 0.0, "kl_decay_fraction": 1.0, "updates_per_iteration": u,
+               "entropy_coef": 0.0} for lr, u in ((1e-3, 1), (3e-3, 4), (1e-2, 1))]
+    groups = tuning.group_sweeps("bandit", points, [0, 1], algorithm="reinforce", **BUDGET)
+    assert [indices for _, indices in groups] == [[0, 2], [1]]
+    sweep, _ = groups[0]
+    assert [member["lr"] for member in sweep.members] == [1e-3, 1e-3, 1e-2, 1e-2]
+    assert [member["seed"] for member in sweep.members] == [0, 1, 0, 1]
+
+
+@pytest.mark.slow
+def test_compare_search_reports_the_best_configuration_as_a_plain_run_gives_it():
+    comparison = compare("bandit", ["reinforce"], seeds=[3], search=3, search_seed=1, tuning_seeds=[7, 8],
+                         overrides=BUDGET)
+    [result] = comparison.results
+    assert len(result.tuning) == 3 and all(len(row["auc_per_seed"]) == 2 for row in result.tuning)
+    best = max(result.tuning, key=lambda row: row["auc_mean"])
+    assert result.settings == {name: best[name] for name in tuning.space("reinforce")}
+    overrides = tuning.as_overrides(result.settings, BUDGET["num_iterations"])
+    trainer = make_train(TrainConfig.for_env("bandit", algorithm="reinforce", **BUDGET, **overrides))
+    _, (_, evaluation) = trainer.train(jax.random.key(3))
+    np.testing.assert_allclose(result.curves[0], evaluation["return"], rtol=1e-6)
+    assert result.updates.shape == (1, 2)
+
+
+def test_compare_search_refuses_an_unfair_protocol():
+    with pytest.raises(ValueError, match="either a learning-rate grid or a random search"):
+        compare("bandit", ["ftw"], seeds=[0], search=2, learning_rates=[0.01, 0.1], tuning_seeds=[7], overrides=BUDGET)
+    with pytest.raises(ValueError, match="random search of 2 configurations needs tuning seeds"):
+        compare("bandit", ["ftw"], seeds=[0], search=2, overrides=BUDGET)
+    with pytest.raises(ValueError, match="kl_coef is/are searched for ftw"):
+        compare("bandit", ["ftw"], seeds=[0], search=2, tuning_seeds=[7], overrides={**BUDGET, "kl_coef": 0.1})
