@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--venv", type=pathlib.Path, default=pathlib.Path("runs/rejax-venv"))
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/rejax_ppo_cartpole"))
     parser.add_argument("--iterations", type=int, default=80, help="our iterations (must pass 100k env steps)")
-    parser.add_argument("--episodes-per-iteration", type=int, default=5,
+    parser.add_argument("--episodes-per-iteration", type=int, default=10,
                         help="our B (a multiple of the 5 minibatches); fewer episodes, more gradient steps per env step")
     parser.add_argument("--worker", choices=["rejax"], help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", type=pathlib.Path, help=argparse.SUPPRESS)
@@ -154,7 +154,7 @@ def main() -> None:
     summary = {"seeds": SEEDS, "dynamics_agree": agree, "max_observation_difference": worst,
                "rejax_seconds": rejax["seconds"], "ours_seconds": ours["seconds"], "rejax_jax": rejax["jax"]}
     for i, steps in enumerate(rejax["env_steps"]):
-        if steps % 20_000 and steps != TOTAL_STEPS:
+        if steps == 0 or (steps % 20_000 and steps != TOTAL_STEPS):  # ours evaluates only after training
             continue
         cells = [t_interval(np.array(side["returns"])[:, i]) for side in (rejax, ours)]
         rows.append(f"| {steps:,} | " + " | ".join(f"{m:.1f} [{lo:.1f}, {hi:.1f}]" for m, lo, hi in cells) + " |")
