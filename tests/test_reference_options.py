@@ -29,7 +29,7 @@ def test_ppo_minibatches_cover_every_trajectory_once_per_epoch():
 
 
 def test_ppo_takes_epochs_times_minibatches_steps_and_refuses_an_uneven_split():
-    config = TrainConfig.for_env("cartpole", algorithm="ppo", episodes_per_iteration=8, num_iterations=2,
+    config = TrainConfig.for_env("bandit", algorithm="ppo", episodes_per_iteration=8, num_iterations=2,
                                  eval_every=1, eval_episodes=2, updates_per_iteration=3, num_minibatches=4)
     trainer = make_train(config)
     assert trainer.learner.steps_per_batch == 12
@@ -124,20 +124,22 @@ def test_global_norm_clipping_scales_the_gradient_as_written():
             np.testing.assert_allclose(updates[name], -0.5 * scale * gradient[name], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_annealing_sets_every_learning_rate_of_the_learner_each_iteration():
-    config = TrainConfig.for_env("cartpole", algorithm="ppo", episodes_per_iteration=4, num_iterations=4,
+    config = TrainConfig.for_env("bandit", algorithm="ppo", episodes_per_iteration=4, num_iterations=4,
                                  eval_every=2, eval_episodes=2, learning_rate=0.01, anneal_learning_rate=True)
     carry, (metrics, _) = make_train(config).train(jax.random.key(0))
     np.testing.assert_allclose(np.asarray(metrics["learning_rate"]).ravel(), 0.01 * np.array([1, 0.75, 0.5, 0.25]),
                                rtol=1e-6)
     for opt_state in (carry.learner.policy.opt_state, carry.learner.critic.opt_state):  # the last iteration's
         np.testing.assert_allclose(opt_state.hyperparams["learning_rate"], 0.0025, rtol=1e-6)
-    plain = TrainConfig.for_env("cartpole", episodes_per_iteration=4, num_iterations=2, eval_every=2, eval_episodes=2,
+    plain = TrainConfig.for_env("bandit", episodes_per_iteration=4, num_iterations=2, eval_every=2, eval_episodes=2,
                                 learning_rate=0.01)
     _, (metrics, _) = make_train(plain).train(jax.random.key(0))
     np.testing.assert_allclose(np.asarray(metrics["learning_rate"]).ravel(), [0.01, 0.01], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_kl_decays_over_its_own_horizon_then_stays():
     config = TrainConfig.for_env("bandit", num_iterations=8, eval_every=4, kl_coef=0.6, kl_coef_final=0.0,
                                  kl_decay_iterations=4)
