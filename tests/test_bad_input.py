@@ -36,6 +36,17 @@ CASES = [
     (["train", "--env", "bandit", "--algorithm", "reinforce", "--episodes-per-iteration", "1"], "B) >= 2"),
     (["compare", "--env", "bandit"], "reinforce: REINFORCE's mean baseline needs episodes_per_iteration (B) >= 2"),
     (["compare", "--env", "bandit", "--algos", "ftw,grpo"], "grpo: episodes_per_iteration (B=1) must be a multiple"),
+    # The reference options and the random search (issue 16).
+    (["train", "--env", "sokoban", "--algorithm", "ppo", "--num-minibatches", "3"],
+     "episodes_per_iteration (B=64) must be a multiple of num_minibatches (M=3)"),
+    (["train", "--env", "bandit", "--algorithm", "ppo", "--entropy-coef", "-0.1"], "entropy_coef must be a number >= 0"),
+    (["train", "--env", "bandit", "--max-grad-norm", "0"], "max_grad_norm must be > 0"),
+    (["train", "--env", "bandit", "--kl-decay-iterations", "10", "--kl-coef-final", "nan"], "kl_coef_final must be finite"),
+    (["compare", "--env", "bandit", "--algos", "ftw", "--search", "2", "--learning-rates", "0.1,0.2"],
+     "either a learning-rate grid or a random search"),
+    (["compare", "--env", "bandit", "--algos", "ftw", "--search", "2", "--kl-coef", "0.1"],
+     "kl_coef is/are searched for ftw"),
+    (["compare", "--env", "bandit", "--algos", "ppo", "--search", "100000"], "count must be in [1, "),
     # Environment options.
     (["train", "--env", "sokoban", "--env-options", "height=6.5"], "height must be int"),
     (["train", "--env", "search", "--env-options", "num_entities=1000000"], "num_entities and num_values must be"),
