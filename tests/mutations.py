@@ -31,6 +31,9 @@ from typing import NamedTuple
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+REFERENCE_TESTS = "tests/test_reference_options.py"
+
+
 @dataclasses.dataclass(frozen=True)
 class Mutation:
     name: str
@@ -180,6 +183,26 @@ MUTATIONS = (
     Mutation("pool-overwrites-newest", "the pool overwrites its newest entries, not its oldest", "ftw_jax/pool.py",
              "insert_index=(pool.insert_index + batch_size) % ring,", "insert_index=pool.insert_index,",
              ("tests/test_pool.py",)),
+    # Issue 16: the baselines as their references run them.
+    Mutation("entropy-bonus-sign", "the entropy bonus is a penalty", "ftw_jax/algos/policy_gradient.py",
+             '- entropy_coef * terms["entropy"]', '+ entropy_coef * terms["entropy"]', (REFERENCE_TESTS,)),
+    Mutation("minibatches-not-a-partition", "a PPO epoch draws minibatches with repeats",
+             "ftw_jax/algos/ppo.py", "jax.random.permutation(key, batch_size)",
+             "jax.random.randint(key, (batch_size,), 0, batch_size)", (REFERENCE_TESTS,)),
+    Mutation("value-clip-ignored", "PPO's critic clipping has no effect", "ftw_jax/algos/ppo.py",
+             "squared = jnp.maximum(squared, (clipped - targets) ** 2)", "squared = squared", (REFERENCE_TESTS,)),
+    Mutation("grpo-exact-kl-is-k3", "GRPO's exact option still uses k3", "ftw_jax/algos/grpo.py",
+             "kl_estimate=config.kl_estimate,", 'kl_estimate="k3",', (REFERENCE_TESTS,)),
+    Mutation("clip-after-optimizer", "the gradient is clipped after Adam, not before", "ftw_jax/train.py",
+             "optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optimizer)",
+             "optax.chain(optimizer, optax.clip_by_global_norm(config.max_grad_norm))", (REFERENCE_TESTS,)),
+    Mutation("anneal-policy-only", "annealing misses the critic's optimizer", "ftw_jax/train.py",
+             "state = with_learning_rate(state, learning_rate)",
+             "state = state.replace(policy=state.policy.replace(opt_state=with_learning_rate(state.policy.opt_state, "
+             "learning_rate)))", (REFERENCE_TESTS,)),
+    Mutation("kl-horizon-ignored", "β decays over the whole run whatever its horizon", "ftw_jax/train.py",
+             "horizon = config.kl_decay_iterations or config.num_iterations", "horizon = config.num_iterations",
+             (REFERENCE_TESTS,)),
 )
 
 
