@@ -170,7 +170,12 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
             searched = sorted(set(tuning.space(algorithm)) & set(own_settings[algorithm]))
             if searched:
                 raise ValueError(f"{', '.join(searched)} is/are searched for {algorithm}; leave them out of the overrides.")
-            tuning.draw_configurations(algorithm, search, search_seed)  # refuses a count its space cannot give
+            configurations = tuning.draw_configurations(algorithm, search, search_seed)  # refuses a bad count
+            try:  # every configuration is a run of this environment (e.g. B a multiple of GRPO's G)
+                tuning.group_sweeps(env, configurations, tuning_seeds, env_options, algorithm=algorithm,
+                                    **own_settings[algorithm])
+            except ValueError as error:
+                raise ValueError(f"{algorithm}: a searched configuration: {error}") from None
     if set(seeds) & set(tuning_seeds):
         raise ValueError(f"tuning seeds {sorted(set(seeds) & set(tuning_seeds))} are also reported seeds; "
                          "tune on other seeds.")

@@ -67,5 +67,7 @@ def test_compare_search_refuses_an_unfair_protocol():
         compare("bandit", ["ftw"], seeds=[0], search=2, learning_rates=[0.01, 0.1], tuning_seeds=[7], overrides=BUDGET)
     with pytest.raises(ValueError, match="random search of 2 configurations needs tuning seeds"):
         compare("bandit", ["ftw"], seeds=[0], search=2, overrides=BUDGET)
+    with pytest.raises(ValueError, match=r"grpo: a searched configuration: .* must be a multiple of group_size \(G=16\)"):
+        compare("bandit", ["grpo"], seeds=[0], search=4, tuning_seeds=[7], overrides=BUDGET)  # B = 8 < 16
     with pytest.raises(ValueError, match="kl_coef is/are searched for ftw"):
         compare("bandit", ["ftw"], seeds=[0], search=2, tuning_seeds=[7], overrides={**BUDGET, "kl_coef": 0.1})
