@@ -327,8 +327,8 @@ def markdown_table(comparison: Comparison) -> str:
                      f"{row['env_steps_mean']:,.0f} | {row['seconds']:.0f} |")
     differences = difference_rows(comparison)
     if differences:
-        lines += ["", f"| FTW minus | final: difference [95% Welch CI], p | verdict | AUC: difference [95% Welch CI], p "
-                      f"| verdict |", "|---|---:|---|---:|---|"]
+        lines += ["", "| FTW minus | final: difference [95% Welch CI], p | verdict | AUC: difference [95% Welch CI], p "
+                      "| verdict |", "|---|---:|---|---:|---|"]
         for row in differences:
             cells = [f"{number(row[f'{name}_difference'])} [{number(row[f'{name}_low'])}, {number(row[f'{name}_high'])}], "
                      f"p = {row[f'{name}_p_value']:.3f} | {row[f'{name}_verdict']} (margin ±{number(row[f'{name}_margin'])})"
