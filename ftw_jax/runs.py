@@ -93,9 +93,11 @@ def keep_rows_up_to(path: pathlib.Path, last_iteration: int) -> None:
 
 
 def write_csv(path: pathlib.Path, rows: list[dict]) -> None:
-    """Rows (dicts with the same keys) as a CSV file with a header."""
+    """Rows (dicts) as a CSV file with a header: every key of any row, in first-seen order; a row without one
+    leaves its cell empty (each algorithm's tuning rows name its own settings)."""
+    columns = list(dict.fromkeys(key for row in rows for key in row))
     with path.open("w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(file, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
 

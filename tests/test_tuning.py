@@ -71,3 +71,13 @@ def test_compare_search_refuses_an_unfair_protocol():
         compare("bandit", ["grpo"], seeds=[0], search=4, tuning_seeds=[7], overrides=BUDGET)  # B = 8 < 16
     with pytest.raises(ValueError, match="kl_coef is/are searched for ftw"):
         compare("bandit", ["ftw"], seeds=[0], search=2, tuning_seeds=[7], overrides={**BUDGET, "kl_coef": 0.1})
+
+
+def test_tuning_rows_of_several_algorithms_make_one_csv(tmp_path):
+    from ftw_jax.runs import write_csv
+
+    rows = [{"algorithm": "ftw", "learning_rate": 0.003, "batch_size": 16, "auc_mean": 0.5},
+            {"algorithm": "ppo", "learning_rate": 0.001, "num_minibatches": 4, "auc_mean": 0.6}]
+    write_csv(tmp_path / "tuning.csv", rows)
+    assert (tmp_path / "tuning.csv").read_text().splitlines() == [
+        "algorithm,learning_rate,batch_size,auc_mean,num_minibatches", "ftw,0.003,16,0.5,", "ppo,0.001,,0.6,4"]
