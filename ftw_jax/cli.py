@@ -666,7 +666,7 @@ def _options_label(env_options: dict) -> str:
 
 def _run_compare(args) -> int:
     from ftw_jax import runs
-    from ftw_jax.compare import compare, difference_rows, markdown_table, seed_rows, summary_rows
+    from ftw_jax.compare import compare, difference_rows, markdown_table, seed_rows, summary_rows, tuning_table
 
     algorithms = [name.strip() for name in args.algos.split(",") if name.strip()]
     seeds = seeds_of(args)
@@ -704,6 +704,8 @@ def _run_compare(args) -> int:
         runs.write_csv(folder / "tuning.csv", tried)
     table = markdown_table(comparison)
     (folder / "table.md").write_text(table)
+    if tuning_table(comparison):
+        (folder / "tuning.md").write_text(tuning_table(comparison))
     np.savez_compressed(folder / "curves.npz", episodes=comparison.episodes,
                         **{f"{r.algorithm}_{comparison.metric}": r.curves for r in comparison.results},
                         **{f"{r.algorithm}_env_steps": r.env_steps for r in comparison.results},

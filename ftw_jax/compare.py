@@ -335,3 +335,23 @@ def markdown_table(comparison: Comparison) -> str:
                      for name in ("final", "auc")]
             lines.append(f"| {row['algorithm']} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
+
+
+def tuning_table(comparison: Comparison) -> str:
+    """Every configuration each algorithm tried on the tuning seeds, best first, as markdown tables (the chosen
+    one in bold); empty when nothing was tuned."""
+    number = (lambda value: f"{100 * value:.1f}") if comparison.metric == "success" else (lambda value: f"{value:.4g}")
+    sections = []
+    for result in comparison.results:
+        if not result.tuning:
+            continue
+        names = [name for name in result.tuning[0] if name not in ("auc_mean", "final_mean", "auc_per_seed")]
+        lines = [f"{result.algorithm}:", "", "| " + " | ".join([*names, "tuning AUC", "tuning final"]) + " |",
+                 "|" + "---:|" * (len(names) + 2)]
+        for row in sorted(result.tuning, key=lambda row: -row["auc_mean"]):
+            chosen = all(result.settings.get(name, row[name]) == row[name] for name in names)
+            cells = [f"{row[name]:g}" if isinstance(row[name], float) else str(row[name]) for name in names]
+            cells += [number(row["auc_mean"]), number(row["final_mean"]) if "final_mean" in row else ""]
+            lines.append("| " + " | ".join(f"**{cell}**" if chosen and cell else cell for cell in cells) + " |")
+        sections.append("\n".join(lines))
+    return "\n\n".join(sections) + ("\n" if sections else "")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from ftw_jax import tuning
-from ftw_jax.compare import compare
+from ftw_jax.compare import compare, tuning_table
 from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
@@ -60,6 +60,9 @@ def test_compare_search_reports_the_best_configuration_as_a_plain_run_gives_it()
     _, (_, evaluation) = trainer.train(jax.random.key(3))
     np.testing.assert_allclose(result.curves[0], evaluation["return"], rtol=1e-6)
     assert result.updates.shape == (1, 2)
+    table = tuning_table(comparison).splitlines()
+    assert table[0] == "reinforce:" and len(table) == 4 + 3  # name, blank, header, rule, a row per configuration
+    assert table[4].startswith(f"| **{best['learning_rate']:g}** |")  # best first, in bold
 
 
 def test_compare_search_refuses_an_unfair_protocol():
