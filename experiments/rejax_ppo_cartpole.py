@@ -1,6 +1,6 @@
 """The project's PPO against rejax's on gymnax CartPole-v1, side by side at the same env-step budget.
 
-    python experiments/rejax_ppo_cartpole.py            # builds runs/rejax-venv on first use (~1 minute)
+    python experiments/rejax_ppo_cartpole.py   # builds runs/rejax-venv from the package index on first use (~1 minute)
 
 rejax (a peer library of JAX RL algorithms) is not a dependency: its 0.1.3 release expects gymnax 0.0.9's
 `step`, and the project needs gymnax 1.0.x, so this script builds a virtual environment of its own for
