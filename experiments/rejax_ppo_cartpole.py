@@ -103,7 +103,8 @@ def run_ours(iterations: int, episodes_per_iteration: int) -> dict:
 
     started = time.perf_counter()
     sweep = make_sweep("cartpole", {"lr": [OURS["learning_rate"]]}, SEEDS, num_iterations=iterations, eval_every=1,
-                       episodes_per_iteration=episodes_per_iteration, **{name: value for name, value in OURS.items() if name != "learning_rate"})
+                       episodes_per_iteration=episodes_per_iteration,
+                       **{name: value for name, value in OURS.items() if name != "learning_rate"})
     results = run_sweep(sweep)
     seconds = time.perf_counter() - started
     checkpoints = np.arange(TOTAL_STEPS // EVAL_EVERY_STEPS + 1) * EVAL_EVERY_STEPS
@@ -133,7 +134,7 @@ def main() -> None:
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/rejax_ppo_cartpole"))
     parser.add_argument("--iterations", type=int, default=80, help="our iterations (must pass 100k env steps)")
     parser.add_argument("--episodes-per-iteration", type=int, default=10,
-                        help="our B (a multiple of the 5 minibatches); fewer episodes, more gradient steps per env step")
+                        help="our B (a multiple of the 5 minibatches); fewer: more gradient steps per env step")
     parser.add_argument("--worker", choices=["rejax"], help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", type=pathlib.Path, help=argparse.SUPPRESS)
     args = parser.parse_args()

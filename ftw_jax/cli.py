@@ -617,8 +617,8 @@ def _add_compare_parser(subparsers) -> None:
         "episodes, policy network, optimizer, evaluation) and the same tuning on the --tuning-seeds, keeping the "
         "best mean AUC: every learning rate of --learning-rates, or --search N configurations drawn from each "
         "algorithm's space (ftw_jax.tuning). Each algorithm takes the flags that are its settings. Writes table.md, "
-        "results.csv, differences.csv, seeds.csv, tuning.csv, curves.npz and curves against episodes, env steps "
-        "and gradient steps.",
+        "results.csv, differences.csv, seeds.csv, tuning.csv and tuning.md, curves.npz and curves against episodes, "
+        "env steps and gradient steps.",
     )
     _add_env(parser)
     parser.add_argument("--algos", default=",".join(ALGORITHMS),
@@ -671,8 +671,8 @@ def _run_compare(args) -> int:
     algorithms = [name.strip() for name in args.algos.split(",") if name.strip()]
     seeds = seeds_of(args)
     learning_rates = list(args.learning_rates) if args.learning_rates else None
-    default_tuning_seeds = [1000, 1001, 1002] if args.search else [1000, 1001] if learning_rates and len(learning_rates) > 1 else []
-    tuning_seeds = args.tuning_seeds or default_tuning_seeds
+    tuned = args.search or (learning_rates and len(learning_rates) > 1)
+    tuning_seeds = args.tuning_seeds or ([1000, 1001, 1002] if args.search else [1000, 1001] if tuned else [])
     overrides = given_settings(args, _training_settings())
     search = {"search": args.search, "search_seed": args.search_seed, "tuning_iterations": args.tuning_iterations}
     folder, checkpointer = _open_run(args, f"compare-{args.env}", {

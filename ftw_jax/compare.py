@@ -169,7 +169,8 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
         for algorithm in algorithms:
             searched = sorted(set(tuning.space(algorithm)) & set(own_settings[algorithm]))
             if searched:
-                raise ValueError(f"{', '.join(searched)} is/are searched for {algorithm}; leave them out of the overrides.")
+                raise ValueError(f"{', '.join(searched)} is/are searched for {algorithm}; "
+                                 "leave them out of the overrides.")
             configurations = tuning.draw_configurations(algorithm, search, search_seed)  # refuses a bad count
             try:  # every configuration is a run of this environment (e.g. B a multiple of GRPO's G)
                 tuning.group_sweeps(env, configurations, tuning_seeds, env_options, algorithm=algorithm,
@@ -319,8 +320,8 @@ def markdown_table(comparison: Comparison) -> str:
     cell = lambda row, name: (f"{number(row[f'{name}_mean'])}{unit} [{number(row[f'{name}_t_low'])}, "  # noqa: E731
                               f"{number(row[f'{name}_t_high'])}] [{number(row[f'{name}_ci_low'])}, "
                               f"{number(row[f'{name}_ci_high'])}] | {number(row[f'{name}_iqm'])}{unit}")
-    lines = [f"| algorithm | learning rate | final {comparison.metric}: mean [95% t-CI] [95% bootstrap CI] | final IQM | "
-             f"AUC: mean [t-CI] [bootstrap CI] | AUC IQM | env steps / seed | seconds |",
+    lines = [f"| algorithm | learning rate | final {comparison.metric}: mean [95% t-CI] [95% bootstrap CI] | "
+             f"final IQM | AUC: mean [t-CI] [bootstrap CI] | AUC IQM | env steps / seed | seconds |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row in summary_rows(comparison):
         lines.append(f"| {row['algorithm']} | {row['learning_rate']:g} | {cell(row, 'final')} | {cell(row, 'auc')} | "
@@ -330,9 +331,9 @@ def markdown_table(comparison: Comparison) -> str:
         lines += ["", "| FTW minus | final: difference [95% Welch CI], p | verdict | AUC: difference [95% Welch CI], p "
                       "| verdict |", "|---|---:|---|---:|---|"]
         for row in differences:
-            cells = [f"{number(row[f'{name}_difference'])} [{number(row[f'{name}_low'])}, {number(row[f'{name}_high'])}], "
-                     f"p = {row[f'{name}_p_value']:.3f} | {row[f'{name}_verdict']} (margin ±{number(row[f'{name}_margin'])})"
-                     for name in ("final", "auc")]
+            cells = [f"{number(row[f'{name}_difference'])} [{number(row[f'{name}_low'])}, "
+                     f"{number(row[f'{name}_high'])}], p = {row[f'{name}_p_value']:.3f} | {row[f'{name}_verdict']} "
+                     f"(margin ±{number(row[f'{name}_margin'])})" for name in ("final", "auc")]
             lines.append(f"| {row['algorithm']} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
 
