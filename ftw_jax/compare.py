@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import pathlib
-import time
 from typing import Callable
 
 import numpy as np
@@ -27,8 +26,9 @@ import scipy.stats
 
 from ftw_jax import envs, tuning
 from ftw_jax.checkpoints import Checkpointer
-from ftw_jax.sweep import make_sweep, run_sweep
-from ftw_jax.train import RUN_FIELDS, TrainConfig, split_overrides
+from ftw_jax.runner import MemberRun
+from ftw_jax.sweep import make_sweep
+from ftw_jax.train import RUN_FIELDS, TrainConfig, make_train, split_overrides
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 10_000
@@ -99,7 +99,7 @@ class AlgorithmResult:
     learning_rate: float
     curves: np.ndarray  # [S, periods] the evaluation metric
     env_steps: np.ndarray  # [S, periods] training env steps at each evaluation
-    seconds: float  # wall clock of its runs (tuning included)
+    seconds: float  # compiling and running its phases (tuning included), summed over resumed processes
     tuning: list[dict]  # per configuration tried: its settings, "auc_mean", "final_mean"; empty when not tuned
     applied_share: np.ndarray  # [S] the share of its optimizer steps each reported seed applied
     updates: np.ndarray | None = None  # [S, periods] optimizer steps applied by each evaluation
@@ -207,16 +207,21 @@ class _Phases:
     checkpoint_folder: pathlib.Path | None
     on_period: Callable[[str, str, int, np.ndarray], None] | None
 
-    def run(self, algorithm: str, phase: str, sweep) -> dict:
-        """One phase's sweep, checkpointed in its own folder ("ALGORITHM-PHASE") and resumed from it."""
+    def run(self, algorithm: str, phase: str, sweep) -> tuple[dict, float]:
+        """One phase's sweep, checkpointed in its own folder ("ALGORITHM-PHASE") and resumed from it: its
+        results (as `run_sweep`'s) and the seconds it took (those of the processes it resumes included)."""
         checkpointer = None
         if self.checkpoint_folder:
             checkpointer = Checkpointer(self.checkpoint_folder / f"{algorithm}-{phase}", {
                 "algorithm": algorithm, "phase": phase, "members": sweep.members,
                 "config": dataclasses.asdict(sweep.config)})
-        progress = self.on_period and (lambda period, row: self.on_period(algorithm, phase, period, row[self.metric]))
         try:
-            return run_sweep(sweep, progress, checkpointer=checkpointer)
+            run = MemberRun(make_train(sweep.config, **sweep.env_options), sweep.keys(), sweep.hyperparameters(),
+                            checkpointer)
+            for _ in run.periods():
+                if self.on_period:
+                    self.on_period(algorithm, phase, len(run.history) - 1, run.history[-1][self.metric])
+            return run.results(), run.seconds
         finally:
             if checkpointer:
                 checkpointer.close()
@@ -224,23 +229,23 @@ class _Phases:
     def compare(self, algorithm: str, settings: dict, learning_rates: list[float], seeds: list[int],
                 tuning_seeds: list[int]) -> AlgorithmResult:
         """The learning rate with the best mean AUC on the tuning seeds (if several), then the reported seeds."""
-        started = time.perf_counter()
-        chosen, tuning = learning_rates[0], []
+        chosen, tuning, seconds = learning_rates[0], [], 0.0
         sweep = functools.partial(make_sweep, self.env, env_options=self.env_options, algorithm=algorithm, **settings)
         if len(learning_rates) > 1:
             tuning_sweep = sweep({"lr": learning_rates}, tuning_seeds)
-            curves = self.run(algorithm, "tune", tuning_sweep)[self.metric]
+            tuned, seconds = self.run(algorithm, "tune", tuning_sweep)
+            curves = tuned[self.metric]
             for rate in learning_rates:
                 members = [i for i, m in enumerate(tuning_sweep.members) if m["lr"] == rate]
                 tuning.append({"learning_rate": rate, "auc_mean": float(curves[members].mean())})
             chosen = max(tuning, key=lambda row: row["auc_mean"])["learning_rate"]
-        reported = self.run(algorithm, "report", sweep({"lr": [chosen]}, seeds))
-        return self.result(algorithm, reported, started, tuning, {"learning_rate": chosen})
+        reported, report_seconds = self.run(algorithm, "report", sweep({"lr": [chosen]}, seeds))
+        return self.result(algorithm, reported, seconds + report_seconds, tuning, {"learning_rate": chosen})
 
-    def result(self, algorithm: str, reported: dict, started: float, tuning: list[dict], settings: dict):
+    def result(self, algorithm: str, reported: dict, seconds: float, tuning: list[dict], settings: dict):
         return AlgorithmResult(algorithm=algorithm, learning_rate=settings["learning_rate"],
                                curves=reported[self.metric], env_steps=reported["env_steps"],
-                               seconds=time.perf_counter() - started, tuning=tuning,
+                               seconds=seconds, tuning=tuning,
                                applied_share=reported["updates_applied_share"], updates=reported["updates_applied"],
                                settings=settings)
 
@@ -248,22 +253,23 @@ class _Phases:
                seeds: list[int], tuning_seeds: list[int]) -> AlgorithmResult:
         """`count` configurations from the algorithm's space on the tuning seeds (one sweep per compiled
         program), the best mean AUC, then the reported seeds with it."""
-        started = time.perf_counter()
+        seconds = 0.0
         configurations = tuning.draw_configurations(algorithm, count, search_seed)
         tuning_settings = {**settings, **({"num_iterations": tuning_iterations} if tuning_iterations else {})}
         rows = [dict(point) for point in configurations]
         groups = tuning.group_sweeps(self.env, configurations, tuning_seeds, self.env_options, algorithm=algorithm,
                                      **tuning_settings)
         for group, (sweep, indices) in enumerate(groups):
-            curves = self.run(algorithm, f"tune{group}", sweep)[self.metric]  # [configs × seeds, periods]
+            tuned, phase_seconds = self.run(algorithm, f"tune{group}", sweep)
+            curves, seconds = tuned[self.metric], seconds + phase_seconds  # [configs × seeds, periods]
             for position, index in enumerate(indices):
                 members = curves[position * len(tuning_seeds):(position + 1) * len(tuning_seeds)]
                 rows[index].update(auc_mean=float(members.mean()), final_mean=float(members[:, -1].mean()),
                                    auc_per_seed=[float(value) for value in members.mean(axis=1)])
         chosen = configurations[max(range(len(rows)), key=lambda index: rows[index]["auc_mean"])]
         sweep = tuning.group_sweeps(self.env, [chosen], seeds, self.env_options, algorithm=algorithm, **settings)[0][0]
-        reported = self.run(algorithm, "report", sweep)
-        return self.result(algorithm, reported, started, rows, dict(chosen))
+        reported, report_seconds = self.run(algorithm, "report", sweep)
+        return self.result(algorithm, reported, seconds + report_seconds, rows, dict(chosen))
 
 
 def summary_rows(comparison: Comparison) -> list[dict]:

@@ -110,7 +110,8 @@ class MemberRun:
     Attributes after `periods()`: `carry` (sharded), `history` (per period: every evaluation value [M], the
     last iteration's training `train_return` [M], and "metrics/NAME" [M, eval_every] for `metric_names`),
     `compile_seconds`, `clock` (per period run here: seconds since the start of training, env steps of all
-    members), `periods_done_before` (restored from a checkpoint).
+    members), `periods_done_before` (restored from a checkpoint), `seconds` (compiling and running, over every
+    process that ran these members: the checkpoints carry the count across a resume).
     """
 
     def __init__(self, trainer: Trainer, keys: jax.Array, hyperparameters: Hyperparameters | None = None,
@@ -123,12 +124,19 @@ class MemberRun:
                                            trainer.config.hyperparameters())
         self.carry = self._init(keys, hyperparameters)
         self.history: list[dict] = []
+        self.seconds_before = 0.0  # compiling and running in the processes this one resumes
         restored = checkpointer.restore(self.carry) if checkpointer else None
         if restored:
             _, self.carry, record = restored
             self.history = rows_from_record(record["history"])
+            self.seconds_before = float(record.get("seconds", 0.0))  # absent from checkpoints before it was kept
         self.periods_done_before = len(self.history)
         self.compile_seconds, self.clock = 0.0, []
+
+    @property
+    def seconds(self) -> float:
+        """Seconds spent compiling and running these members' periods, this process and those it resumes."""
+        return self.seconds_before + self.compile_seconds + (self.clock[-1][0] if self.clock else 0.0)
 
     def _init(self, keys: jax.Array, hyperparameters: Hyperparameters):
         sharding, padded = member_sharding(self.num_members)
@@ -153,6 +161,8 @@ class MemberRun:
     def periods(self) -> Iterator[tuple[dict, dict]]:
         """Runs the periods left, yielding each one's (metrics {name: [M, eval_every]}, evaluation {name: [M]})."""
         config = self.trainer.config
+        if len(self.history) >= config.num_periods:  # restored finished: nothing to compile
+            return
         started = time.perf_counter()
         # Compiled ahead of time, so that throughput is reported without the compile.
         run_period = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, None)), static_argnums=1)
@@ -168,10 +178,11 @@ class MemberRun:
             evaluation = {name: host_array(value)[:self.num_members, 0] for name, value in evaluation.items()}
             self.history.append({**evaluation, "train_return": metrics["return_mean"][:, -1],
                                  **{f"metrics/{name}": metrics[name] for name in self.metric_names}})
-            if self.checkpointer:
-                self.checkpointer.save(period + 1, self.carry, {"history": rows_record(self.history)},
-                                       final=period + 1 == config.num_periods)
             self.clock.append((time.perf_counter() - started, int(self.env_steps().sum())))
+            if self.checkpointer:
+                self.checkpointer.save(period + 1, self.carry, {"history": rows_record(self.history),
+                                                                "seconds": self.seconds},
+                                       final=period + 1 == config.num_periods)
             yield metrics, evaluation
 
     def results(self) -> dict:

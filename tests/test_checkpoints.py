@@ -14,6 +14,7 @@ import pytest
 
 from ftw_jax import cli
 from ftw_jax.checkpoints import Checkpointer, rows_from_record, rows_record, with_raw_keys
+from ftw_jax.runner import MemberRun, seed_keys
 from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
@@ -122,6 +123,18 @@ def test_checkpoint_every_saves_every_pth_period_and_the_last(tmp_path):
     assert sorted(path.name for path in (tmp_path / "every3" / "checkpoints").iterdir()) == ["3", "5"]  # 3, and the end
     assert cli.main([*argv, "--name", "none", "--no-checkpoint"]) == 0
     assert not (tmp_path / "none" / "checkpoints").exists()
+
+
+def test_a_run_restored_finished_compiles_nothing_and_keeps_its_seconds(tmp_path):
+    trainer = make_train(TrainConfig.for_env("bandit", num_iterations=4, eval_every=2))
+    first = MemberRun(trainer, seed_keys([0]), checkpointer=Checkpointer(tmp_path, {"test": 1}))
+    assert len(list(first.periods())) == 2 and first.compile_seconds > 0
+    first.checkpointer.close()
+    again = MemberRun(trainer, seed_keys([0]), checkpointer=Checkpointer(tmp_path, {"test": 1}))
+    assert list(again.periods()) == [] and again.compile_seconds == 0  # nothing left: not even a compile
+    again.checkpointer.close()
+    assert again.seconds == first.seconds > first.compile_seconds  # the first process's, from the record
+    np.testing.assert_array_equal(again.results()["return"], first.results()["return"])
 
 
 def test_recorded_rows_come_back_as_the_same_arrays():
