@@ -15,6 +15,16 @@ from ftw_jax.update import Sizes, UpdateConfig, make_update
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    """`ftw_jax.lm` on first use: the LM (Flax, safetensors) costs nothing to those who never touch it."""
+    if name == "lm":
+        import importlib
+
+        return importlib.import_module("ftw_jax.lm")
+    raise AttributeError(f"module 'ftw_jax' has no attribute {name!r}")
+
+
 __all__ = [
     "PolicyState",
     "Sizes",
@@ -23,6 +33,7 @@ __all__ = [
     "UpdateConfig",
     "expected_failure_share",
     "expected_selection_counts",
+    "lm",
     "losses",
     "make_update",
     "pool",

@@ -1,0 +1,143 @@
+"""A Hugging Face Llama/Qwen2 folder as (CausalLM, params): `config.json` and safetensors weights.
+
+    model, params = load("path/to/Qwen2.5-0.5B-Instruct", dtype="bfloat16")
+    logits = model.apply(params, tokens)                   # int32 [B, L] -> float32 [B, L, V]
+
+The weights are `model.safetensors`, or the shards that `model.safetensors.index.json` lists. Every tensor's
+name and shape is checked against the model's before any is read: a missing, extra or misshaped tensor is
+refused with its name (a tied checkpoint may still carry `lm_head.weight` equal to the embedding).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ftw_jax.lm.config import LMConfig
+from ftw_jax.lm.model import CausalLM
+
+_LAYER = "model.layers.{}."
+
+
+def hf_names(config: LMConfig) -> dict[str, tuple[tuple[str, ...], bool]]:
+    """Hugging Face tensor name (per layer, with `{}` for the layer) -> (our parameter's path under
+    params["params"], whether the tensor is transposed into it). Per-layer tensors stack on a leading axis."""
+    names = {"model.embed_tokens.weight": (("embed_tokens", "embedding"), False),
+             "model.norm.weight": (("norm", "weight"), False)}
+    if not config.tie_embeddings:
+        names["lm_head.weight"] = (("lm_head",), False)
+    biases = {"self_attn.q_proj": config.qkv_bias, "self_attn.k_proj": config.qkv_bias,
+              "self_attn.v_proj": config.qkv_bias, "self_attn.o_proj": config.output_bias,
+              "mlp.gate_proj": config.mlp_bias, "mlp.up_proj": config.mlp_bias, "mlp.down_proj": config.mlp_bias}
+    for module, has_bias in biases.items():
+        path = ("layers", *module.split("."))
+        names[_LAYER + module + ".weight"] = ((*path, "kernel"), True)
+        if has_bias:
+            names[_LAYER + module + ".bias"] = ((*path, "bias"), False)
+    for norm in ("input_layernorm", "post_attention_layernorm"):
+        names[_LAYER + norm + ".weight"] = (("layers", norm, "weight"), False)
+    return names
+
+
+def _weight_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:
+    """Tensor name -> the safetensors file that holds it."""
+    from safetensors import safe_open
+
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files = {name: folder / file for name, file in weight_map.items()}
+        absent = sorted({str(path.name) for path in files.values() if not path.exists()})
+        if absent:
+            raise ValueError(f"{index} lists shards that are not in {folder}: {', '.join(absent)}.")
+        return files
+    single = folder / "model.safetensors"
+    if not single.exists():
+        raise ValueError(f"{folder} has neither model.safetensors nor model.safetensors.index.json.")
+    with safe_open(single, framework="flax") as file:
+        return {name: single for name in file.keys()}
+
+
+def _shapes(files: dict[str, pathlib.Path]) -> dict[str, tuple[int, ...]]:
+    from safetensors import safe_open
+
+    shapes = {}
+    for path in sorted(set(files.values())):
+        with safe_open(path, framework="flax") as file:
+            for name in file.keys():
+                shapes[name] = tuple(file.get_slice(name).get_shape())
+    return shapes
+
+
+def expected_shapes(config: LMConfig) -> dict[str, tuple[int, ...]]:
+    """Every Hugging Face tensor's name (layers numbered) -> its shape, as the config says."""
+    spec = jax.eval_shape(CausalLM(config).init, jax.random.key(0), jnp.zeros((1, 1), jnp.int32))["params"]
+    shapes = {}
+    for pattern, (path, transposed) in hf_names(config).items():
+        shape = _at(spec, path).shape
+        per_layer = shape[1:] if path[0] == "layers" else shape
+        per_layer = per_layer[::-1] if transposed else per_layer
+        names = [pattern.format(i) for i in range(config.num_layers)] if "{}" in pattern else [pattern]
+        shapes.update({name: tuple(per_layer) for name in names})
+    return shapes
+
+
+def load(path, dtype: str = "float32", remat: bool = False) -> tuple[CausalLM, dict]:
+    """The model and its parameters ({"params": ...}, cast to `dtype`) from a Hugging Face folder.
+
+    Raises ValueError, before reading any tensor, for an unknown architecture or option (`LMConfig.from_hf`),
+    and for missing, extra or misshaped tensors (each named).
+    """
+    folder = pathlib.Path(path)
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"{folder} is not a Hugging Face model folder: no config.json in it.")
+    config = LMConfig.from_hf(json.loads((folder / "config.json").read_text()), dtype=dtype, remat=remat)
+    files = _weight_files(folder)
+    found, expected = _shapes(files), expected_shapes(config)
+    missing = sorted(set(expected) - set(found))
+    extra = sorted(set(found) - set(expected) - ({"lm_head.weight"} if config.tie_embeddings else set()))
+    misshaped = [f"{name} {found[name]} (expected {expected[name]})" for name in sorted(set(found) & set(expected))
+                 if found[name] != expected[name]]
+    problems = [f"{label}: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
+                for label, names in (("missing", missing), ("unexpected", extra), ("misshaped", misshaped)) if names]
+    if problems:
+        raise ValueError(f"the weights in {folder} do not fit its config.json; " + "; ".join(problems) + ".")
+    tensors = _read(files, dtype)
+    if config.tie_embeddings and "lm_head.weight" in tensors:
+        if not np.array_equal(np.asarray(tensors["lm_head.weight"]), np.asarray(tensors["model.embed_tokens.weight"])):
+            raise ValueError(f"tie_word_embeddings is true but lm_head.weight in {folder} differs from the embedding.")
+    params: dict = {}
+    for pattern, (target, transposed) in hf_names(config).items():
+        take = lambda name: tensors[name].T if transposed else tensors[name]  # noqa: E731
+        if "{}" in pattern:
+            value = jnp.stack([take(pattern.format(i)) for i in range(config.num_layers)])
+        else:
+            value = take(pattern)
+        _set(params, target, value)
+    return CausalLM(config), {"params": params}
+
+
+def _read(files: dict[str, pathlib.Path], dtype: str) -> dict[str, jax.Array]:
+    from safetensors import safe_open
+
+    tensors = {}
+    for path in sorted(set(files.values())):
+        with safe_open(path, framework="flax") as file:  # the flax reader keeps bfloat16 (numpy has none)
+            tensors.update({name: file.get_tensor(name).astype(dtype) for name in file.keys()})
+    return tensors
+
+
+def _at(tree: dict, path: tuple[str, ...]):
+    for name in path:
+        tree = tree[name]
+    return tree
+
+
+def _set(tree: dict, path: tuple[str, ...], value) -> None:
+    for name in path[:-1]:
+        tree = tree.setdefault(name, {})
+    tree[path[-1]] = value
