@@ -1,0 +1,145 @@
+"""Continuing a left-padded batch of prompts: one jitted `lax.while_loop` over a preallocated KV cache.
+
+    sample = make_sampler(model, SamplingConfig(max_new_tokens=64, temperature=0.7, top_p=0.9,
+                                                stop_tokens=(eos,), pad_token=pad))
+    out = sample(params, key, prompts, prompt_mask)        # int [B, P], bool [B, P]; the key is consumed
+    out.tokens, out.generated, out.logp, out.model_logp    # [B, P + M] each
+
+Each generated token comes with two log-probabilities: `logp` under the distribution it was actually drawn
+from (the logits divided by the temperature, cut to the top k and to the top-p nucleus, renormalised; 0 for
+greedy decoding, a point mass) and `model_logp` under the plain model (temperature 1, nothing cut). An
+importance ratio π_new/π_behaviour may use `model_logp` as the behaviour's only when sampling is plain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ftw_jax.lm.model import CausalLM, init_cache
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingConfig:
+    """How to continue prompts: M = max_new_tokens per row; temperature 0 is greedy; top_k 0 and top_p 1 cut
+    nothing; a row ends after any of `stop_tokens` (which is kept, as generated); `pad_token` fills the rest."""
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    stop_tokens: tuple[int, ...] = ()
+    pad_token: int = 0
+
+    def check(self, vocab_size: int) -> None:
+        if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}.")
+        if not self.temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0: greedy), got {self.temperature!r}.")
+        if not (isinstance(self.top_k, int) and 0 <= self.top_k <= vocab_size):
+            raise ValueError(f"top_k must be an integer in [0, {vocab_size}] (0: off), got {self.top_k!r}.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1: off), got {self.top_p!r}.")
+        for token in (*self.stop_tokens, self.pad_token):
+            if not (isinstance(token, (int, np.integer)) and 0 <= token < vocab_size):
+                raise ValueError(f"stop and pad tokens must be ids in [0, {vocab_size}), got {token!r}.")
+
+
+@flax.struct.dataclass  # frozen
+class Sample:
+    """Prompts and their continuations, aligned: column P + t holds the t-th generated token."""
+
+    tokens: jax.Array  # [B, P + M] int32: the prompt (left-padded), then generated tokens, then pad_token
+    generated: jax.Array  # [B, P + M] bool: the tokens the model wrote (a stop token included)
+    logp: jax.Array  # [B, P + M] float32: log-prob under the distribution sampled from; 0 elsewhere
+    model_logp: jax.Array  # [B, P + M] float32: log-prob under the plain model; 0 elsewhere
+    attention_mask: jax.Array  # [B, P + M] bool: the prompt's real tokens and the generated ones
+
+
+def sampling_log_probs(logits: jax.Array, config: SamplingConfig) -> jax.Array:
+    """log-probabilities [..., V] of the distribution a token is drawn from: logits / temperature, outside
+    the top k and the top-p nucleus −inf, renormalised. Greedy (temperature 0): 0 at the argmax, −inf
+    elsewhere. The nucleus is the fewest most likely tokens whose probability reaches top_p (at least one)."""
+    if config.temperature == 0:
+        best = jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=bool)
+        return jnp.where(best, 0.0, -jnp.inf)
+    scaled = logits.astype(jnp.float32) / config.temperature
+    order = jnp.argsort(-scaled, axis=-1)  # most likely first
+    ranked = jnp.take_along_axis(scaled, order, axis=-1)
+    keep = jnp.ones(ranked.shape, bool)
+    if config.top_k:
+        keep = jnp.broadcast_to(jnp.arange(ranked.shape[-1]) < config.top_k, ranked.shape)
+    if config.top_p < 1:
+        probabilities = jax.nn.softmax(jnp.where(keep, ranked, -jnp.inf), axis=-1)
+        before = jnp.cumsum(probabilities, axis=-1) - probabilities  # mass of the more likely tokens
+        keep = keep & (before < config.top_p)
+    kept = jnp.zeros(keep.shape, bool)
+    kept = jnp.put_along_axis(kept, order, keep, axis=-1, inplace=False)
+    return jax.nn.log_softmax(jnp.where(kept, scaled, -jnp.inf), axis=-1)
+
+
+def make_sampler(model: CausalLM, config: SamplingConfig) -> Callable[..., Sample]:
+    """A jitted `sample(params, key, prompts int [B, P], prompt_mask bool [B, P]) -> Sample`.
+
+    Prompts are left-padded (prompt_mask False before each row's first real token, True after); a row's
+    positions count its real tokens. The loop stops when every row has met a stop token or written M tokens.
+    """
+    config.check(model.config.vocab_size)
+    stops = jnp.asarray(config.stop_tokens or (-1,), jnp.int32)
+
+    @jax.jit
+    def run(params, key, prompts, prompt_mask):
+        batch, prompt_length = prompts.shape
+        steps, slots = config.max_new_tokens, prompts.shape[1] + config.max_new_tokens
+        positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=1) - 1, 0)
+        key_mask = jnp.concatenate([prompt_mask, jnp.ones((batch, steps), bool)], axis=1)
+        logits, cache = model.apply(params, prompts, positions, key_mask,
+                                    cache=init_cache(model.config, batch, slots), cache_index=0)
+        pad = lambda fill, dtype: jnp.full((batch, steps), fill, dtype)  # noqa: E731
+        state = dict(step=jnp.int32(0), key=key, cache=cache, logits=logits[:, -1],
+                     tokens=jnp.concatenate([prompts.astype(jnp.int32), pad(config.pad_token, jnp.int32)], axis=1),
+                     generated=jnp.zeros((batch, slots), bool), logp=jnp.zeros((batch, slots)),
+                     model_logp=jnp.zeros((batch, slots)), done=jnp.zeros(batch, bool))
+        next_position = prompt_mask.sum(axis=1).astype(jnp.int32)
+
+        def body(state):
+            key, draw = jax.random.split(state["key"])
+            log_probs = sampling_log_probs(state["logits"], config)  # [B, V]
+            token = jax.random.categorical(draw, log_probs).astype(jnp.int32)
+            active = ~state["done"]
+            token = jnp.where(active, token, config.pad_token)
+            pick = lambda table: jnp.take_along_axis(table, token[:, None], axis=1)[:, 0]  # noqa: E731
+            column = prompt_length + state["step"]
+            write = lambda table, values: jax.lax.dynamic_update_slice(table, values[:, None], (0, column))  # noqa: E731
+            logits, cache = model.apply(params, token[:, None], (next_position + state["step"])[:, None], key_mask,
+                                        cache=state["cache"], cache_index=column)
+            return dict(step=state["step"] + 1, key=key, cache=cache, logits=logits[:, -1],
+                        tokens=write(state["tokens"], token), generated=write(state["generated"], active),
+                        logp=write(state["logp"], jnp.where(active, pick(log_probs), 0.0)),
+                        model_logp=write(state["model_logp"],
+                                         jnp.where(active, pick(jax.nn.log_softmax(state["logits"])), 0.0)),
+                        done=state["done"] | (active & jnp.isin(token, stops)))
+
+        state = jax.lax.while_loop(lambda s: (s["step"] < steps) & ~jnp.all(s["done"]), body, state)
+        mask = jnp.concatenate([prompt_mask, jnp.zeros((batch, steps), bool)], axis=1) | state["generated"]
+        return Sample(tokens=state["tokens"], generated=state["generated"], logp=state["logp"],
+                      model_logp=state["model_logp"], attention_mask=mask)
+
+    def sample(params, key: jax.Array, prompts: jax.Array, prompt_mask: jax.Array) -> Sample:
+        """Continues the prompts (see `make_sampler`); the key is consumed."""
+        if prompts.ndim != 2 or prompt_mask.shape != prompts.shape:
+            raise ValueError(f"prompts and prompt_mask must both be [batch, length], got {prompts.shape} and "
+                             f"{prompt_mask.shape}.")
+        if not isinstance(prompt_mask, jax.core.Tracer):
+            mask = np.asarray(prompt_mask, bool)
+            if not mask[:, -1].all() or (np.diff(mask.astype(np.int8), axis=1) < 0).any():
+                raise ValueError("prompt_mask must be left-padded (False then True in each row) and end every row "
+                                 "with a real token.")
+        return run(params, key, jnp.asarray(prompts, jnp.int32), jnp.asarray(prompt_mask, bool))
+
+    return sample
