@@ -1,0 +1,59 @@
+"""The LM's memory estimate: exact parameter counts, and activations within a factor of 1.5 of XLA's count."""
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from ftw_jax.lm import CausalLM, LMConfig
+from ftw_jax.lm.memory import QWEN2_5, memory_estimate, parameter_count
+
+
+def _counted(config: LMConfig) -> int:
+    spec = jax.eval_shape(CausalLM(config).init, jax.random.key(0), jnp.zeros((1, 1), jnp.int32))
+    return sum(leaf.size for leaf in jax.tree.leaves(spec))
+
+
+@pytest.mark.parametrize("config", [
+    LMConfig(vocab_size=50, hidden_size=16, intermediate_size=24, num_layers=3, num_heads=4, num_kv_heads=2,
+             head_dim=6, qkv_bias=True),
+    LMConfig(vocab_size=50, hidden_size=16, intermediate_size=24, num_layers=2, num_heads=2, num_kv_heads=1,
+             head_dim=8, qkv_bias=True, output_bias=True, mlp_bias=True, tie_embeddings=True),
+], ids=["qwen2-like", "every-bias-tied"])
+def test_parameter_count_is_the_models(config):
+    assert parameter_count(config) == _counted(config)
+
+
+def test_qwen2_5_sizes_are_the_published_ones():
+    published = {"0.5B": 0.49e9, "1.5B": 1.54e9, "3B": 3.09e9}  # Qwen2.5's model cards
+    for name, config in QWEN2_5.items():
+        assert parameter_count(config) == _counted(config)
+        assert abs(parameter_count(config) / published[name] - 1) < 0.01
+
+
+@pytest.mark.parametrize("remat", [False, True])
+def test_activation_estimate_is_within_a_factor_of_xlas_count(remat):
+    config = LMConfig(vocab_size=512, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4,
+                      num_kv_heads=2, head_dim=32, qkv_bias=True, remat=remat)
+    model, batch, length = CausalLM(config), 4, 256
+    tokens = jnp.zeros((batch, length), jnp.int32)
+    params = jax.eval_shape(model.init, jax.random.key(0), tokens)
+
+    def loss(params, tokens):
+        log_probs = jax.nn.log_softmax(model.apply(params, tokens))
+        return -jnp.take_along_axis(log_probs, tokens[..., None], axis=-1).mean()
+
+    measured = jax.jit(jax.grad(loss)).lower(params, tokens).compile().memory_analysis().temp_size_in_bytes
+    estimate = memory_estimate(config, batch, length)
+    assert 1 / 1.5 < (estimate["activations"] + estimate["logits"]) / measured < 1.5
+    assert estimate["optimizer_state"] == 2 * estimate["parameters"] == 2 * 4 * parameter_count(config)
+
+
+def test_remat_bfloat16_and_fused_attention_shrink_the_estimate():
+    config = QWEN2_5["0.5B"]
+    plain = memory_estimate(config, batch=8, length=1024)
+    assert memory_estimate(config.replace(remat=True), 8, 1024)["activations"] < plain["activations"] / 4
+    assert memory_estimate(config, 8, 1024, fused_attention=True)["activations"] < plain["activations"]
+    half = memory_estimate(config.replace(dtype="bfloat16"), 8, 1024)
+    assert half["parameters"] * 2 == plain["parameters"] and half["kv_cache"] * 2 == plain["kv_cache"]
+    # The KV cache: 2 (keys, values) x 24 layers x 8 rows x 1024 slots x 2 heads x 64 x 4 bytes.
+    assert plain["kv_cache"] == 2 * 24 * 8 * 1024 * 2 * 64 * 4
