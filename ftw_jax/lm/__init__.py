@@ -1,11 +1,20 @@
-"""A decoder-only LM of the Llama and Qwen2 families: Hugging Face checkpoints, exact logits.
+"""A decoder-only LM of the Llama and Qwen2 families: Hugging Face checkpoints, exact logits, a KV-cached sampler.
 
     model, params = ftw_jax.lm.load(path, dtype="float32")   # a Hugging Face folder
     logits = model.apply(params, tokens)                     # int32 [B, L] -> float32 [B, L, V]
+    tokenizer = ftw_jax.lm.load_tokenizer(path)              # tokenizer.json and the chat template
+    sample = ftw_jax.lm.make_sampler(model, ftw_jax.lm.SamplingConfig(max_new_tokens=64, top_p=0.9))
+    out = sample(params, key, *tokenizer.left_padded(texts))  # tokens, generated mask, both log-probs
+
+Modules: `config` (LMConfig from config.json), `model` (CausalLM), `load`, `sampler`, `sharding` (a data ×
+model mesh), `memory` (what a step needs), `tokenizer`.
 """
 
 from ftw_jax.lm.config import LMConfig, RopeScaling
 from ftw_jax.lm.load import load
-from ftw_jax.lm.model import CausalLM
+from ftw_jax.lm.model import CausalLM, init_cache
+from ftw_jax.lm.sampler import Sample, SamplingConfig, make_sampler
+from ftw_jax.lm.tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["CausalLM", "LMConfig", "RopeScaling", "load"]
+__all__ = ["CausalLM", "LMConfig", "RopeScaling", "Sample", "SamplingConfig", "Tokenizer", "init_cache", "load",
+           "load_tokenizer", "make_sampler"]
