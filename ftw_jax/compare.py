@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import pathlib
 from typing import Callable
 
 import numpy as np
 import scipy.stats
 
-from ftw_jax import envs, tuning
-from ftw_jax.checkpoints import Checkpointer
-from ftw_jax.runner import MemberRun
+from ftw_jax import envs, runs, tuning
+from ftw_jax.checkpoints import Checkpointer, check_same_config, rows_from_record, rows_record
+from ftw_jax.runner import MemberRun, history_arrays
 from ftw_jax.sweep import make_sweep
 from ftw_jax.train import RUN_FIELDS, TrainConfig, make_train, split_overrides
 
@@ -209,22 +210,42 @@ class _Phases:
 
     def run(self, algorithm: str, phase: str, sweep) -> tuple[dict, float]:
         """One phase's sweep, checkpointed in its own folder ("ALGORITHM-PHASE") and resumed from it: its
-        results (as `run_sweep`'s) and the seconds it took (those of the processes it resumes included)."""
-        checkpointer = None
-        if self.checkpoint_folder:
-            checkpointer = Checkpointer(self.checkpoint_folder / f"{algorithm}-{phase}", {
-                "algorithm": algorithm, "phase": phase, "members": sweep.members,
-                "config": dataclasses.asdict(sweep.config)})
+        results (as `run_sweep`'s) and the seconds it took (those of the processes it resumes included).
+
+        A finished phase leaves "ALGORITHM-PHASE.json" beside its checkpoints (its evaluations, applied
+        shares and seconds: kilobytes, where the checkpoints are megabytes); a resume takes the phase from it
+        without restoring or compiling anything, so those files alone carry a comparison's finished phases
+        to another machine.
+        """
+        if not self.checkpoint_folder:
+            return self._run(algorithm, phase, sweep, None)[:2]
+        checkpointer = Checkpointer(self.checkpoint_folder / f"{algorithm}-{phase}", {
+            "algorithm": algorithm, "phase": phase, "members": sweep.members,
+            "config": dataclasses.asdict(sweep.config)})
+        finished = self.checkpoint_folder / f"{algorithm}-{phase}.json"
         try:
-            run = MemberRun(make_train(sweep.config, **sweep.env_options), sweep.keys(), sweep.hyperparameters(),
-                            checkpointer)
-            for _ in run.periods():
-                if self.on_period:
-                    self.on_period(algorithm, phase, len(run.history) - 1, run.history[-1][self.metric])
-            return run.results(), run.seconds
+            if finished.exists():
+                record = json.loads(finished.read_text())
+                check_same_config(record["fingerprint"], checkpointer.fingerprint, str(finished))
+                results = history_arrays(rows_from_record(record["history"]))
+                results["updates_applied_share"] = np.asarray(record["updates_applied_share"])
+                return results, record["seconds"]
+            results, seconds, history = self._run(algorithm, phase, sweep, checkpointer)
         finally:
-            if checkpointer:
-                checkpointer.close()
+            checkpointer.close()
+        runs.write_json(finished, {"fingerprint": checkpointer.fingerprint, "seconds": seconds,
+                                   "updates_applied_share": results["updates_applied_share"].tolist(),
+                                   "history": rows_record(history)})
+        return results, seconds
+
+    def _run(self, algorithm: str, phase: str, sweep, checkpointer: Checkpointer | None):
+        """The phase's results, seconds and per-period rows, run (or resumed) here."""
+        run = MemberRun(make_train(sweep.config, **sweep.env_options), sweep.keys(), sweep.hyperparameters(),
+                        checkpointer)
+        for _ in run.periods():
+            if self.on_period:
+                self.on_period(algorithm, phase, len(run.history) - 1, run.history[-1][self.metric])
+        return run.results(), run.seconds, run.history
 
     def compare(self, algorithm: str, settings: dict, learning_rates: list[float], seeds: list[int],
                 tuning_seeds: list[int]) -> AlgorithmResult:

@@ -100,6 +100,11 @@ def check_working_memory(stats, share: float = 0.8) -> None:
                          f"{available / 2**30:,.1f} GiB here; use smaller J, K, B or fewer seeds or grid points.")
 
 
+def history_arrays(history: list[dict]) -> dict[str, np.ndarray]:
+    """Per-period rows {name: [M, ...]} as arrays {name: [M, periods, ...]}."""
+    return {name: np.stack([row[name] for row in history], axis=1) for name in history[0]}
+
+
 def seed_keys(seeds: list[int]) -> jax.Array:
     return jnp.stack([jax.random.key(seed) for seed in seeds])
 
@@ -187,7 +192,7 @@ class MemberRun:
 
     def results(self) -> dict:
         """The history as arrays: evaluation values [M, periods], "metrics/NAME" [M, iterations]."""
-        results = {name: np.stack([row[name] for row in self.history], axis=1) for name in self.history[0]}
+        results = history_arrays(self.history)
         for name in self.metric_names:  # [M, periods, eval_every] -> [M, iterations]
             results[f"metrics/{name}"] = results[f"metrics/{name}"].reshape(self.num_members, -1)
         results["updates_applied_share"] = self.applied_share()  # [M]

@@ -114,10 +114,11 @@ def test_cli_resume_runs_only_the_missing_periods_and_gives_the_same_results(tmp
     assert main([*arguments, "--out", str(tmp_path), "--name", "run"]) == 0
     first = json.loads(capsys.readouterr().out)
     checkpoints = tmp_path / "run" / "checkpoints"
-    assert sorted(path.name for path in checkpoints.iterdir()) == [
-        "ftw-report", "ftw-tune", "reinforce-report", "reinforce-tune"]
+    phases = ["ftw-report", "ftw-tune", "reinforce-report", "reinforce-tune"]
+    assert sorted(path.name for path in checkpoints.iterdir()) == sorted(phases + [f"{p}.json" for p in phases])
     for phase in ("ftw-tune", "reinforce-report"):  # as if killed in the second period of these two phases
         shutil.rmtree(checkpoints / phase / "2")
+        (checkpoints / f"{phase}.json").unlink()
     assert main([*arguments, "--resume", str(tmp_path / "run")]) == 0
     captured = capsys.readouterr()
     again = json.loads(captured.out)
@@ -126,3 +127,15 @@ def test_cli_resume_runs_only_the_missing_periods_and_gives_the_same_results(tmp
     assert again["tuning"] == first["tuning"]
     for row, expected in zip(again["algorithms"], first["algorithms"]):
         assert {k: v for k, v in row.items() if k != "seconds"} == {k: v for k, v in expected.items() if k != "seconds"}
+    # The finished phases' records alone carry the comparison: no checkpoint left, nothing runs, same results.
+    for phase in phases:
+        shutil.rmtree(checkpoints / phase)
+    assert main([*arguments, "--resume", str(tmp_path / "run")]) == 0
+    captured = capsys.readouterr()
+    assert not re.findall(r"^ *(\w+) +(tune|report) +period", captured.err, re.MULTILINE)
+    assert json.loads(captured.out)["algorithms"] == again["algorithms"]  # seconds included: from the records
+    record = json.loads((checkpoints / "ftw-tune.json").read_text())
+    record["fingerprint"]["config"]["learning_rate"] = 0.5
+    (checkpoints / "ftw-tune.json").write_text(json.dumps(record))
+    assert main([*arguments, "--resume", str(tmp_path / "run")]) != 0
+    assert "ftw-tune.json was written by a different configuration" in capsys.readouterr().err
