@@ -7,13 +7,13 @@
 
 Each layer: x + attention(RMSNorm(x)), then x + SwiGLU(RMSNorm(x)). Attention is grouped-query (G key/value
 heads shared by N/G query heads each) with rotary position embeddings in Hugging Face's convention (the
-head's two halves rotate together, `rotate_half`), through `jax.nn.dot_product_attention`, which picks
-cuDNN's fused kernel on a GPU.
+head's two halves rotate together, `rotate_half`), through `jax.nn.dot_product_attention`, which can pick
+cuDNN's fused kernel on a GPU (bfloat16).
 
 Why Linen: its parameters are a plain nested dict, what Optax, Orbax, the pool's pytrees and partition
 specs work on directly, and `model.apply(params, tokens)` is the contract other code calls. The layers are
-one `nn.scan`, so their parameters are stacked ([layers, ...]) and the program compiles once per layer, not
-once per model depth — a 36-layer model compiles as fast as a 2-layer one.
+one `nn.scan`, so their parameters are stacked ([layers, ...]) and the program holds one layer's code
+whatever the depth: compile time does not grow with the number of layers.
 """
 
 from __future__ import annotations
