@@ -1,8 +1,10 @@
 """Golden runs: short runs of every command, environment and algorithm, whose numbers are committed.
 
 A refactor must keep them: `python -m pytest -k golden` compares each run with `tests/golden/NAME.json`.
-Integers (env steps, update counts) must match exactly; floats to 1e-6 plus 1e-5 of their column's largest
-magnitude (a column: a list of values, e.g. every iteration's loss). A refactor that changes the compiled
+Integers (env steps, update counts) must match exactly; floats to 1e-6 plus 1e-4 of their column's largest
+magnitude (a column: a list of values, e.g. every iteration's loss). The margin covers the install too: with
+the code that wrote it, a fresh install (on this machine and on CI's, 2026-12-01) logs search PPO's last KL
+1.4e-5 of its column's scale away from the committed number, so 1e-5 failed. A refactor that changes the compiled
 program (a carry without a pool, another fusion) changes the order in which XLA sums float32 terms: a logged
 loss or KL moves by a few ulps at first and by ~1e-6 of its scale after some Adam steps, and a sum of O(1)
 terms that cancels to nearly 0 (a KL at params = reference, a surrogate on normalised advantages) keeps
@@ -71,7 +73,7 @@ def run_case(name: str, folder: pathlib.Path) -> dict:
             "tuning": printed["tuning"]}
 
 
-FLOAT_ABSOLUTE, FLOAT_RELATIVE = 1e-6, 1e-5  # the latter of a column's largest magnitude; see the module docstring
+FLOAT_ABSOLUTE, FLOAT_RELATIVE = 1e-6, 1e-4  # the latter of a column's largest magnitude; see the module docstring
 
 
 def assert_matches(got, expected, where: str = "", scale: float | None = None) -> None:
