@@ -2,7 +2,8 @@
 
 Parameters stay a plain pytree, so `module.apply` is all the update needs. `markov = True` says the logits
 at step t depend on observation t alone, so a rollout can act from the current observation; a policy over
-histories (markov = False) is applied to the whole [T, ...] buffer and read at position t.
+histories (markov = False) is applied to the whole [T, ...] buffer and read at position t, unless it is
+`cached` (the LM, `ftw_jax.lm.policy`): then it acts one token at a time through its KV cache.
 """
 
 from __future__ import annotations
@@ -120,4 +121,11 @@ ARCHITECTURES = {
                                                         hidden_sizes=config.hidden_sizes),
     "transformer": lambda num_outputs, env, config: TransformerPolicy(
         num_actions=num_outputs, vocabulary_size=env.vocabulary_size, max_length=env.max_steps),
+    "lm": lambda num_outputs, env, config: _lm_policy(num_outputs, env),
 }
+
+
+def _lm_policy(num_outputs: int, env) -> nn.Module:
+    from ftw_jax.lm.policy import LMPolicy, tiny_config  # the LM package loads safetensors; only this needs it
+
+    return LMPolicy(num_actions=num_outputs, config=tiny_config(env.vocabulary_size), max_length=env.max_steps)

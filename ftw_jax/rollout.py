@@ -45,20 +45,30 @@ def rollout(
     num_steps = env.max_steps
     own_reset_key, steps_key = jax.random.split(key)
     observation, state = env.reset(own_reset_key if reset_key is None else reset_key, env_params)
-    # A history buffer only for policies that read it (markov ones act on the current observation).
-    history = None if policy.markov else jax.tree.map(
-        lambda leaf: jnp.zeros((num_steps,) + jnp.shape(leaf), jnp.result_type(leaf)), observation
-    )
+    # What a policy remembers of the episode: nothing (markov: it acts on the current observation), its KV
+    # cache (cached: it reads one new token a step), or else the whole history buffer, re-read every step.
+    cached = getattr(policy, "cached", False)
+    if policy.markov:
+        memory = None
+    elif cached:
+        memory = policy.init_cache()
+    else:
+        memory = jax.tree.map(lambda leaf: jnp.zeros((num_steps,) + jnp.shape(leaf), jnp.result_type(leaf)), observation)
 
     def act(carry, inputs):
-        state, observation, history, alive, episode_return, success = carry
+        state, observation, memory, alive, episode_return, success = carry
         t, step_key = inputs
         action_key, env_key = jax.random.split(step_key)
-        if policy.markov:
-            logits = policy.apply(params, jax.tree.map(lambda leaf: leaf[None], observation))[0]
+        if policy.markov or cached:
+            current = jax.tree.map(lambda leaf: leaf[None], observation)
+            if cached:
+                logits, memory = policy.apply(params, current, cache=memory, position=t)
+            else:
+                logits = policy.apply(params, current)
+            logits = logits[0]
         else:
-            history = jax.tree.map(lambda buffer, leaf: buffer.at[t].set(leaf), history, observation)
-            logits = policy.apply(params, history)[t]
+            memory = jax.tree.map(lambda buffer, leaf: buffer.at[t].set(leaf), memory, observation)
+            logits = policy.apply(params, memory)[t]
         forced, forced_token = env.forced_action(state, env_params)
         action = jnp.where(forced, forced_token, jax.random.categorical(action_key, logits)).astype(jnp.int32)
         log_prob = jnp.where(forced, 0.0, jax.nn.log_softmax(logits)[action])
@@ -68,9 +78,9 @@ def rollout(
         if env.has_success:
             success = success | (alive & info["solved"])
         record = (observation, action, alive & ~forced, log_prob, step_reward, alive)
-        return (state, next_observation, history, alive & ~done, episode_return, success), record
+        return (state, next_observation, memory, alive & ~done, episode_return, success), record
 
-    carry = (state, observation, history, jnp.ones((), bool), jnp.zeros((), jnp.float32), jnp.zeros((), bool))
+    carry = (state, observation, memory, jnp.ones((), bool), jnp.zeros((), jnp.float32), jnp.zeros((), bool))
     inputs = (jnp.arange(num_steps), jax.random.split(steps_key, num_steps))
     (_, _, _, _, episode_return, success), (observations, actions, mask, log_probs, rewards, alive) = jax.lax.scan(
         act, carry, inputs

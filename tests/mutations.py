@@ -117,6 +117,9 @@ MUTATIONS = (
     Mutation("sampler-behaviour-is-plain", "the behaviour log-prob ignores temperature, top-k and top-p",
              "ftw_jax/lm/sampler.py", 'jnp.where(active, pick(log_probs), 0.0)',
              'jnp.where(active, pick(jax.nn.log_softmax(state["logits"])), 0.0)', ("tests/test_lm_sampler.py",)),
+    Mutation("lm-policy-acts-at-position-zero", "the search LM acts with every token at rotary position 0",
+             "ftw_jax/lm/policy.py", "positions = jnp.reshape(position, (1, 1)).astype(jnp.int32)",
+             "positions = jnp.zeros((1, 1), jnp.int32)", ("tests/test_search.py", "-k", "cache")),
     # Sweep members.
     Mutation("sweep-ignores-member-lr", "every sweep member trains at the program's learning rate",
              "ftw_jax/train.py", "learner=learner.init(params_key, observation, hyperparameters)",

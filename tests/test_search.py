@@ -7,7 +7,7 @@ import pytest
 
 from ftw_jax.envs.search import ANSWER, BOS, NONE, QUESTION_ONE_HOP, QUESTION_TWO_HOP, RESULT, SEARCH, SearchTask
 from ftw_jax.losses import categorical_kl, entropy
-from ftw_jax.policies import TransformerPolicy
+from ftw_jax.policies import ARCHITECTURES
 from ftw_jax.rollout import rollout
 
 
@@ -23,6 +23,11 @@ def run(env, seed, chooser):
         if bool(done):
             break
     return state, log
+
+
+def history_policy(name, env, num_outputs=None):
+    """The search task's policy `name` (an `ARCHITECTURES` entry), with env.num_actions or num_outputs outputs."""
+    return ARCHITECTURES[name](num_outputs or env.num_actions, env, None)
 
 
 def first_state(env, seed):
@@ -80,9 +85,10 @@ def test_search_cap_and_step_limit_end_the_episode():
 
 
 @pytest.mark.usefixtures("unchecked_key_reuse")
-def test_rollout_masks_forced_tokens_and_the_transformer_is_causal():
+@pytest.mark.parametrize("architecture", ["lm", "transformer"])
+def test_rollout_masks_forced_tokens_and_the_policy_is_causal(architecture):
     env = SearchTask()
-    policy = TransformerPolicy(num_actions=env.num_actions, vocabulary_size=env.vocabulary_size, max_length=env.max_steps)
+    policy = history_policy(architecture, env)
     params = policy.init(jax.random.key(0), jnp.zeros((env.max_steps,), jnp.int32))
     batch, success = jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0)))(jax.random.split(jax.random.key(1), 6))
     mask = np.asarray(batch.mask)
@@ -111,9 +117,10 @@ def test_grammar_allows_search_or_answer_then_an_entity_or_a_value():
     assert bool(SearchTask(grammar=False).legal_actions(free.replace(queue_length=jnp.int32(0))).all())
 
 
-def test_illegal_tokens_get_zero_probability_and_losses_stay_finite():
+@pytest.mark.parametrize("architecture", ["lm", "transformer"])
+def test_illegal_tokens_get_zero_probability_and_losses_stay_finite(architecture):
     env = SearchTask()
-    policy = TransformerPolicy(num_actions=env.num_actions, vocabulary_size=env.vocabulary_size, max_length=env.max_steps)
+    policy = history_policy(architecture, env)
     observation, _ = env.reset(jax.random.key(0), ())
     history = jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (env.max_steps,) + leaf.shape), observation)
     legal = jnp.zeros((env.max_steps, env.num_actions), bool).at[:, SEARCH].set(True).at[:, ANSWER].set(True)
@@ -128,6 +135,33 @@ def test_illegal_tokens_get_zero_probability_and_losses_stay_finite():
     kl, step_entropy = np.asarray(categorical_kl(logits, other, mask)), np.asarray(entropy(logits, mask))
     assert np.isfinite(kl).all() and (kl >= 0).all() and kl.max() < 1.0  # over two actions, not over 1e9-sized logits
     assert np.isfinite(step_entropy).all() and (step_entropy <= np.log(2) + 1e-6).all()
+
+
+@pytest.mark.usefixtures("unchecked_key_reuse")
+def test_the_lm_acting_through_its_cache_logs_the_log_probs_of_a_full_pass():
+    """A rollout feeds the LM one token a step through its KV cache; the update re-reads whole trajectories.
+    Both must give the same per-step log-probabilities, or every importance ratio would be off."""
+    env = SearchTask(hops=2)  # longer episodes: more cache slots in use
+    policy = history_policy("lm", env)
+    observation, _ = env.reset(jax.random.key(0), ())
+    history = jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (env.max_steps,) + leaf.shape), observation)
+    params = policy.init(jax.random.key(1), history)
+    batch, _ = jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0)))(jax.random.split(jax.random.key(2), 16))
+    logits = jax.vmap(lambda o: policy.apply(params, o))(batch.observation)
+    full_pass = jnp.take_along_axis(jax.nn.log_softmax(logits), batch.action[..., None], -1)[..., 0]
+    mask = np.asarray(batch.mask)
+    assert mask[:, 5:].any()  # steps past the question were acted on
+    np.testing.assert_allclose(np.asarray(batch.behaviour_logp)[mask], np.asarray(full_pass)[mask], atol=1e-5)
+    assert np.ptp(np.asarray(full_pass)[mask]) > 0.5  # fresh weights are far from uniform: a wrong slot would show
+
+
+def test_the_lm_critic_reads_its_own_head_off_the_hidden_state():
+    env = SearchTask()
+    critic = history_policy("lm", env, num_outputs=1)
+    tokens = jnp.arange(env.max_steps) % env.vocabulary_size
+    params = critic.init(jax.random.key(0), tokens)
+    assert critic.apply(params, tokens).shape == (env.max_steps, 1)
+    assert params["params"]["head"]["kernel"].shape == (64, 1) and "lm_head" not in params["params"]["lm"]
 
 
 @pytest.mark.parametrize(("options", "message"), [(dict(hops=3), "hops"), (dict(step_limit=5), "step_limit"),

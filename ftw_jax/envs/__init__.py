@@ -50,7 +50,7 @@ ENVIRONMENTS: dict[str, EnvEntry] = {
         num_elites=1, optimizer="adam", learning_rate=3e-3, kl_coef=0.0, eval_every=20, eval_episodes=256,
         updates_per_iteration=4, conv_channels=(16, 16), hidden_sizes=(128,),
     )),
-    "search": EnvEntry(SearchTask, ("transformer",), dict(
+    "search": EnvEntry(SearchTask, ("lm", "transformer"), dict(
         num_iterations=400, episodes_per_iteration=128, pool_capacity=512, num_batches=32, batch_size=32,
         num_elites=1, optimizer="adam", learning_rate=3e-3, kl_coef=0.5, kl_coef_final=0.0, eval_every=40,
         eval_episodes=256, updates_per_iteration=4,

@@ -46,6 +46,7 @@ class LMConfig:
     output_bias: bool = False  # Llama's `attention_bias` covers o_proj too; Qwen2's o_proj has none
     mlp_bias: bool = False  # Llama's `mlp_bias`
     tie_embeddings: bool = False  # logits from the input embedding (no lm_head)
+    initializer_range: float = 0.02  # sd of fresh weights (a checkpoint's replace them), as Hugging Face's
     dtype: Literal["float32", "bfloat16"] = "float32"  # parameters and compute; softmax and logits in float32
     remat: bool = False  # recompute each layer's activations in the backward pass (memory for time)
 
@@ -62,8 +63,9 @@ class LMConfig:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}.")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}.")
-        if not (self.rms_norm_eps > 0 and self.rope_theta > 0):
-            raise ValueError(f"rms_norm_eps and rope_theta must be > 0, got {self.rms_norm_eps}, {self.rope_theta}.")
+        if not (self.rms_norm_eps > 0 and self.rope_theta > 0 and self.initializer_range > 0):
+            raise ValueError(f"rms_norm_eps, rope_theta and initializer_range must be > 0, got {self.rms_norm_eps}, "
+                             f"{self.rope_theta}, {self.initializer_range}.")
 
     def replace(self, **changes) -> LMConfig:
         return dataclasses.replace(self, **changes)
@@ -99,7 +101,8 @@ class LMConfig:
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
             qkv_bias=family == "qwen2" or attention_bias, output_bias=family == "llama" and attention_bias,
             mlp_bias=family == "llama" and bool(hf.get("mlp_bias", False)),
-            tie_embeddings=bool(hf.get("tie_word_embeddings", False)), **options)
+            tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            initializer_range=float(hf.get("initializer_range", 0.02)), **options)
 
     def inverse_frequencies(self) -> list[float]:
         """The H/2 rotary angular frequencies (radians per position), Llama 3's rescaling applied."""

@@ -58,7 +58,7 @@ class RMSNorm(nn.Module):
 def _dense(config: LMConfig, features: int, use_bias: bool, name: str) -> nn.Dense:
     dtype = jnp.dtype(config.dtype)
     return nn.Dense(features, use_bias=use_bias, dtype=dtype, param_dtype=dtype, name=name,
-                    kernel_init=nn.initializers.normal(0.02))
+                    kernel_init=nn.initializers.normal(config.initializer_range))
 
 
 class Attention(nn.Module):
@@ -110,9 +110,11 @@ class Layer(nn.Module):
 
 
 class CausalLM(nn.Module):
-    """Token ids [B, L] -> next-token logits [B, L, V] in float32."""
+    """Token ids [B, L] -> next-token logits [B, L, V] in float32; with `head=False` the final (normed) hidden
+    states [B, L, D] instead, for a head of another size (a critic's value) to read."""
 
     config: LMConfig
+    head: bool = True
 
     @nn.compact
     def __call__(self, tokens: jax.Array, positions: jax.Array | None = None,
@@ -145,7 +147,7 @@ class CausalLM(nn.Module):
             causal = jnp.tril(jnp.ones((length, length), bool))
             mask = (causal[None] & attention_mask[:, None, :].astype(bool))[:, None]  # [B, 1, L, L]
         embed = nn.Embed(c.vocab_size, c.hidden_size, dtype=dtype, param_dtype=dtype, name="embed_tokens",
-                         embedding_init=nn.initializers.normal(0.02))
+                         embedding_init=nn.initializers.normal(c.initializer_range))
         x = embed(tokens)
         cos, sin = rotary_tables(c, positions)
         layer = nn.remat(Layer, prevent_cse=False) if c.remat else Layer  # inside a scan CSE cannot undo remat
@@ -153,10 +155,12 @@ class CausalLM(nn.Module):
                          in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0, nn.broadcast), length=c.num_layers)
         x, cache = layers(c, name="layers")(x, cos, sin, mask, cache, cache_index)
         x = RMSNorm(c.rms_norm_eps, dtype, name="norm")(x)
+        if not self.head:
+            return x if cache is None else (x, cache)
         if c.tie_embeddings:
             table = embed.embedding  # [V, D]
         else:
-            table = self.param("lm_head", nn.initializers.normal(0.02), (c.vocab_size, c.hidden_size), dtype)
+            table = self.param("lm_head", nn.initializers.normal(c.initializer_range), (c.vocab_size, c.hidden_size), dtype)
         logits = jnp.einsum("bld,vd->blv", x, table, preferred_element_type=jnp.float32)
         return logits if cache is None else (logits, cache)
 
