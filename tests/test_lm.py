@@ -71,6 +71,16 @@ def test_rope_settings_read_from_either_layout():
     assert LMConfig.from_hf(plain).rope_theta == 7.0 and LMConfig.from_hf(plain).rope_scaling is None
 
 
+def test_fresh_weights_have_the_configs_initializer_range():
+    written = json.loads((DATA / "qwen2-untied" / "config.json").read_text())
+    assert LMConfig.from_hf(written).initializer_range == written["initializer_range"] == 0.02
+    config = LMConfig.from_hf({**written, "initializer_range": 0.5})
+    params = lm.CausalLM(config).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))["params"]
+    assert abs(float(np.std(np.asarray(params["layers"]["mlp"]["up_proj"]["kernel"]))) - 0.5) < 0.02
+    with pytest.raises(ValueError, match="initializer_range must be > 0"):
+        LMConfig.from_hf({**written, "initializer_range": 0})
+
+
 def _copy(name: str, tmp_path: pathlib.Path) -> pathlib.Path:
     folder = tmp_path / name
     shutil.copytree(DATA / name, folder)
