@@ -53,7 +53,8 @@ def rollout(
     elif cached:
         memory = policy.init_cache()
     else:
-        memory = jax.tree.map(lambda leaf: jnp.zeros((num_steps,) + jnp.shape(leaf), jnp.result_type(leaf)), observation)
+        memory = jax.tree.map(lambda leaf: jnp.zeros((num_steps,) + jnp.shape(leaf), jnp.result_type(leaf)),
+                              observation)
 
     def act(carry, inputs):
         state, observation, memory, alive, episode_return, success = carry

@@ -39,7 +39,8 @@ CASES = {
     **{f"train-{env}-{algorithm}": ["train", "--env", env, "--algorithm", algorithm, *SMALL]
        for env in sorted(ENVIRONMENTS) for algorithm in ALGORITHMS},  # a new one needs its golden file
     # The search task's earlier policy, still an option (the issue-16 comparison ran with it).
-    "train-search-ftw-transformer": ["train", "--env", "search", "--algorithm", "ftw", "--policy", "transformer", *SMALL],
+    "train-search-ftw-transformer": ["train", "--env", "search", "--algorithm", "ftw", "--policy", "transformer",
+                                     *SMALL],
     "sweep": ["sweep", "--env", "bandit", "--grid", "C=2,4 kl=0,0.5", "--seeds", "0", "--iterations", "8",
               "--eval-every", "4", "--eval-episodes", "16"],
     "compare": ["compare", "--env", "bandit", "--algos", "ftw,grpo", "--seeds", "0,1", "--learning-rates", "0.03,0.3",

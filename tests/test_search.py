@@ -146,7 +146,8 @@ def test_the_lm_acting_through_its_cache_logs_the_log_probs_of_a_full_pass():
     observation, _ = env.reset(jax.random.key(0), ())
     history = jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (env.max_steps,) + leaf.shape), observation)
     params = policy.init(jax.random.key(1), history)
-    batch, _ = jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0)))(jax.random.split(jax.random.key(2), 16))
+    keys = jax.random.split(jax.random.key(2), 16)
+    batch, _ = jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0)))(keys)
     logits = jax.vmap(lambda o: policy.apply(params, o))(batch.observation)
     full_pass = jnp.take_along_axis(jax.nn.log_softmax(logits), batch.action[..., None], -1)[..., 0]
     mask = np.asarray(batch.mask)

@@ -160,7 +160,8 @@ class CausalLM(nn.Module):
         if c.tie_embeddings:
             table = embed.embedding  # [V, D]
         else:
-            table = self.param("lm_head", nn.initializers.normal(c.initializer_range), (c.vocab_size, c.hidden_size), dtype)
+            table = self.param("lm_head", nn.initializers.normal(c.initializer_range), (c.vocab_size, c.hidden_size),
+                               dtype)
         logits = jnp.einsum("bld,vd->blv", x, table, preferred_element_type=jnp.float32)
         return logits if cache is None else (logits, cache)
 

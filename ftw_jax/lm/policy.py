@@ -65,7 +65,9 @@ class LMPolicy(nn.Module):
             positions = jnp.reshape(position, (1, 1)).astype(jnp.int32)
             out, cache = lm(tokens[None], positions=positions, cache=cache, cache_index=position)
             out = out[0]
-        logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01), name="head")(out) if own_head else out
+        logits = out
+        if own_head:
+            logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01), name="head")(out)
         if legal is not None:
             logits = jnp.where(legal, logits, ILLEGAL_LOGIT)
         return logits if cache is None else (logits, cache)
