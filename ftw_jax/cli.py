@@ -411,6 +411,7 @@ def _run_train(args) -> int:
         for log_file in ("metrics.jsonl", "evaluation.jsonl"):  # rows written after that checkpoint come again
             runs.keep_rows_up_to(folder / log_file, run.periods_done_before * config.eval_every)
         steps_before = int(run.env_steps().sum())
+        start = _starting_evaluation(trainer, run, seeds, folder, log) if config.warm_start_demonstrations else None
         for metrics, evaluation in run.periods():
             if len(run.clock) == 1:
                 log(f"compiled in {run.compile_seconds:.1f} s")
@@ -428,6 +429,8 @@ def _run_train(args) -> int:
             checkpointer.close()
     summary = _train_summary(args, config, seeds, run, folder, time.perf_counter() - started, steps_before,
                              trainer.env.has_success)
+    if start is not None:
+        summary["start"] = start
     runs.write_json(folder / "summary.json", summary)
     if summary["warning"]:
         print(summary["warning"], file=sys.stderr)
@@ -446,6 +449,28 @@ def _run_train(args) -> int:
           f"{summary['env_steps_per_second'] or 0:,.0f} env steps/s (all seeds, training steps, compile excluded); "
           f"run folder {folder}")
     return 0
+
+
+def _starting_evaluation(trainer, run, seeds: list[int], folder: pathlib.Path, log) -> dict:
+    """The evaluation of each seed's starting policy (after its warm start), before any update: computed on a fresh
+    run and kept in start.json for a resumed one. {"return": [S], "success": [S]}."""
+    import jax
+
+    from ftw_jax import runs
+    from ftw_jax.runner import host_array, seed_keys
+
+    path = folder / "start.json"
+    if run.periods_done_before and path.exists():
+        return json.loads(path.read_text())
+    if run.periods_done_before:  # a run started before start.json was written: its start is gone
+        return {}
+    keys = jax.vmap(lambda key: jax.random.fold_in(key, 1))(seed_keys(seeds))  # not a key the run itself draws
+    evaluation = jax.jit(jax.vmap(trainer.evaluate))(keys, jax.tree.map(lambda leaf: leaf[:len(seeds)], run.carry))
+    start = {name: host_array(evaluation[name]).tolist() for name in ("return", "success")}
+    runs.write_json(path, start)
+    log(f"starting policy (after the warm start): eval return {np.mean(start['return']):.3f}"
+        + (f", success {np.mean(start['success']):.1%}" if trainer.env.has_success else ""))
+    return start
 
 
 def applied_warning(applied_share: np.ndarray, labels: list) -> str | None:
@@ -752,6 +777,74 @@ def resume_command(argv: list[str], folder: pathlib.Path) -> str:
     return " ".join(["ftw-jax", *kept, "--resume", str(folder)])
 
 
+# --------------------------------------------------------------------------------------------------------- lm
+
+def _add_lm_parser(subparsers) -> None:
+    from ftw_jax.algos.ftw import FTWConfig
+    from ftw_jax.lm.learner import LearnConfig
+    from ftw_jax.settings import describe
+
+    parser = subparsers.add_parser(
+        "lm", help="the LLM-agent learner: FTW from a rollout engine's episodes, or the text search agent in-process",
+        description="FTW for language-model agents (docs/lm.md). `learn` reads episodes an engine wrote and writes "
+                    "versioned weights for it to reload; `train` runs the text search agent's whole loop here.")
+    commands = parser.add_subparsers(dest="lm_command", required=True, metavar="{learn,train}")
+    learn = commands.add_parser(
+        "learn", help="FTW updates from episodes in a JSON Lines file; weights written as Hugging Face folders",
+        description="Reads episodes (one JSON object per line: tokens, the spans the model wrote with their policy "
+                    "version and log-probs, the reward; schema in docs/lm.md), B at a time into the pool, each "
+                    "batch followed by U FTW updates, and writes RUN/weights/version-NNNNNN/ (model.safetensors, "
+                    "config.json, the tokenizer files) every --save-every iterations, RUN/weights/latest.json "
+                    "naming the newest.")
+    learn.add_argument("--episodes", type=pathlib.Path, required=True, metavar="FILE.jsonl",
+                       help="the episodes, one JSON object per line")
+    learn.add_argument("--model", type=pathlib.Path, required=True, metavar="PATH",
+                       help="a Hugging Face Llama/Qwen2 folder: the starting weights and the KL's reference")
+    learn.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                       help="the weights' dtype while learning and as written (default float32)")
+    learn.add_argument("--skip-bad-lines", action="store_true",
+                       help="leave out lines that break the schema (each named) instead of refusing the file")
+    add_settings(learn, [*describe(LearnConfig), *describe(FTWConfig)])
+    _add_run_folder_arguments(learn)
+    learn.set_defaults(handler=_run_lm_learn)
+    train = commands.add_parser(
+        "train", help="the text search agent in-process: a warm start on demonstrations, then FTW (or a baseline)",
+        description="`ftw-jax train --env text-search`: a tiny Qwen2-shaped LM fitted to the demonstrator's "
+                    "episodes (--warm-start-demonstrations), then trained by --algorithm on its own rollouts.")
+    _add_seeds(train)
+    train.add_argument("--env-options", type=_env_options, default={},
+                       help="options of the text search task, e.g. 'two_hop_fraction=1.0,guess_rate=0.8'")
+    add_settings(train, _training_settings(), env_defaults="text-search")
+    _add_run_folder_arguments(train)
+    train.add_argument("--no-plot", action="store_true", help="do not write the learning-curve PNG")
+    train.set_defaults(handler=_run_train, env="text-search")
+
+
+def _run_lm_learn(args) -> int:
+    from ftw_jax.algos.ftw import FTWConfig
+    from ftw_jax.lm.learner import LearnConfig, learn_from_file
+    from ftw_jax.settings import describe
+
+    log = _logger(args)
+    own = given_settings(args, describe(LearnConfig))
+    config = LearnConfig(**own, algorithm_config=FTWConfig(**given_settings(args, describe(FTWConfig))))
+    fingerprint = {"episodes": str(args.episodes), "model": str(args.model), "dtype": args.dtype,
+                   "skip_bad_lines": args.skip_bad_lines, **dataclasses.asdict(config)}
+    folder, checkpointer = _open_run(args, "lm-learn", fingerprint)
+    try:
+        summary = learn_from_file(config, args.episodes, args.model, folder, checkpointer, log, dtype=args.dtype,
+                                  skip_bad=args.skip_bad_lines)
+    finally:
+        if checkpointer:
+            checkpointer.close()
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(f"{summary['episodes']} episodes, {summary['iterations']} iterations, policy version "
+              f"{summary['version']}: weights in {summary['weights']} ({summary['seconds']:.1f} s)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ftw-jax", description="Follow the Winners (FTW) in JAX.")
     subparsers = parser.add_subparsers(dest="command", required=True)
@@ -759,6 +852,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_train_parser(subparsers)
     _add_sweep_parser(subparsers)
     _add_compare_parser(subparsers)
+    _add_lm_parser(subparsers)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     from ftw_jax import runner

@@ -8,7 +8,7 @@ The return is the sum of rewards before the end; each step's reward is kept too 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
@@ -42,24 +42,11 @@ def rollout(
       A `Trajectory` with leaves [T, ...] (T = env.max_steps), and whether the episode solved the task
       ([] bool; always False where the environment has no notion of success).
     """
-    num_steps = env.max_steps
-    own_reset_key, steps_key = jax.random.split(key)
-    observation, state = env.reset(own_reset_key if reset_key is None else reset_key, env_params)
     # What a policy remembers of the episode: nothing (markov: it acts on the current observation), its KV
     # cache (cached: it reads one new token a step), or else the whole history buffer, re-read every step.
     cached = getattr(policy, "cached", False)
-    if policy.markov:
-        memory = None
-    elif cached:
-        memory = policy.init_cache()
-    else:
-        memory = jax.tree.map(lambda leaf: jnp.zeros((num_steps,) + jnp.shape(leaf), jnp.result_type(leaf)),
-                              observation)
 
-    def act(carry, inputs):
-        state, observation, memory, alive, episode_return, success = carry
-        t, step_key = inputs
-        action_key, env_key = jax.random.split(step_key)
+    def act(memory, observation, state, t, key):
         if policy.markov or cached:
             current = jax.tree.map(lambda leaf: leaf[None], observation)
             if cached:
@@ -70,9 +57,47 @@ def rollout(
         else:
             memory = jax.tree.map(lambda buffer, leaf: buffer.at[t].set(leaf), memory, observation)
             logits = policy.apply(params, memory)[t]
+        action = jax.random.categorical(key, logits)
+        return action, jax.nn.log_softmax(logits)[action], memory
+
+    def memory(observation):
+        if policy.markov:
+            return None
+        if cached:
+            return policy.init_cache()
+        return jax.tree.map(lambda leaf: jnp.zeros((env.max_steps,) + jnp.shape(leaf), jnp.result_type(leaf)),
+                            observation)
+
+    return play(key, env, env_params, act, memory, version, reset_key)
+
+
+def demonstration(key: jax.Array, env: Environment, env_params: Any) -> tuple[Trajectory, jax.Array]:
+    """One episode written by the environment's demonstrator (`env.expert_action(state)`), recorded as `rollout`
+    records a policy's (behaviour log-probs 0, version 0): what a supervised warm start imitates."""
+
+    def act(memory, observation, state, t, key):
+        return env.expert_action(state), jnp.zeros((), jnp.float32), memory
+
+    return play(key, env, env_params, act, lambda observation: None, jnp.zeros((), jnp.int32))
+
+
+def play(key: jax.Array, env: Environment, env_params: Any, act: Callable, init_memory: Callable, version: jax.Array,
+         reset_key: jax.Array | None = None) -> tuple[Trajectory, jax.Array]:
+    """The episode loop `rollout` and `demonstration` share: `act(memory, observation, state, t, key) -> (action,
+    log-prob, memory)` chooses at every step the environment does not write itself, `init_memory(observation)`
+    gives its memory at the start."""
+    num_steps = env.max_steps
+    own_reset_key, steps_key = jax.random.split(key)
+    observation, state = env.reset(own_reset_key if reset_key is None else reset_key, env_params)
+
+    def step(carry, inputs):
+        state, observation, memory, alive, episode_return, success = carry
+        t, step_key = inputs
+        action_key, env_key = jax.random.split(step_key)
+        chosen, chosen_log_prob, memory = act(memory, observation, state, t, action_key)
         forced, forced_token = env.forced_action(state, env_params)
-        action = jnp.where(forced, forced_token, jax.random.categorical(action_key, logits)).astype(jnp.int32)
-        log_prob = jnp.where(forced, 0.0, jax.nn.log_softmax(logits)[action])
+        action = jnp.where(forced, forced_token, chosen).astype(jnp.int32)
+        log_prob = jnp.where(forced, 0.0, chosen_log_prob)
         next_observation, state, reward, done, info = env.step(env_key, state, action, env_params)
         step_reward = jnp.where(alive, reward, 0.0).astype(jnp.float32)
         episode_return = episode_return + step_reward
@@ -81,10 +106,11 @@ def rollout(
         record = (observation, action, alive & ~forced, log_prob, step_reward, alive)
         return (state, next_observation, memory, alive & ~done, episode_return, success), record
 
-    carry = (state, observation, memory, jnp.ones((), bool), jnp.zeros((), jnp.float32), jnp.zeros((), bool))
+    carry = (state, observation, init_memory(observation), jnp.ones((), bool), jnp.zeros((), jnp.float32),
+             jnp.zeros((), bool))
     inputs = (jnp.arange(num_steps), jax.random.split(steps_key, num_steps))
     (_, _, _, _, episode_return, success), (observations, actions, mask, log_probs, rewards, alive) = jax.lax.scan(
-        act, carry, inputs
+        step, carry, inputs
     )
     trajectory = Trajectory(
         observation=observations,

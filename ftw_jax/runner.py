@@ -50,6 +50,12 @@ def clear_stop() -> None:
     _stop_signal.clear()
 
 
+def raise_if_stopped() -> None:
+    """Raises `Interrupted` if a stop was asked for: call it between two units of work that are checkpointed."""
+    if _stop_signal:
+        raise Interrupted(_stop_signal[0])
+
+
 def member_sharding(num_members: int) -> tuple[NamedSharding, int]:
     """A sharding of the member axis over every visible device, and the member count padded to fit it."""
     devices = np.array(jax.devices())
@@ -176,8 +182,7 @@ class MemberRun:
         self.compile_seconds = time.perf_counter() - started
         started = time.perf_counter()
         for period in range(len(self.history), config.num_periods):  # one period per call: same result as one scan
-            if _stop_signal:
-                raise Interrupted(_stop_signal[0])
+            raise_if_stopped()
             self.carry, (metrics, evaluation) = run_period(self.carry)
             metrics = {name: host_array(value)[:self.num_members, 0] for name, value in metrics.items()}
             evaluation = {name: host_array(value)[:self.num_members, 0] for name, value in evaluation.items()}

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ftw_jax import algos, envs, probes
+from ftw_jax import algos, envs, probes, warm_start
 from ftw_jax.algos.base import Context, Hyperparameters, Learner, with_learning_rate
 from ftw_jax.checks import check_positive_int
 from ftw_jax.policies import ARCHITECTURES
@@ -31,7 +31,30 @@ from ftw_jax.settings import check_settings, describe, setting
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainConfig:
+class LearnerSettings:
+    """What every program that learns from batches of episodes sets: B, the KL penalty and the optimizer
+    (`TrainConfig`, and the LM learner's `ftw_jax.lm.learner.LearnConfig`)."""
+
+    episodes_per_iteration: int = setting(16, "B, episodes per iteration (rolled out, or read from a file)")
+    kl_coef: float = setting(0.0, "beta, the KL penalty's weight (at the start)", axis="kl")
+    optimizer: Literal["adam", "sgd"] = setting("adam", "the Optax optimizer")
+    learning_rate: float = setting(3e-3, "the optimizer's learning rate", axis="lr")
+    max_grad_norm: float | None = setting(
+        None, "clip every gradient to this global norm before the optimizer, for every algorithm (None: no clipping; "
+              "PPO's references: 0.5)")
+
+    def check_learner_settings(self) -> None:
+        check_positive_int("episodes_per_iteration", self.episodes_per_iteration)
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}.")
+        if not self.kl_coef >= 0:
+            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef!r}.")
+        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm!r}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig(LearnerSettings):
     """Everything static about a training run; validated on construction. See `for_env` for defaults.
 
     The run's own settings are fields here; the algorithm's are its config (`algorithm_config`, an instance
@@ -42,16 +65,9 @@ class TrainConfig:
     env: str = "cartpole"
     algorithm: str = setting("ftw", "ftw, or a baseline on the same rollouts", choices=tuple(algos.ALGORITHMS))
     num_iterations: int = setting(120, "training iterations (a multiple of --eval-every)", flag="iterations")
-    episodes_per_iteration: int = setting(16, "B, episodes rolled out per iteration")
-    kl_coef: float = setting(0.0, "beta, the KL penalty's weight (at the start)", axis="kl")
     kl_coef_final: float | None = setting(None, "beta decays linearly to this by the last iteration (None: constant)")
     kl_decay_iterations: int | None = setting(
         None, "beta reaches kl_coef_final after this many iterations and stays there (None: at the last one)")
-    optimizer: Literal["adam", "sgd"] = setting("adam", "the Optax optimizer")
-    learning_rate: float = setting(3e-3, "the optimizer's learning rate", axis="lr")
-    max_grad_norm: float | None = setting(
-        None, "clip every gradient to this global norm before the optimizer, for every algorithm (None: no clipping; "
-              "PPO's references: 0.5)")
     anneal_learning_rate: bool = setting(
         False, "decay the learning rate linearly, lr·(1 − i/iterations) at iteration i, for every algorithm "
                "(CleanRL's PPO schedule)")
@@ -65,6 +81,12 @@ class TrainConfig:
     # get n probes each with the current policy, and the period trains on those solved 0 < s < n times.
     probe_tasks: int = setting(0, "task filtering: M candidate tasks probed each period (0: off)")
     probes_per_task: int = setting(4, "task filtering: n probes per task; kept if 0 < successes < n")
+    # A supervised warm start (ftw_jax.warm_start), as LLM-agent pipelines fine-tune on demonstrations before RL.
+    warm_start_demonstrations: int = setting(
+        0, "warm start: fit the fresh policy to this many of the environment's demonstrations before training, and "
+           "take it as the KL's reference (0: off)")
+    warm_start_steps: int = setting(300, "warm start: Adam steps on the demonstrations' cross-entropy")
+    warm_start_learning_rate: float = setting(1e-3, "warm start: Adam's learning rate")
     algorithm_config: Any = None
 
     @classmethod
@@ -94,28 +116,28 @@ class TrainConfig:
         if self.policy not in entry.policies:
             raise ValueError(f"policy must be one of {entry.policies} for {self.env}, got {self.policy!r}.")
         check_settings(self)
-        for name in ("num_iterations", "episodes_per_iteration", "eval_every", "eval_episodes"):
+        for name in ("num_iterations", "eval_every", "eval_episodes"):
             check_positive_int(name, getattr(self, name))
         if self.num_iterations % self.eval_every:
             raise ValueError(
                 f"num_iterations ({self.num_iterations}) must be a multiple of eval_every ({self.eval_every})."
             )
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}.")
-        if not self.kl_coef >= 0:
-            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef!r}.")
+        self.check_learner_settings()
         if self.kl_coef_final is not None and not self.kl_coef_final >= 0:
             raise ValueError(f"kl_coef_final must be >= 0 or None, got {self.kl_coef_final!r}.")
         if self.kl_decay_iterations is not None:
             check_positive_int("kl_decay_iterations", self.kl_decay_iterations)
             if self.kl_coef_final is None:
                 raise ValueError(f"kl_decay_iterations={self.kl_decay_iterations} needs kl_coef_final (what beta decays to).")
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm!r}.")
         if not (isinstance(self.probe_tasks, int) and self.probe_tasks >= 0):
             raise ValueError(f"probe_tasks must be an int >= 0, got {self.probe_tasks!r}.")
         if not (isinstance(self.probes_per_task, int) and self.probes_per_task >= 2):
             raise ValueError(f"probes_per_task must be an int >= 2 (one probe cannot tell), got {self.probes_per_task!r}.")
+        if not (isinstance(self.warm_start_demonstrations, int) and self.warm_start_demonstrations >= 0):
+            raise ValueError(f"warm_start_demonstrations must be an int >= 0, got {self.warm_start_demonstrations!r}.")
+        check_positive_int("warm_start_steps", self.warm_start_steps)
+        if not self.warm_start_learning_rate > 0:
+            raise ValueError(f"warm_start_learning_rate must be > 0, got {self.warm_start_learning_rate!r}.")
         algorithm.check(self.algorithm_config, self.episodes_per_iteration)
 
     @property
@@ -169,7 +191,8 @@ class TrainCarry:
 
 @dataclasses.dataclass(frozen=True)
 class Trainer:
-    """`init(key[, hyperparameters]) -> carry`; `run(carry, num_periods) -> (carry, (metrics, evaluation))`.
+    """`init(key[, hyperparameters]) -> carry`; `run(carry, num_periods) -> (carry, (metrics, evaluation))`;
+    `evaluate(key, carry) -> evaluation`.
 
     `metrics` leaves are [periods, eval_every] (per iteration), `evaluation` leaves [periods].
     `run` is jitted with `num_periods` static; vmap `init` and `run` over seeds (and hyperparameters).
@@ -181,6 +204,8 @@ class Trainer:
     learner: Learner
     init: Any
     run: Any
+    evaluate: Any  # (key, carry) -> evaluation: the same as a period's, e.g. of the starting policy
+
 
     def train(self, key: jax.Array, hyperparameters: Hyperparameters | None = None):
         return self.run(self.init(key, hyperparameters), self.config.num_periods)
@@ -203,7 +228,7 @@ def example_trajectory(env: envs.Environment, env_params, policy):
     return jax.tree.map(lambda spec: jnp.zeros(spec.shape, spec.dtype), jax.eval_shape(play, jax.random.key(0)))
 
 
-def make_optimizer(config: TrainConfig) -> optax.GradientTransformation:
+def make_optimizer(config: LearnerSettings) -> optax.GradientTransformation:
     """The run's Optax optimizer, its learning rate a state array (`optax.inject_hyperparams`) so that members of
     a sweep can differ in it and a schedule can set it; after global-norm clipping when `max_grad_norm` is set."""
     optimizer = optax.inject_hyperparams(getattr(optax, config.optimizer))(learning_rate=config.learning_rate)
@@ -222,7 +247,8 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
     optimizer = make_optimizer(config)
     context = Context(policy=policy, make_network=functools.partial(make_policy, config, env), optimizer=optimizer,
                       example=example_trajectory(env, env_params, policy),
-                      episodes_per_iteration=config.episodes_per_iteration)
+                      episodes_per_iteration=config.episodes_per_iteration,
+                      init_params=make_init_params(config, env, env_params, policy))
     learner = algos.get(config.algorithm).make_learner(config.algorithm_config, context)
     if not isinstance(learner, Learner):
         raise ValueError(f"{config.algorithm}'s make_learner returned {type(learner).__name__}, not a Learner.")
@@ -238,7 +264,26 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
                           hyperparameters=hyperparameters)
 
     run = make_periods(config, env, env_params, policy, learner)
-    return Trainer(config=config, env=env, policy=policy, learner=learner, init=init, run=run)
+    return Trainer(config=config, env=env, policy=policy, learner=learner, init=init, run=run,
+                   evaluate=make_evaluation(config, env, env_params, policy))
+
+
+def make_init_params(config: TrainConfig, env: envs.Environment, env_params, policy):
+    """`init_params(key, observation) -> params` of a fresh policy: its initialiser's, fitted to demonstrations
+    first when the config asks for a warm start."""
+    if not config.warm_start_demonstrations:
+        return policy.init
+    if not env.has_expert:
+        raise ValueError(f"warm_start_demonstrations needs an environment with a demonstrator; {config.env} has none.")
+    settings = warm_start.WarmStart(config.warm_start_demonstrations, steps=config.warm_start_steps,
+                                    learning_rate=config.warm_start_learning_rate)
+
+    def init_params(key, observation):
+        init_key, fit_key = jax.random.split(key)
+        params = policy.init(init_key, observation)
+        return warm_start.fit_demonstrations(fit_key, env, env_params, policy, params, settings)[0]
+
+    return init_params
 
 
 def make_iteration(config: TrainConfig, env: envs.Environment, env_params, policy, learner: Learner):
@@ -285,11 +330,31 @@ def make_iteration(config: TrainConfig, env: envs.Environment, env_params, polic
     return iteration
 
 
+def make_evaluation(config: TrainConfig, env: envs.Environment, env_params, policy):
+    """`evaluate(key, carry) -> evaluation`: `eval_episodes` episodes of the current policy on the evaluation
+    params (the key is consumed; the carry is only read)."""
+    eval_params = env.evaluation_params(env_params)
+
+    def evaluate(key: jax.Array, carry: TrainCarry) -> dict:
+        policy_state = carry.learner.policy
+        episodes, success = rollouts(key, env, eval_params, policy, policy_state.params, policy_state.version,
+                                     config.eval_episodes)
+        return {
+            "return": jnp.mean(episodes.episode_return),
+            "success": jnp.mean(success),
+            "iteration": carry.iteration,
+            "env_steps": carry.env_steps,  # probes included
+            "updates_applied": policy_state.version,  # optimizer steps applied so far
+        }
+
+    return evaluate
+
+
 def make_periods(config: TrainConfig, env: envs.Environment, env_params, policy, learner: Learner):
     """`run(carry, num_periods) -> (carry, (metrics, evaluation))`, jitted: the scan over evaluation periods,
     each (task filtering,) `eval_every` iterations, and an evaluation."""
-    eval_params = env.evaluation_params(env_params)
     iteration = make_iteration(config, env, env_params, policy, learner)
+    evaluate = make_evaluation(config, env, env_params, policy)
 
     def filtered_tasks(carry: TrainCarry):
         """(carry with the probes' key and env steps spent, (task keys [M], kept [M]))."""
@@ -309,17 +374,7 @@ def make_periods(config: TrainConfig, env: envs.Environment, env_params, policy,
             filtering = {"informative_tasks": jnp.mean(tasks[1]), "probe_env_steps": carry.env_steps - steps_before}
         carry, metrics = jax.lax.scan(lambda carry, _: iteration(carry, tasks), carry, None, length=config.eval_every)
         key, eval_key = jax.random.split(carry.key)
-        policy_state = carry.learner.policy
-        episodes, success = rollouts(eval_key, env, eval_params, policy, policy_state.params, policy_state.version,
-                                     config.eval_episodes)
-        evaluation = {
-            "return": jnp.mean(episodes.episode_return),
-            "success": jnp.mean(success),
-            "iteration": carry.iteration,
-            "env_steps": carry.env_steps,  # probes included
-            "updates_applied": policy_state.version,  # optimizer steps applied so far
-            **filtering,
-        }
+        evaluation = {**evaluate(eval_key, carry), **filtering}
         return carry.replace(key=key), (metrics, evaluation)
 
     @functools.partial(jax.jit, static_argnums=1)

@@ -34,9 +34,10 @@ GOLDEN = pathlib.Path(__file__).parent / "golden"
 SMALL = ["--seeds", "0,1", "--iterations", "4", "--eval-every", "2", "--episodes-per-iteration", "8",
          "--eval-episodes", "8", "--pool-capacity", "16", "--num-batches", "4", "--batch-size", "4",
          "--num-elites", "1", "--group-size", "4", "--kl-coef", "0.1", "--no-plot"]
+SMALL_EXTRA = {"text-search": ["--warm-start-demonstrations", "16", "--warm-start-steps", "3"]}  # a warm start, small
 CASES = {
     "bandit": ["bandit", "--seeds", "42,43", "--iterations", "40", "--no-plot"],
-    **{f"train-{env}-{algorithm}": ["train", "--env", env, "--algorithm", algorithm, *SMALL]
+    **{f"train-{env}-{algorithm}": ["train", "--env", env, "--algorithm", algorithm, *SMALL, *SMALL_EXTRA.get(env, [])]
        for env in sorted(ENVIRONMENTS) for algorithm in ALGORITHMS},  # a new one needs its golden file
     # The search task's earlier policy, still an option (the issue-16 comparison ran with it).
     "train-search-ftw-transformer": ["train", "--env", "search", "--algorithm", "ftw", "--policy", "transformer",

@@ -57,10 +57,13 @@ class Context:
     optimizer: optax.GradientTransformation  # its learning rate injected (`optax.inject_hyperparams`)
     example: Trajectory  # an all-zero trajectory [T, ...]: the shapes `learn` receives, batched
     episodes_per_iteration: int  # B
+    # init_params(key, observation) -> the policy's starting params (default: `policy.init`; a warm start's fit)
+    init_params: Callable[[jax.Array, Any], Any] | None = None
 
     def init_policy(self, key: jax.Array, observation: Any, hyperparameters: Hyperparameters) -> PolicyState:
-        """Fresh policy params (the KL's reference), the optimizer at the member's learning rate, β."""
-        state = PolicyState.create(self.policy.init(key, observation), self.optimizer, kl_coef=hyperparameters.kl_coef)
+        """Starting policy params (the KL's reference), the optimizer at the member's learning rate, β."""
+        params = (self.init_params or self.policy.init)(key, observation)
+        state = PolicyState.create(params, self.optimizer, kl_coef=hyperparameters.kl_coef)
         return state.replace(opt_state=with_learning_rate(state.opt_state, hyperparameters.learning_rate))
 
 

@@ -17,6 +17,7 @@ from ftw_jax.envs.base import Environment
 from ftw_jax.envs.gymnax_adapter import GymnaxEnvironment
 from ftw_jax.envs.search import SearchTask
 from ftw_jax.envs.sokoban import Sokoban
+from ftw_jax.envs.text_search import TextSearchTask
 from ftw_jax.settings import check_field_types
 
 
@@ -55,6 +56,11 @@ ENVIRONMENTS: dict[str, EnvEntry] = {
         num_elites=1, optimizer="adam", learning_rate=3e-3, kl_coef=0.5, kl_coef_final=0.0, eval_every=40,
         eval_episodes=256, updates_per_iteration=4,
     )),
+    "text-search": EnvEntry(TextSearchTask, ("lm",), dict(
+        num_iterations=100, episodes_per_iteration=64, pool_capacity=256, num_batches=16, batch_size=16,
+        num_elites=1, optimizer="adam", learning_rate=1e-3, kl_coef=0.1, eval_every=10, eval_episodes=256,
+        updates_per_iteration=2, warm_start_demonstrations=2048,
+    )),
 }
 
 
@@ -79,5 +85,5 @@ def make(name: str, **options) -> Environment:
     return env
 
 
-__all__ = ["ENVIRONMENTS", "EnvEntry", "Environment", "GaussianBandit", "GymnaxEnvironment", "SearchTask", "Sokoban",
+__all__ = ["ENVIRONMENTS", "EnvEntry", "Environment", "GaussianBandit", "GymnaxEnvironment", "SearchTask", "Sokoban", "TextSearchTask",
            "entry", "make"]

@@ -33,10 +33,12 @@ class WithLegalActions:
 class Environment(abc.ABC):
     """Base class; subclasses are frozen dataclasses.
 
-    An environment whose task can be solved sets `has_success = True` and reports `info["solved"]`.
+    An environment whose task can be solved sets `has_success = True` and reports `info["solved"]`; one with a
+    demonstrator for a supervised warm start sets `has_expert = True` and defines `expert_action`.
     """
 
     has_success = False
+    has_expert = False
 
     @property
     @abc.abstractmethod
@@ -70,3 +72,7 @@ class Environment(abc.ABC):
         A forced step is recorded with mask False, so it never enters the loss. None are forced by default.
         """
         return jnp.zeros((), bool), jnp.zeros((), jnp.int32)
+
+    def expert_action(self, state: Any) -> jax.Array:
+        """The demonstrator's action ([] int32) at a step the environment does not write (`has_expert`)."""
+        raise NotImplementedError(f"{type(self).__name__} has no demonstrator.")

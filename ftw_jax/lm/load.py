@@ -5,13 +5,18 @@
 
 The weights are `model.safetensors`, or the shards that `model.safetensors.index.json` lists. Every tensor's
 name and shape is checked against the model's before any is read: a missing, extra or misshaped tensor is
-refused with its name (a tied checkpoint may still carry `lm_head.weight` equal to the embedding).
+refused with its name (a tied checkpoint may still carry `lm_head.weight` equal to the embedding). `save`
+writes such a folder (atomically), for an inference engine to load the weights a learner trained.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import pathlib
+import shutil
+import tempfile
 
 import jax
 import jax.numpy as jnp
@@ -141,3 +146,55 @@ def _set(tree: dict, path: tuple[str, ...], value) -> None:
     for name in path[:-1]:
         tree = tree.setdefault(name, {})
     tree[path[-1]] = value
+
+
+def hf_config(config: LMConfig) -> dict:
+    """The `config.json` of a model of this shape: Qwen2 where only q/k/v have biases, else Llama."""
+    qwen2 = config.qkv_bias and not config.output_bias and not config.mlp_bias
+    hf = {"architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
+          "model_type": "qwen2" if qwen2 else "llama", "hidden_act": "silu",
+          "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
+          "intermediate_size": config.intermediate_size, "num_hidden_layers": config.num_layers,
+          "num_attention_heads": config.num_heads, "num_key_value_heads": config.num_kv_heads,
+          "head_dim": config.head_dim, "rms_norm_eps": config.rms_norm_eps, "rope_theta": config.rope_theta,
+          "tie_word_embeddings": config.tie_embeddings, "initializer_range": config.initializer_range,
+          "torch_dtype": config.dtype}
+    if not qwen2:
+        hf.update(attention_bias=config.qkv_bias, mlp_bias=config.mlp_bias)
+    if config.rope_scaling is not None:
+        hf["rope_scaling"] = {"rope_type": "llama3", **dataclasses.asdict(config.rope_scaling)}
+    return hf
+
+
+def save(path, config: LMConfig, params: dict, *, config_json: dict | None = None, copy_files=()) -> pathlib.Path:
+    """Writes a Hugging Face folder that `load` (and transformers, vLLM, SGLang) reads: `model.safetensors` in
+    the params' dtype and `config.json` (`config_json` if given, e.g. the checkpoint's own, else `hf_config`),
+    and copies `copy_files` (tokenizer files) beside them.
+
+    The folder appears complete or not at all: everything is written into a temporary folder beside it, which
+    is then renamed. An existing folder is refused (a version is written once).
+    """
+    from safetensors.flax import save_file
+
+    folder = pathlib.Path(path)
+    if folder.exists():
+        raise ValueError(f"{folder} exists already; weights are written once per version.")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = pathlib.Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
+    try:
+        tensors = {}
+        for pattern, (source, transposed) in hf_names(config).items():
+            value = _at(params["params"], source)
+            names = [pattern.format(i) for i in range(config.num_layers)] if "{}" in pattern else [pattern]
+            for index, name in enumerate(names):
+                tensor = value[index] if "{}" in pattern else value
+                tensors[name] = jnp.asarray(tensor.T if transposed else tensor)
+        save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
+        (staging / "config.json").write_text(json.dumps(config_json or hf_config(config), indent=2) + "\n")
+        for file in copy_files:
+            shutil.copyfile(file, staging / pathlib.Path(file).name)
+        os.replace(staging, folder)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return folder

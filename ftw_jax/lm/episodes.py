@@ -1,0 +1,197 @@
+"""Token episodes as a rollout engine writes them (JSON Lines), and as the pool holds them (`Trajectory`).
+
+One line per multi-turn episode (schema version 1; fields not listed are ignored):
+
+    {"tokens": [1, 9, 10, ...],          # the whole episode: prompt, the model's turns, the tools' turns
+     "spans": [{"start": 12, "end": 15, "version": 3, "logprobs": [-0.11, -0.52, -0.02]}, ...],
+     "reward": 1.0,                      # the terminal reward (the pool ranks by it)
+     "id": "any string"}                 # optional, named in messages
+
+Each span is a stretch `tokens[start:end]` the model wrote, with the policy version that wrote it (weights an
+engine hot-loads mid-episode make several versions in one episode) and the engine's log-probability of each of
+its tokens under the distribution it sampled from. Every other token (the prompt, tool output) is the
+environment's: outside the loss and the KL. Spans are in order, do not overlap, and start at 1 or later (the
+first token has no context to be written from).
+
+As a `Trajectory` of T = max_length − 1 steps: observation t is token t, action t is token t + 1, and step t
+is the model's (mask True) when token t + 1 lies in a span; its behaviour log-prob and version are that
+token's. Steps past the episode's end are padding (alive False). This is what `ftw_jax.rollout` records, so
+the same learner reads both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+from typing import Iterable
+
+import numpy as np
+
+from ftw_jax.pool import Trajectory
+
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Episode:
+    """One validated episode: tokens [L], and per token whether the model wrote it, its log-prob and version."""
+
+    tokens: np.ndarray  # [L] int32
+    written: np.ndarray  # [L] bool
+    logprobs: np.ndarray  # [L] float32 (0 where not written)
+    versions: np.ndarray  # [L] int32 (0 where not written)
+    reward: float
+    id: str | None = None
+
+
+class BadEpisode(ValueError):
+    """A line that does not follow the schema; the message names the line and the field."""
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def parse_episode(line: str, *, vocab_size: int, max_length: int) -> Episode:
+    """The episode of one JSONL line; `BadEpisode` naming the field otherwise."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise BadEpisode(f"not JSON ({error.msg} at column {error.colno})") from None
+    if not isinstance(record, dict):
+        raise BadEpisode(f"expected a JSON object, got {type(record).__name__}")
+    for field in ("tokens", "spans", "reward"):
+        if field not in record:
+            raise BadEpisode(f"{field}: missing")
+    tokens = record["tokens"]
+    if not isinstance(tokens, list) or not tokens:
+        raise BadEpisode("tokens: expected a non-empty list of token ids")
+    if len(tokens) > max_length:
+        raise BadEpisode(f"tokens: {len(tokens)} tokens, more than the maximum length {max_length}")
+    for index, token in enumerate(tokens):
+        if not (_is_int(token) and 0 <= token < vocab_size):
+            raise BadEpisode(f"tokens[{index}]: {token!r} is not a token id in [0, {vocab_size})")
+    if not _is_number(record["reward"]):
+        raise BadEpisode(f"reward: {record['reward']!r} is not a finite number")
+    spans = record["spans"]
+    if not isinstance(spans, list):
+        raise BadEpisode("spans: expected a list of {start, end, version, logprobs} objects")
+    written = np.zeros(len(tokens), bool)
+    logprobs = np.zeros(len(tokens), np.float32)
+    versions = np.zeros(len(tokens), np.int32)
+    previous_end = 1
+    for index, span in enumerate(spans):
+        where = f"spans[{index}]"
+        if not isinstance(span, dict) or any(name not in span for name in ("start", "end", "version", "logprobs")):
+            raise BadEpisode(f"{where}: expected an object with start, end, version and logprobs")
+        start, end, version, values = span["start"], span["end"], span["version"], span["logprobs"]
+        if not (_is_int(start) and _is_int(end) and previous_end <= start < end <= len(tokens)):
+            raise BadEpisode(f"{where}: start {start!r}, end {end!r} must satisfy {previous_end} <= start < end <= "
+                             f"{len(tokens)} (spans in order, not overlapping, after the first token)")
+        if not (_is_int(version) and 0 <= version < 2**31):
+            raise BadEpisode(f"{where}.version: {version!r} is not an int >= 0")
+        if not isinstance(values, list) or len(values) != end - start:
+            raise BadEpisode(f"{where}.logprobs: expected {end - start} numbers (one per token), got "
+                             f"{len(values) if isinstance(values, list) else type(values).__name__}")
+        bad = next((value for value in values if not (_is_number(value) and value <= 0)), None)
+        if bad is not None:
+            raise BadEpisode(f"{where}.logprobs: {bad!r} is not a log-probability (a finite number <= 0)")
+        written[start:end], logprobs[start:end], versions[start:end] = True, values, version
+        previous_end = end
+    episode_id = record.get("id")
+    return Episode(tokens=np.asarray(tokens, np.int32), written=written, logprobs=logprobs, versions=versions,
+                   reward=float(record["reward"]), id=None if episode_id is None else str(episode_id))
+
+
+@dataclasses.dataclass
+class ReadReport:
+    """What `read_episodes` found: how many lines it kept and, for each it skipped, 'line N: why'."""
+
+    kept: int = 0
+    skipped: list[str] = dataclasses.field(default_factory=list)
+
+
+def read_episodes(path, *, vocab_size: int, max_length: int, skip_bad: bool = False) -> tuple[list[Episode],
+                                                                                                 ReadReport]:
+    """Every episode of a JSONL file, in order. A bad line raises ValueError naming its line and field, before
+    anything is learnt from the file, or with `skip_bad` is left out and listed in the report. Blank lines are
+    skipped silently."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise ValueError(f"no episodes file at {path}.")
+    episodes, report = [], ReadReport()
+    with path.open() as file:
+        for number, line in enumerate(file, start=1):
+            if not line.strip():
+                continue
+            try:
+                episodes.append(parse_episode(line, vocab_size=vocab_size, max_length=max_length))
+            except BadEpisode as error:
+                problem = f"{path}:{number}: {error}"
+                if not skip_bad:
+                    raise ValueError(f"{problem} (pass --skip-bad-lines to leave such lines out).") from None
+                report.skipped.append(problem)
+    report.kept = len(episodes)
+    return episodes, report
+
+
+def to_trajectories(episodes: list[Episode], max_length: int) -> Trajectory:
+    """Episodes as a batch of trajectories [E, T = max_length − 1] (numpy; the pool's dtypes)."""
+    steps = max_length - 1
+    count = len(episodes)
+    observation = np.zeros((count, steps), np.int32)
+    action = np.zeros((count, steps), np.int32)
+    mask = np.zeros((count, steps), bool)
+    logp = np.zeros((count, steps), np.float32)
+    version = np.zeros((count, steps), np.int32)
+    reward = np.zeros((count, steps), np.float32)
+    alive = np.zeros((count, steps), bool)
+    for row, episode in enumerate(episodes):
+        n = len(episode.tokens) - 1  # steps of this episode
+        observation[row, :n], action[row, :n] = episode.tokens[:-1], episode.tokens[1:]
+        mask[row, :n], logp[row, :n], version[row, :n] = episode.written[1:], episode.logprobs[1:], episode.versions[1:]
+        alive[row, :n] = True
+        if n:
+            reward[row, n - 1] = episode.reward
+    return Trajectory(observation=observation, action=action, mask=mask, behaviour_logp=logp,
+                      behaviour_version=version, episode_return=np.asarray([e.reward for e in episodes], np.float32),
+                      reward=reward, alive=alive)
+
+
+def episode_records(trajectories: Trajectory) -> Iterable[dict]:
+    """The JSONL records of a batch of trajectories [E, T] (as `rollout` plays them): the inverse of
+    `to_trajectories` on the steps before each episode's end. Each maximal run of model-written tokens of one
+    version is a span."""
+    arrays = {name: np.asarray(getattr(trajectories, name)) for name in
+              ("observation", "action", "mask", "behaviour_logp", "behaviour_version", "alive", "episode_return")}
+    for row in range(arrays["action"].shape[0]):
+        steps = int(arrays["alive"][row].sum())
+        tokens = [int(arrays["observation"][row, 0])] + [int(token) for token in arrays["action"][row, :steps]]
+        spans, start = [], None
+        for t in range(steps + 1):
+            inside = t < steps and bool(arrays["mask"][row, t])
+            same = start is not None and inside and arrays["behaviour_version"][row, t] == arrays["behaviour_version"][row, start]
+            if start is not None and not same:
+                spans.append({"start": start + 1, "end": t + 1,
+                              "version": int(arrays["behaviour_version"][row, start]),
+                              "logprobs": [float(value) for value in arrays["behaviour_logp"][row, start:t]]})
+                start = None
+            if inside and start is None:
+                start = t
+        yield {"tokens": tokens, "spans": spans, "reward": float(arrays["episode_return"][row])}
+
+
+def write_episodes(path, records: Iterable[dict]) -> int:
+    """Appends records to a JSONL file, one line each; returns how many."""
+    count = 0
+    with pathlib.Path(path).open("a") as file:
+        for record in records:
+            file.write(json.dumps(record) + "\n")
+            count += 1
+    return count

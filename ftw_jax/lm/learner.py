@@ -1,0 +1,224 @@
+"""The LLM learner: FTW updates from episodes that any rollout engine wrote, and weights for it to reload.
+
+    learner = EpisodeLearner.build(LearnConfig(max_length=65), model_config)
+    state = learner.init(params)                      # the CausalLM's params ({"params": ...}): policy and reference
+    state, metrics = learner.step(state, batch, key)  # trajectories [B, T] (`lm.episodes`), one jitted call
+    lm.save(folder, model_config, learner.model_params(state))
+
+The policy is the model's next-token distribution over its whole vocabulary (`LMPolicy`), and the update is
+the training program's own (`algos.ftw`): the batch goes into the pool, then U updates, each keeping the top K
+of J minibatches of C pool entries by reward and fitting the model by token-level cross-entropy on their
+model-written tokens plus β·KL to the reference (exact, from the logits). Staleness and importance ratios
+read each token's own version and behaviour log-prob, so an episode written by several hot-loaded policy
+versions is measured token by token. The in-process loop (`ftw-jax lm train`) calls the same `algos.ftw`
+learner on the episodes it rolls out, so both paths make the same updates from the same episodes (tested).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ftw_jax import algos, runs
+from ftw_jax.algos.base import Context, Hyperparameters, Learner
+from ftw_jax.algos.ftw import FTWConfig
+from ftw_jax.lm.config import LMConfig
+from ftw_jax.lm.policy import LMPolicy
+from ftw_jax.pool import Trajectory
+from ftw_jax.runner import raise_if_stopped
+from ftw_jax.settings import check_settings, setting
+from ftw_jax.train import LearnerSettings, make_optimizer
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnConfig(LearnerSettings):
+    """The LM learner's settings; the update's are `algorithm_config` (an `FTWConfig`; None: its defaults)."""
+
+    max_length: int = setting(128, "the longest episode in tokens, prompt and tool output included (longer ones are "
+                                   "refused)")
+    seed: int = setting(0, "the seed of the learner's draws (selection, ties)")
+    save_every: int = setting(1, "write the weights every this many iterations, and after the last")
+    algorithm_config: Any = None
+
+    def __post_init__(self):
+        if self.algorithm_config is None:
+            object.__setattr__(self, "algorithm_config", FTWConfig())
+        if not isinstance(self.algorithm_config, FTWConfig):
+            raise ValueError(f"algorithm_config must be an FTWConfig, got {type(self.algorithm_config).__name__}.")
+        check_settings(self)
+        self.check_learner_settings()
+        if not (isinstance(self.max_length, int) and self.max_length >= 2):
+            raise ValueError(f"max_length must be an int >= 2 (a prompt token and one the model writes), got "
+                             f"{self.max_length!r}.")
+        if not (isinstance(self.save_every, int) and self.save_every >= 1):
+            raise ValueError(f"save_every must be an int >= 1, got {self.save_every!r}.")
+        algos.get("ftw").check(self.algorithm_config, self.episodes_per_iteration)
+
+    @property
+    def num_steps(self) -> int:
+        """T: a trajectory's steps (each token after the first is one)."""
+        return self.max_length - 1
+
+
+def example_trajectory(num_steps: int) -> Trajectory:
+    """An all-zero token trajectory [T]: the shapes the pool stores."""
+    zeros = lambda dtype: jnp.zeros((num_steps,), dtype)  # noqa: E731
+    return Trajectory(observation=zeros(jnp.int32), action=zeros(jnp.int32), mask=zeros(bool),
+                      behaviour_logp=zeros(jnp.float32), behaviour_version=zeros(jnp.int32),
+                      episode_return=jnp.zeros((), jnp.float32), reward=zeros(jnp.float32), alive=zeros(bool))
+
+
+def policy_params(model_params: dict) -> dict:
+    """The CausalLM's params ({"params": ...}) as the `LMPolicy`'s (the model is its submodule "lm")."""
+    return {"params": {"lm": model_params["params"]}}
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeLearner:
+    """FTW over token trajectories for one model shape."""
+
+    config: LearnConfig
+    model_config: LMConfig
+    policy: LMPolicy
+    learner: Learner
+    learn: Any  # the learner's `learn`, jitted
+
+    @classmethod
+    def build(cls, config: LearnConfig, model_config: LMConfig) -> "EpisodeLearner":
+        policy = LMPolicy(num_actions=model_config.vocab_size, config=model_config, max_length=config.num_steps)
+        learner = _ftw_learner(config, policy)
+        return cls(config, model_config, policy, learner, jax.jit(learner.learn))
+
+    def hyperparameters(self) -> Hyperparameters:
+        return Hyperparameters(kl_coef=jnp.asarray(self.config.kl_coef, jnp.float32),
+                               learning_rate=jnp.asarray(self.config.learning_rate, jnp.float32),
+                               algorithm=algos.get("ftw").hyperparameters(self.config.algorithm_config))
+
+    def init(self, model_params: dict):
+        """The learner state starting from (and KL-anchored to) these CausalLM params: an empty pool, version 0."""
+        start = policy_params(model_params)
+        learner = _ftw_learner(self.config, self.policy, init_params=lambda key, observation: start)
+        return learner.init(jax.random.key(0), jnp.zeros((1,), jnp.int32), self.hyperparameters())
+
+    def step(self, state, batch: Trajectory, key: jax.Array):
+        """(state, metrics with leaves [U]) after adding the batch [B, T] to the pool and running U updates."""
+        return self.learn(state, jax.tree.map(jnp.asarray, batch), key, self.hyperparameters())
+
+    def key(self, iteration: int) -> jax.Array:
+        """The key of iteration `iteration`: the same on a resumed run as on one never stopped."""
+        return jax.random.fold_in(jax.random.key(self.config.seed), iteration)
+
+    @staticmethod
+    def model_params(state) -> dict:
+        """The CausalLM's params in a learner state (for `lm.save`)."""
+        return {"params": state.policy.params["params"]["lm"]}
+
+
+def _ftw_learner(config: LearnConfig, policy: LMPolicy, init_params=None) -> Learner:
+    context = Context(policy=policy, make_network=None, optimizer=make_optimizer(config),
+                      example=example_trajectory(config.num_steps),
+                      episodes_per_iteration=config.episodes_per_iteration, init_params=init_params)
+    return algos.get("ftw").make_learner(config.algorithm_config, context)
+
+
+def metrics_row(metrics: dict) -> dict:
+    """The last update's scalar metrics as Python numbers (a JSONL row)."""
+    row = {}
+    for name, value in metrics.items():
+        value = np.asarray(value)[-1]
+        if value.ndim == 0:
+            row[name] = value.item()
+    return row
+
+
+# Files of a Hugging Face folder an engine needs beside the weights (the tokenizer and generation defaults).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
+                   "generation_config.json", "vocab.json", "merges.txt")
+
+
+def weights_folder(run_folder: pathlib.Path, version: int) -> pathlib.Path:
+    """Where the weights of policy version `version` go: `weights/version-000012` (sorted by name = by version)."""
+    return run_folder / "weights" / f"version-{version:06d}"
+
+
+def save_weights(run_folder: pathlib.Path, learner: EpisodeLearner, state, model_path: pathlib.Path) -> pathlib.Path:
+    """Writes the state's weights as a Hugging Face folder (once per version; atomic) with the starting
+    checkpoint's config.json and tokenizer files, and points `weights/latest.json` at it."""
+    from ftw_jax.lm.load import save
+
+    version = int(state.policy.version)
+    folder = weights_folder(run_folder, version)
+    if not folder.exists():
+        config_json = json.loads((model_path / "config.json").read_text())
+        config_json["torch_dtype"] = learner.model_config.dtype
+        save(folder, learner.model_config, learner.model_params(state), config_json=config_json,
+             copy_files=[model_path / name for name in TOKENIZER_FILES if (model_path / name).is_file()])
+    runs.write_json(run_folder / "weights" / "latest.json", {"version": version, "path": folder.name})
+    return folder
+
+
+def learn_from_file(config: LearnConfig, episodes_path: pathlib.Path, model_path: pathlib.Path,
+                    run_folder: pathlib.Path, checkpointer, log, *, dtype: str = "float32",
+                    skip_bad: bool = False) -> dict:
+    """`ftw-jax lm learn`: the episodes of a JSONL file, B at a time in file order, each batch into the pool and
+    then U FTW updates; weights written every `save_every` iterations and after the last. Resumes from the
+    checkpointer's latest, with the episodes after those it had learnt from (an engine may have appended more).
+    Returns the summary it writes to summary.json."""
+    from ftw_jax.lm.episodes import read_episodes, to_trajectories
+    from ftw_jax.lm.load import load
+
+    started = time.perf_counter()
+    model, params = load(model_path, dtype=dtype)
+    episodes, report = read_episodes(episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length,
+                                     skip_bad=skip_bad)
+    for problem in report.skipped[:10]:
+        log(f"skipped {problem}")
+    if len(report.skipped) > 10:
+        log(f"... and {len(report.skipped) - 10} more bad lines skipped")
+    if not episodes:
+        raise ValueError(f"{episodes_path} holds no usable episode.")
+    learner = EpisodeLearner.build(config, model.config)
+    state = learner.init(params)
+    batch_size = config.episodes_per_iteration
+    done, used = 0, 0  # iterations done, episodes learnt from
+    restored = checkpointer.restore(state) if checkpointer else None
+    if restored:
+        done, state, record = restored
+        used = record["episodes_used"]
+        log(f"resumed after iteration {done} ({used} episodes learnt from)")
+    runs.keep_rows_up_to(run_folder / "metrics.jsonl", done)
+    num_iterations = done + -(-(len(episodes) - used) // batch_size)
+    log(f"learning from {len(episodes) - used} new episodes ({len(report.skipped)} bad lines skipped) in "
+        f"{num_iterations - done} iterations of up to {batch_size}; run folder {run_folder}")
+    weights = None
+    for iteration in range(done, num_iterations):
+        raise_if_stopped()
+        chunk = episodes[used:used + batch_size]  # the last one may be short: the pool takes any B <= N
+        used += len(chunk)
+        state, metrics = learner.step(state, to_trajectories(chunk, config.max_length), learner.key(iteration))
+        row = {"iteration": iteration + 1, "episodes": used,
+               "reward_mean": float(np.mean([episode.reward for episode in chunk])), **metrics_row(metrics)}
+        with (run_folder / "metrics.jsonl").open("a") as file:
+            file.write(json.dumps(row) + "\n")
+        log(f"iteration {iteration + 1:>4}/{num_iterations}  reward {row['reward_mean']:.3f}  elite reward "
+            f"{row['elite_return_mean']:.3f}  cross-entropy {row['cross_entropy']:.4f}  kl {row['kl']:.4f}  "
+            f"staleness {row['pool_staleness_mean']:.1f}  version {row['version']}")
+        last = iteration + 1 == num_iterations
+        if (iteration + 1) % config.save_every == 0 or last:
+            weights = save_weights(run_folder, learner, state, model_path)
+        if checkpointer:
+            checkpointer.save(iteration + 1, state, {"episodes_used": used}, final=last)
+    if weights is None:  # everything was done before this resume
+        weights = save_weights(run_folder, learner, state, model_path)
+    summary = {"episodes": used, "bad_lines_skipped": len(report.skipped), "iterations": num_iterations,
+               "version": int(state.policy.version), "weights": str(weights),
+               "seconds": time.perf_counter() - started}
+    runs.write_json(run_folder / "summary.json", summary)
+    return summary

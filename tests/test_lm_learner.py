@@ -1,0 +1,222 @@
+"""The LLM learner: the episode schema and its validator, token trajectories, per-token versions, the JSONL
+learner against the in-process one, versioned weights, resume."""
+
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ftw_jax import cli, diagnostics
+from ftw_jax.algos.ftw import FTWConfig
+from ftw_jax.envs.text_search import TextSearchTask
+from ftw_jax.lm import load
+from ftw_jax.lm.episodes import episode_records, parse_episode, read_episodes, to_trajectories, write_episodes
+from ftw_jax.lm.learner import EpisodeLearner, LearnConfig, policy_params
+from ftw_jax.lm.load import save
+from ftw_jax.lm.policy import tiny_config
+from ftw_jax.rollout import rollouts
+from ftw_jax.update import make_loss
+
+ENV = TextSearchTask(step_limit=48)
+MAX_LENGTH = ENV.max_steps + 1
+GOOD = {"tokens": [1, 9, 10, 7, 30, 8], "spans": [{"start": 3, "end": 6, "version": 2, "logprobs": [-0.5, -1.0, -0.1]}],
+        "reward": 1.0, "id": "a"}
+
+
+def small_config(**changes) -> LearnConfig:
+    settings = dict(max_length=MAX_LENGTH, episodes_per_iteration=8, learning_rate=1e-3, kl_coef=0.1,
+                    algorithm_config=FTWConfig(pool_capacity=16, num_batches=4, batch_size=4, num_elites=1,
+                                               updates_per_iteration=2, monitor_entries=4))
+    return LearnConfig(**{**settings, **changes})
+
+
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory) -> pathlib.Path:
+    """A tiny random Qwen2-shaped checkpoint over the text search task's words, with its tokenizer.json."""
+    folder = tmp_path_factory.mktemp("model") / "tiny"
+    config = tiny_config(ENV.vocabulary_size)
+    from ftw_jax.lm.model import CausalLM
+
+    params = CausalLM(config).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
+    save(folder, config, params)
+    ENV.tokenizer().backend.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def played(model_folder, num_episodes=16, seed=0):
+    """Episodes the tiny model plays in the text search task (the in-process engine): trajectories [E, T]."""
+    model, params = load(model_folder)
+    learner = EpisodeLearner.build(small_config(), model.config)
+    with jax.debug_key_reuse(False):  # a vmapped scan over split keys (see conftest's unchecked_key_reuse)
+        trajectories, _ = rollouts(jax.random.key(seed), ENV, (), learner.policy, policy_params(params),
+                                   jnp.int32(0), num_episodes)
+    return learner, params, trajectories
+
+
+# ------------------------------------------------------------------------------------------ schema, validator
+
+def test_a_good_line_parses_into_per_token_fields():
+    episode = parse_episode(json.dumps(GOOD), vocab_size=64, max_length=8)
+    assert episode.tokens.tolist() == GOOD["tokens"] and episode.id == "a"
+    assert episode.written.tolist() == [False, False, False, True, True, True]
+    np.testing.assert_array_equal(episode.logprobs, np.float32([0, 0, 0, -0.5, -1.0, -0.1]))
+    assert episode.versions.tolist() == [0, 0, 0, 2, 2, 2]
+
+
+@pytest.mark.parametrize("change, field", [
+    (dict(reward=None), "reward"),
+    (dict(tokens=[1, 9, 99]), "tokens[2]"),
+    (dict(tokens=list(range(1, 10))), "tokens"),  # longer than max_length 8
+    (dict(spans=[{"start": 0, "end": 2, "version": 0, "logprobs": [-1, -1]}]), "spans[0]"),  # the first token
+    (dict(spans=[{"start": 3, "end": 5, "version": 0, "logprobs": [-1, -1]},
+                 {"start": 4, "end": 6, "version": 0, "logprobs": [-1, -1]}]), "spans[1]"),  # overlapping
+    (dict(spans=[{"start": 3, "end": 6, "version": 0, "logprobs": [-1]}]), "spans[0].logprobs"),
+    (dict(spans=[{"start": 3, "end": 4, "version": 0, "logprobs": [0.5]}]), "spans[0].logprobs"),
+    (dict(spans=[{"start": 3, "end": 4, "version": -1, "logprobs": [-1]}]), "spans[0].version"),
+])
+def test_a_bad_field_is_named(change, field):
+    with pytest.raises(ValueError, match=f"^{field.replace('[', '.').replace(']', '.')}"):
+        parse_episode(json.dumps({**GOOD, **change}), vocab_size=64, max_length=8)
+
+
+def test_a_bad_line_is_named_by_number_and_refused_or_skipped(tmp_path):
+    path = tmp_path / "episodes.jsonl"
+    path.write_text("\n".join([json.dumps(GOOD), "{not json", json.dumps({k: v for k, v in GOOD.items() if k != "reward"}),
+                               "", json.dumps(GOOD)]) + "\n")
+    with pytest.raises(ValueError, match=r"episodes.jsonl:2: not JSON"):
+        read_episodes(path, vocab_size=64, max_length=8)
+    episodes, report = read_episodes(path, vocab_size=64, max_length=8, skip_bad=True)
+    assert len(episodes) == 2 and report.kept == 2
+    assert [problem.split(": ", 1)[0][-1] for problem in report.skipped] == ["2", "3"]
+    assert "reward: missing" in report.skipped[1]
+
+
+# ---------------------------------------------------------------------------------------- token trajectories
+
+def test_rollout_episodes_survive_the_jsonl_round_trip(model_folder, tmp_path):
+    _, _, trajectories = played(model_folder)
+    path = tmp_path / "episodes.jsonl"
+    assert write_episodes(path, episode_records(trajectories)) == 16
+    episodes, _ = read_episodes(path, vocab_size=ENV.vocabulary_size, max_length=MAX_LENGTH)
+    back = to_trajectories(episodes, MAX_LENGTH)
+    alive = np.asarray(trajectories.alive)
+    np.testing.assert_array_equal(back.alive, alive)
+    for name in ("observation", "action", "mask", "behaviour_logp", "reward"):
+        np.testing.assert_array_equal(np.where(alive, getattr(back, name), 0),
+                                      np.where(alive, np.asarray(getattr(trajectories, name)), 0), err_msg=name)
+    np.testing.assert_array_equal(back.episode_return, trajectories.episode_return)
+    assert np.asarray(trajectories.mask).any() and not np.asarray(trajectories.mask).all()  # both kinds of token
+
+
+def test_changing_an_environment_tokens_target_changes_no_gradient(model_folder):
+    """The loss mask: a step whose next token the environment wrote contributes nothing, whatever that token."""
+    learner, params, trajectories = played(model_folder, num_episodes=4)
+    loss = make_loss(learner.policy.apply, learner.config.algorithm_config)
+    start = policy_params(params)
+    grads = lambda batch: jax.grad(lambda p: loss(p, start, 0.1, batch, jnp.ones(4))[0])(start)  # noqa: E731
+    base = grads(trajectories)
+    forced = np.argwhere(np.asarray(trajectories.alive & ~trajectories.mask))
+    written = np.argwhere(np.asarray(trajectories.mask))
+    for (row, step), expect_same in ((forced[3], True), (written[0], False)):
+        action = trajectories.action.at[row, step].set((trajectories.action[row, step] + 1) % ENV.vocabulary_size)
+        changed = grads(trajectories.replace(action=action))
+        same = all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(base), jax.tree.leaves(changed)))
+        assert same == expect_same
+
+
+def test_per_token_versions_drive_staleness_and_importance_ratios():
+    """An episode two hot-loaded versions wrote: staleness counts from the oldest, the ratio sums its tokens."""
+    record = {"tokens": [1, 9, 10, 11, 12, 13, 14], "reward": 1.0,
+              "spans": [{"start": 2, "end": 4, "version": 3, "logprobs": [-1.0, -2.0]},
+                        {"start": 5, "end": 7, "version": 5, "logprobs": [-0.5, -0.25]}]}
+    trajectory = to_trajectories([parse_episode(json.dumps(record), vocab_size=64, max_length=8)], 8)
+    assert trajectory.behaviour_version[0].tolist() == [0, 3, 3, 0, 5, 5, 0]
+    assert int(diagnostics.staleness(jnp.int32(7), trajectory.behaviour_version, trajectory.mask)[0]) == 4
+    log_probs = jnp.array([[-9.0, -1.5, -1.5, -9.0, -1.0, -1.0, -9.0]])
+    ratio = diagnostics.log_importance_ratio(log_probs, trajectory.behaviour_logp, trajectory.mask)
+    np.testing.assert_allclose(ratio, [(-1.5 + 1.0) + (-1.5 + 2.0) + (-1.0 + 0.5) + (-1.0 + 0.25)])
+
+
+# ---------------------------------------------------------------------------------------------- the learner
+
+def test_the_jsonl_learner_makes_the_in_process_learners_updates(model_folder, tmp_path):
+    learner, params, trajectories = played(model_folder)
+    path = tmp_path / "episodes.jsonl"
+    write_episodes(path, episode_records(trajectories))
+    episodes, _ = read_episodes(path, vocab_size=ENV.vocabulary_size, max_length=MAX_LENGTH)
+    from_file = to_trajectories(episodes, MAX_LENGTH)
+    states = []
+    for batches in (trajectories, from_file):
+        state = learner.init(params)
+        for iteration in range(2):
+            batch = jax.tree.map(lambda leaf: leaf[iteration * 8:(iteration + 1) * 8], batches)
+            state, metrics = learner.step(state, batch, learner.key(iteration))
+        states.append(state)
+    assert int(states[0].policy.version) == 4  # every update applied
+    for a, b in zip(jax.tree.leaves(states[0].policy.params), jax.tree.leaves(states[1].policy.params)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    moved = jax.tree.leaves(jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), states[0].policy.params,
+                                         policy_params(params)))
+    assert max(float(value) for value in moved) > 1e-4
+
+
+def lm_learn(model_folder, episodes, out, *extra):
+    argv = ["lm", "learn", "--episodes", str(episodes), "--model", str(model_folder), "--out", str(out),
+            "--name", "run", "--max-length", str(MAX_LENGTH), "--episodes-per-iteration", "8", "--pool-capacity", "16",
+            "--num-batches", "4", "--batch-size", "4", "--num-elites", "1", "--monitor-entries", "4", "--json", *extra]
+    return cli.main(argv)
+
+
+@pytest.mark.slow
+def test_lm_learn_writes_versions_an_engine_can_load_and_resumes_exactly(model_folder, tmp_path, capsys):
+    _, _, trajectories = played(model_folder, num_episodes=24)
+    episodes = tmp_path / "episodes.jsonl"
+    write_episodes(episodes, episode_records(trajectories))
+    assert lm_learn(model_folder, episodes, tmp_path / "whole") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["iterations"] == 3 and summary["version"] == 3
+    run = tmp_path / "whole" / "run"
+    assert sorted(p.name for p in (run / "weights").iterdir()) == [
+        "latest.json", "version-000001", "version-000002", "version-000003"]
+    assert json.loads((run / "weights" / "latest.json").read_text())["version"] == 3
+    assert (run / "weights" / "version-000003" / "tokenizer.json").is_file()
+    _, whole = load(run / "weights" / "version-000003")
+
+    # The same file cut short after 16 episodes; then the engine writes the rest and the run resumes: the same weights.
+    growing = tmp_path / "growing.jsonl"
+    growing.write_text("".join(episodes.read_text().splitlines(keepends=True)[:16]))
+    assert lm_learn(model_folder, growing, tmp_path / "parts") == 0
+    part = tmp_path / "parts" / "run"
+    growing.write_text(episodes.read_text())
+    assert lm_learn(model_folder, growing, tmp_path / "parts", "--resume", str(part)) == 0
+    _, resumed = load(part / "weights" / "version-000003")
+    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(resumed)):
+        np.testing.assert_array_equal(a, b)
+    rows = [json.loads(line) for line in (part / "metrics.jsonl").read_text().splitlines()]
+    assert [row["episodes"] for row in rows] == [8, 16, 24]
+
+
+def test_a_short_last_batch_is_learnt_from_and_resumed_after(model_folder, tmp_path, capsys):
+    """12 episodes in batches of 8: the last batch has 4; a resume after more lines were written goes on from
+    the 13th episode."""
+    _, _, trajectories = played(model_folder, num_episodes=20)
+    records = list(episode_records(trajectories))
+    episodes = tmp_path / "episodes.jsonl"
+    write_episodes(episodes, records[:12])
+    assert lm_learn(model_folder, episodes, tmp_path) == 0
+    write_episodes(episodes, records[12:])
+    assert lm_learn(model_folder, episodes, tmp_path, "--resume", str(tmp_path / "run")) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["episodes"] == 20
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["episodes"] for row in rows] == [8, 12, 20]
+
+
+def test_lm_learn_refuses_a_bad_line_in_one_line(model_folder, tmp_path, capsys):
+    episodes = tmp_path / "episodes.jsonl"
+    episodes.write_text(json.dumps({**GOOD, "tokens": [1, 9, 10, 7, 30, 999]}) + "\n")
+    assert lm_learn(model_folder, episodes, tmp_path) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "episodes.jsonl:1: tokens[5]: 999 is not a token id" in error

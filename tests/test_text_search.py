@@ -1,0 +1,144 @@
+"""The text search agent's task: the protocol in words, exact-match reward, forced tool output, the tokenizer,
+the demonstrator and the supervised warm start."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ftw_jax.envs.text_search import WORDS, TextSearchTask, text
+from ftw_jax.rollout import demonstration
+from ftw_jax.train import TrainConfig, make_train
+from ftw_jax.warm_start import WarmStart, demonstrations, fit_demonstrations, imitation_loss
+
+ID = {word: index for index, word in enumerate(WORDS)}
+
+
+def play(env, seed, words):
+    """Plays the model's `words` (one per free step) after reset(seed); returns (the whole text, forced flags,
+    total reward, done)."""
+    observation, state = env.reset(jax.random.key(seed), ())
+    tokens, forced_flags, total, script = [int(observation)], [], 0.0, iter(words)
+    for _ in range(env.max_steps):
+        forced, forced_token = env.forced_action(state, ())
+        action = int(forced_token) if bool(forced) else ID[next(script)]
+        observation, state, reward, done, _ = env.step(jax.random.key(0), state, jnp.int32(action), ())
+        tokens.append(int(observation))
+        forced_flags.append(bool(forced))
+        total += float(reward)
+        if bool(done):
+            return text(tokens), forced_flags, total, True
+    return text(tokens), forced_flags, total, False
+
+
+def question(env, seed):
+    """(asked name, attribute, two hops?, the right word) of episode `seed`."""
+    _, state = env.reset(jax.random.key(seed), ())
+    words = text(state.queue[:int(state.queue_length)]).split()
+    return words[-2], words[5], bool(state.two_hop), WORDS[int(state.answer)]
+
+
+def find(env, seed, two_hop):
+    return next(seed for seed in range(seed, seed + 100) if question(env, seed)[2] == two_hop)
+
+
+def test_one_hop_search_then_the_right_answer_scores_one():
+    env = TextSearchTask()
+    seed = find(env, 0, two_hop=False)
+    name, attribute, _, right = question(env, seed)
+    story, forced, reward, done = play(env, seed, ["<search>", name, "</search>", "<answer>", right, "</answer>"])
+    assert story.startswith(f"<bos> question : what is the {attribute} of {name} ? <search> {name} </search> "
+                            f"<information> {name} : city ")
+    assert story.endswith(f"</information> <answer> {right} </answer>") and f"{attribute} {right}" in story
+    assert (reward, done) == (1.0, True)
+    assert forced == [True] * 9 + [False] * 3 + [True] * 12 + [False] * 3  # the question and the tool's output
+
+
+def test_two_hops_read_the_friend_then_answer():
+    env = TextSearchTask()
+    seed = find(env, 0, two_hop=True)
+    name, attribute, _, right = question(env, seed)
+    _, state = env.reset(jax.random.key(seed), ())
+    friend = WORDS[ID["alice"] + int(state.friend[ID[name] - ID["alice"]])]
+    words = ["<search>", name, "</search>", "<search>", friend, "</search>", "<answer>", right, "</answer>"]
+    story, _, reward, _ = play(env, seed, words)
+    assert f"of the friend of {name} ?" in story and f"friend {friend} </information>" in story
+    assert reward == 1.0
+
+
+@pytest.mark.parametrize("answer", [
+    ["<answer>", "WRONG", "</answer>"],  # another value
+    ["<answer>", "RIGHT", "RIGHT", "</answer>"],  # not exactly the one word
+    ["<answer>", "</answer>"],  # nothing
+])
+def test_only_the_exact_answer_scores(answer):
+    env = TextSearchTask()
+    seed = find(env, 0, two_hop=False)
+    _, attribute, _, right = question(env, seed)
+    values = [word for word in WORDS if (word in ("paris", "rome") if attribute == "city" else word in ("red", "blue"))]
+    wrong = values[0] if values[0] != right else values[1]
+    words = [{"RIGHT": right, "WRONG": wrong}.get(word, word) for word in answer]
+    _, _, reward, done = play(env, seed, words)
+    assert (reward, done) == (0.0, True)
+
+
+def test_a_guess_is_scored_as_any_answer_and_words_outside_tags_are_ignored():
+    env = TextSearchTask()
+    seed = find(env, 0, two_hop=False)
+    _, _, _, right = question(env, seed)
+    _, _, reward, _ = play(env, seed, ["what", right, "?", "<answer>", right, "</answer>"])
+    assert reward == 1.0
+
+
+def test_a_query_that_is_not_one_name_finds_nothing_and_the_search_cap_ends_the_episode():
+    env = TextSearchTask(max_searches=2)
+    story, _, reward, done = play(env, 0, ["<search>", "paris", "</search>", "<search>", "alice", "bob", "</search>",
+                                           "<search>"])
+    assert story.count("<information> no result </information>") == 2
+    assert (reward, done) == (0.0, True)
+    _, forced, reward, done = play(env, 0, ["the"] * 200)  # never answering: the step limit ends it
+    assert (len(forced), reward, done) == (env.step_limit, 0.0, True)
+
+
+def test_the_tokenizer_reads_and_writes_the_environments_ids():
+    env = TextSearchTask()
+    trajectory, _ = demonstration(jax.random.key(3), env, ())
+    steps = int(trajectory.alive.sum())
+    ids = [int(trajectory.observation[0])] + [int(token) for token in trajectory.action[:steps]]
+    tokenizer = env.tokenizer()
+    assert tokenizer.encode(text(ids)) == ids and tokenizer.decode(ids) == text(ids)
+    assert tokenizer.vocab_size == env.vocabulary_size == len(WORDS)
+
+
+@pytest.mark.usefixtures("unchecked_key_reuse")
+def test_the_demonstrator_is_right_unless_it_guesses():
+    env = TextSearchTask(guess_rate=0.0)
+    _, success = demonstrations(jax.random.key(0), env, (), 64)
+    assert bool(jnp.all(success))
+    _, success = demonstrations(jax.random.key(0), TextSearchTask(guess_rate=1.0, num_values=2), (), 256)
+    assert 0.35 < float(jnp.mean(success)) < 0.65  # right by chance: 1 in 2
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("unchecked_key_reuse")
+def test_a_warm_start_imitates_the_demonstrator():
+    env = TextSearchTask(guess_rate=0.0)
+    config = TrainConfig.for_env("text-search", warm_start_demonstrations=0, eval_episodes=64)
+    trainer = make_train(config, guess_rate=0.0)
+    fresh = trainer.init(jax.random.key(0))
+    params, losses = fit_demonstrations(jax.random.key(1), env, (), trainer.policy, fresh.learner.policy.params,
+                                        WarmStart(256, steps=80, learning_rate=3e-3, batch_size=32))
+    assert float(losses[-1]) < 0.3 * float(losses[0])
+    demos, _ = demonstrations(jax.random.key(2), env, (), 32)  # held-out demonstrations
+    assert float(imitation_loss(trainer.policy, params, demos)) < 0.3 * float(losses[0])
+    fitted = fresh.replace(learner=fresh.learner.replace(policy=fresh.learner.policy.replace(params=params)))
+    before = trainer.evaluate(jax.random.key(3), fresh)["success"]
+    after = trainer.evaluate(jax.random.key(3), fitted)["success"]
+    assert float(before) < 0.1 < 0.3 < float(after)
+
+
+def test_a_warm_start_needs_a_demonstrator():
+    with pytest.raises(ValueError, match="warm_start_demonstrations needs an environment with a demonstrator"):
+        make_train(TrainConfig.for_env("search", warm_start_demonstrations=16))
+    with pytest.raises(ValueError, match="warm_start_steps must be"):
+        TrainConfig.for_env("text-search", warm_start_steps=0)
