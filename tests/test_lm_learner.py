@@ -46,14 +46,22 @@ def model_folder(tmp_path_factory) -> pathlib.Path:
     return folder
 
 
-def played(model_folder, num_episodes=16, seed=0):
-    """Episodes the tiny model plays in the text search task (the in-process engine): trajectories [E, T]."""
+@pytest.fixture(scope="module")
+def engine(model_folder):
+    """(learner, the model's params, 24 episodes [24, T] the tiny model played in the text search task): the
+    in-process engine, its rollout compiled once for the module."""
     model, params = load(model_folder)
     learner = EpisodeLearner.build(small_config(), model.config)
     with jax.debug_key_reuse(False):  # a vmapped scan over split keys (see conftest's unchecked_key_reuse)
-        trajectories, _ = rollouts(jax.random.key(seed), ENV, (), learner.policy, policy_params(params),
-                                   jnp.int32(0), num_episodes)
+        trajectories, _ = jax.jit(rollouts, static_argnums=(1, 3, 6))(
+            jax.random.key(0), ENV, (), learner.policy, policy_params(params), jnp.int32(0), 24)
     return learner, params, trajectories
+
+
+def played(engine, num_episodes):
+    """The engine's learner, the model's params and its first `num_episodes` episodes."""
+    learner, params, trajectories = engine
+    return learner, params, jax.tree.map(lambda leaf: leaf[:num_episodes], trajectories)
 
 
 # ------------------------------------------------------------------------------------------ schema, validator
@@ -96,8 +104,8 @@ def test_a_bad_line_is_named_by_number_and_refused_or_skipped(tmp_path):
 
 # ---------------------------------------------------------------------------------------- token trajectories
 
-def test_rollout_episodes_survive_the_jsonl_round_trip(model_folder, tmp_path):
-    _, _, trajectories = played(model_folder)
+def test_rollout_episodes_survive_the_jsonl_round_trip(engine, tmp_path):
+    _, _, trajectories = played(engine, 16)
     path = tmp_path / "episodes.jsonl"
     assert write_episodes(path, episode_records(trajectories)) == 16
     episodes, _ = read_episodes(path, vocab_size=ENV.vocabulary_size, max_length=MAX_LENGTH)
@@ -111,12 +119,12 @@ def test_rollout_episodes_survive_the_jsonl_round_trip(model_folder, tmp_path):
     assert np.asarray(trajectories.mask).any() and not np.asarray(trajectories.mask).all()  # both kinds of token
 
 
-def test_changing_an_environment_tokens_target_changes_no_gradient(model_folder):
+def test_changing_an_environment_tokens_target_changes_no_gradient(engine):
     """The loss mask: a step whose next token the environment wrote contributes nothing, whatever that token."""
-    learner, params, trajectories = played(model_folder, num_episodes=4)
+    learner, params, trajectories = played(engine, 4)
     loss = make_loss(learner.policy.apply, learner.config.algorithm_config)
     start = policy_params(params)
-    grads = lambda batch: jax.grad(lambda p: loss(p, start, 0.1, batch, jnp.ones(4))[0])(start)  # noqa: E731
+    grads = jax.jit(lambda batch: jax.grad(lambda p: loss(p, start, 0.1, batch, jnp.ones(4))[0])(start))
     base = grads(trajectories)
     forced = np.argwhere(np.asarray(trajectories.alive & ~trajectories.mask))
     written = np.argwhere(np.asarray(trajectories.mask))
@@ -142,8 +150,8 @@ def test_per_token_versions_drive_staleness_and_importance_ratios():
 
 # ---------------------------------------------------------------------------------------------- the learner
 
-def test_the_jsonl_learner_makes_the_in_process_learners_updates(model_folder, tmp_path):
-    learner, params, trajectories = played(model_folder)
+def test_the_jsonl_learner_makes_the_in_process_learners_updates(engine, tmp_path):
+    learner, params, trajectories = played(engine, 16)
     path = tmp_path / "episodes.jsonl"
     write_episodes(path, episode_records(trajectories))
     episodes, _ = read_episodes(path, vocab_size=ENV.vocabulary_size, max_length=MAX_LENGTH)
@@ -171,8 +179,8 @@ def lm_learn(model_folder, episodes, out, *extra):
 
 
 @pytest.mark.slow
-def test_lm_learn_writes_versions_an_engine_can_load_and_resumes_exactly(model_folder, tmp_path, capsys):
-    _, _, trajectories = played(model_folder, num_episodes=24)
+def test_lm_learn_writes_versions_an_engine_can_load_and_resumes_exactly(engine, model_folder, tmp_path, capsys):
+    _, _, trajectories = played(engine, 24)
     episodes = tmp_path / "episodes.jsonl"
     write_episodes(episodes, episode_records(trajectories))
     assert lm_learn(model_folder, episodes, tmp_path / "whole") == 0
@@ -199,10 +207,11 @@ def test_lm_learn_writes_versions_an_engine_can_load_and_resumes_exactly(model_f
     assert [row["episodes"] for row in rows] == [8, 16, 24]
 
 
-def test_a_short_last_batch_is_learnt_from_and_resumed_after(model_folder, tmp_path, capsys):
+@pytest.mark.slow
+def test_a_short_last_batch_is_learnt_from_and_resumed_after(engine, model_folder, tmp_path, capsys):
     """12 episodes in batches of 8: the last batch has 4; a resume after more lines were written goes on from
     the 13th episode."""
-    _, _, trajectories = played(model_folder, num_episodes=20)
+    _, _, trajectories = played(engine, 20)
     records = list(episode_records(trajectories))
     episodes = tmp_path / "episodes.jsonl"
     write_episodes(episodes, records[:12])

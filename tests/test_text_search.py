@@ -112,10 +112,10 @@ def test_the_tokenizer_reads_and_writes_the_environments_ids():
 
 @pytest.mark.usefixtures("unchecked_key_reuse")
 def test_the_demonstrator_is_right_unless_it_guesses():
-    env = TextSearchTask(guess_rate=0.0)
-    _, success = demonstrations(jax.random.key(0), env, (), 64)
+    demonstrate = jax.jit(demonstrations, static_argnums=(1, 3))
+    _, success = demonstrate(jax.random.key(0), TextSearchTask(guess_rate=0.0), (), 64)
     assert bool(jnp.all(success))
-    _, success = demonstrations(jax.random.key(0), TextSearchTask(guess_rate=1.0, num_values=2), (), 256)
+    _, success = demonstrate(jax.random.key(0), TextSearchTask(guess_rate=1.0, num_values=2), (), 256)
     assert 0.35 < float(jnp.mean(success)) < 0.65  # right by chance: 1 in 2
 
 
