@@ -812,12 +812,22 @@ def _add_lm_parser(subparsers) -> None:
         description="`ftw-jax train --env text-search`: a tiny Qwen2-shaped LM fitted to the demonstrator's "
                     "episodes (--warm-start-demonstrations), then trained by --algorithm on its own rollouts.")
     _add_seeds(train)
+    train.add_argument("--model", type=pathlib.Path, default=None, metavar="PATH",
+                       help="a Hugging Face Llama/Qwen2 folder with its tokenizer: the task is written in its tokens "
+                            "and chat template, and its weights are the starting policy (default: a tiny fresh LM "
+                            "over the task's own 63 words); needs --env-options step_limit=N for its longer episodes")
     train.add_argument("--env-options", type=_env_options, default={},
                        help="options of the text search task, e.g. 'two_hop_fraction=1.0,guess_rate=0.8'")
     add_settings(train, _training_settings(), env_defaults="text-search")
     _add_run_folder_arguments(train)
     train.add_argument("--no-plot", action="store_true", help="do not write the learning-curve PNG")
-    train.set_defaults(handler=_run_train, env="text-search")
+    train.set_defaults(handler=_run_lm_train, env="text-search")
+
+
+def _run_lm_train(args) -> int:
+    if args.model is not None:  # an environment option: the task and the policy both follow the checkpoint
+        args.env_options = {**args.env_options, "model": str(args.model)}
+    return _run_train(args)
 
 
 def _run_lm_learn(args) -> int:

@@ -126,6 +126,10 @@ ARCHITECTURES = {
 
 
 def _lm_policy(num_outputs: int, env) -> nn.Module:
-    from ftw_jax.lm.policy import LMPolicy, tiny_config  # the LM package loads safetensors; only this needs it
+    """A tiny fresh LM over the environment's vocabulary, or the checkpoint the environment is written for
+    (`env.model`, a Hugging Face folder): its shape, and its weights as the starting params (`pretrained`)."""
+    from ftw_jax.lm.policy import LMPolicy, pretrained_config, tiny_config  # only this loads the LM package
 
-    return LMPolicy(num_actions=num_outputs, config=tiny_config(env.vocabulary_size), max_length=env.max_steps)
+    model = getattr(env, "model", "")
+    config = pretrained_config(model) if model else tiny_config(env.vocabulary_size)
+    return LMPolicy(num_actions=num_outputs, config=config, max_length=env.max_steps, pretrained=model)

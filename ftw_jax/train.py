@@ -269,10 +269,16 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
 
 
 def make_init_params(config: TrainConfig, env: envs.Environment, env_params, policy):
-    """`init_params(key, observation) -> params` of a fresh policy: its initialiser's, fitted to demonstrations
-    first when the config asks for a warm start."""
+    """`init_params(key, observation) -> params` of the starting policy: its initialiser's (or its checkpoint's,
+    for a pretrained LM), fitted to demonstrations first when the config asks for a warm start."""
+    initialise = policy.init
+    if getattr(policy, "pretrained", ""):  # a checkpoint's weights, read once (constants of the compiled init)
+        from ftw_jax.lm.policy import pretrained_params
+
+        start = pretrained_params(policy)
+        initialise = lambda key, observation: start  # noqa: E731
     if not config.warm_start_demonstrations:
-        return policy.init
+        return initialise
     if not env.has_expert:
         raise ValueError(f"warm_start_demonstrations needs an environment with a demonstrator; {config.env} has none.")
     settings = warm_start.WarmStart(config.warm_start_demonstrations, steps=config.warm_start_steps,
@@ -280,7 +286,7 @@ def make_init_params(config: TrainConfig, env: envs.Environment, env_params, pol
 
     def init_params(key, observation):
         init_key, fit_key = jax.random.split(key)
-        params = policy.init(init_key, observation)
+        params = initialise(init_key, observation)
         return warm_start.fit_demonstrations(fit_key, env, env_params, policy, params, settings)[0]
 
     return init_params

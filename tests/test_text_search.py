@@ -142,3 +142,49 @@ def test_a_warm_start_needs_a_demonstrator():
         make_train(TrainConfig.for_env("search", warm_start_demonstrations=16))
     with pytest.raises(ValueError, match="warm_start_steps must be"):
         TrainConfig.for_env("text-search", warm_start_steps=0)
+
+
+@pytest.fixture(scope="module")
+def chat_model(tmp_path_factory):
+    from conftest import write_tiny_bpe_checkpoint
+
+    return write_tiny_bpe_checkpoint(tmp_path_factory.mktemp("chat") / "tiny-chat")
+
+
+@pytest.mark.usefixtures("unchecked_key_reuse")
+def test_the_task_in_a_chat_models_tokens_reads_words_of_several_tokens(chat_model):
+    env = TextSearchTask(model=str(chat_model), guess_rate=0.0, step_limit=240)
+    assert env.lexicon.max_pieces > 1 and env.num_actions == 320  # words of several tokens; the model's vocabulary
+    demos, success = jax.jit(demonstrations, static_argnums=(1, 3))(jax.random.key(0), env, (), 8)
+    assert bool(jnp.all(success))  # the demonstrator's multi-token words are read back as the words they spell
+    tokenizer = env.tokenizer()
+    steps = int(demos.alive[0].sum())
+    story = tokenizer.decode([int(demos.observation[0, 0])] + [int(a) for a in demos.action[0, :steps]])
+    assert story.startswith("<|im_start|>user\n") and "<|im_start|>assistant\n <search> " in story
+    assert story.endswith("</answer>")
+    with pytest.raises(ValueError, match="step_limit must be in"):
+        TextSearchTask(model=str(chat_model))  # 64 steps cannot hold a two-hop episode in these tokens
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("unchecked_key_reuse")
+def test_lm_train_runs_on_a_checkpoint_from_its_weights(chat_model, tmp_path, capsys):
+    import json
+
+    from ftw_jax import cli
+    from ftw_jax.lm import load
+
+    config = TrainConfig.for_env("text-search", warm_start_demonstrations=0)
+    trainer = make_train(config, model=str(chat_model), step_limit=240)
+    _, params = load(chat_model)
+    start = trainer.init(jax.random.key(0)).learner.policy.params["params"]["lm"]
+    for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(params["params"])):
+        np.testing.assert_array_equal(a, b)
+    argv = ["lm", "train", "--model", str(chat_model), "--env-options", "step_limit=240", "--seeds", "0",
+            "--iterations", "2", "--eval-every", "2", "--episodes-per-iteration", "8", "--eval-episodes", "8",
+            "--pool-capacity", "16", "--num-batches", "4", "--batch-size", "4", "--warm-start-demonstrations", "16",
+            "--warm-start-steps", "2", "--out", str(tmp_path), "--name", "run", "--no-plot", "--json"]
+    assert cli.main(argv) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["env_options"]["model"] == str(chat_model) and len(summary["start"]["success"]) == 1
+    assert summary["updates_applied"][0] > 0

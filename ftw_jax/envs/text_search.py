@@ -50,9 +50,8 @@ _FREE, _IN_SEARCH, _IN_ANSWER = range(3)
 QUESTION_WORDS = 12  # the longest question, "question : what is the colour of the friend of alice ?"
 INFORMATION_WORDS = 12  # "<information> alice : city paris , colour red , friend bob </information>"
 # What a model is told in the prompt when the task is written in its own tokens and chat template (`model`).
-INSTRUCTIONS = ("Answer the question about a person. To look a person up, write <search> name </search>; what is "
-                "known about them appears between <information> and </information>. You may search several times. "
-                "End with the answer as one word: <answer> word </answer>.")
+INSTRUCTIONS = ("Look people up with <search> name </search>; facts appear in <information> </information>. "
+                "Reply <answer> word </answer>.")
 
 
 def _ids(text: str) -> list[int]:

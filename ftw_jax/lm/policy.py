@@ -13,6 +13,8 @@ state instead, as the value heads of LLM PPO implementations do.
 
 from __future__ import annotations
 
+import json
+import pathlib
 from typing import ClassVar
 
 import flax.linen as nn
@@ -21,6 +23,7 @@ import jax.numpy as jnp
 
 from ftw_jax.envs.base import WithLegalActions
 from ftw_jax.lm.config import LMConfig
+from ftw_jax.lm.load import load
 from ftw_jax.lm.model import CausalLM, init_cache
 from ftw_jax.policies import ILLEGAL_LOGIT
 
@@ -37,6 +40,23 @@ def tiny_config(vocabulary_size: int) -> LMConfig:
                     num_kv_heads=2, head_dim=16, qkv_bias=True, tie_embeddings=True, initializer_range=64 ** -0.5)
 
 
+def pretrained_config(path: str) -> LMConfig:
+    """The shape of the checkpoint in a Hugging Face folder (its config.json)."""
+    folder = pathlib.Path(path)
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"{folder} is not a Hugging Face model folder: no config.json in it.")
+    return LMConfig.from_hf(json.loads((folder / "config.json").read_text()))
+
+
+def pretrained_params(policy: "LMPolicy") -> dict:
+    """The policy's params holding its checkpoint's weights (the model is its submodule "lm")."""
+    _, params = load(policy.pretrained, dtype=policy.config.dtype)
+    if policy.num_actions != policy.config.vocab_size:
+        raise ValueError(f"a pretrained LM acts over its vocabulary ({policy.config.vocab_size}), not "
+                         f"{policy.num_actions} actions.")
+    return {"params": {"lm": params["params"]}}
+
+
 class LMPolicy(nn.Module):
     """`CausalLM` over one trajectory's tokens [T] (or `WithLegalActions`, whose illegal actions get
     `ILLEGAL_LOGIT`) -> logits [T, A]; with `cache` and `position`, one step: (logits [1, A], cache)."""
@@ -44,6 +64,7 @@ class LMPolicy(nn.Module):
     num_actions: int
     config: LMConfig
     max_length: int  # the cache's slots: the longest episode
+    pretrained: str = ""  # a Hugging Face folder whose weights are the starting params (`pretrained_params`)
     markov: ClassVar[bool] = False
     cached: ClassVar[bool] = True
 
