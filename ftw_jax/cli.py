@@ -804,6 +804,9 @@ def _add_lm_parser(subparsers) -> None:
                        help="the weights' dtype while learning and as written (default float32)")
     learn.add_argument("--skip-bad-lines", action="store_true",
                        help="leave out lines that break the schema (each named) instead of refusing the file")
+    learn.add_argument("--mesh", type=_mesh, default=None, metavar="DATAxMODEL",
+                       help="shard the weights over DATA x MODEL of this host's devices, e.g. 2x4: fully sharded "
+                            "data parallel over DATA, tensor parallel over MODEL (default: one device)")
     add_settings(learn, [*describe(LearnConfig), *describe(FTWConfig)])
     _add_run_folder_arguments(learn)
     learn.set_defaults(handler=_run_lm_learn)
@@ -830,6 +833,13 @@ def _run_lm_train(args) -> int:
     return _run_train(args)
 
 
+def _mesh(text: str) -> tuple[int, int]:
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(part.isdigit() and int(part) >= 1 for part in parts):
+        raise argparse.ArgumentTypeError(f"expected DATAxMODEL with positive integers, e.g. 2x4, got {text!r}")
+    return int(parts[0]), int(parts[1])
+
+
 def _run_lm_learn(args) -> int:
     from ftw_jax.algos.ftw import FTWConfig
     from ftw_jax.lm.learner import LearnConfig, learn_from_file
@@ -839,11 +849,11 @@ def _run_lm_learn(args) -> int:
     own = given_settings(args, describe(LearnConfig))
     config = LearnConfig(**own, algorithm_config=FTWConfig(**given_settings(args, describe(FTWConfig))))
     fingerprint = {"episodes": str(args.episodes), "model": str(args.model), "dtype": args.dtype,
-                   "skip_bad_lines": args.skip_bad_lines, **dataclasses.asdict(config)}
+                   "skip_bad_lines": args.skip_bad_lines, "mesh": args.mesh, **dataclasses.asdict(config)}
     folder, checkpointer = _open_run(args, "lm-learn", fingerprint)
     try:
         summary = learn_from_file(config, args.episodes, args.model, folder, checkpointer, log, dtype=args.dtype,
-                                  skip_bad=args.skip_bad_lines)
+                                  skip_bad=args.skip_bad_lines, mesh=args.mesh)
     finally:
         if checkpointer:
             checkpointer.close()

@@ -229,3 +229,46 @@ def test_lm_learn_refuses_a_bad_line_in_one_line(model_folder, tmp_path, capsys)
     assert lm_learn(model_folder, episodes, tmp_path) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "episodes.jsonl:1: tokens[5]: 999 is not a token id" in error
+
+
+MESH_SCRIPT = """
+import json, pathlib, sys
+import jax, numpy as np
+from ftw_jax import cli, lm
+
+folder, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+rng = np.random.default_rng(0)
+with (out / "episodes.jsonl").open("w") as file:
+    for _ in range(16):  # random episodes: a prompt of 4 tokens, then the model's 8
+        tokens = rng.integers(0, vocab, 12).tolist()
+        logprobs = (-rng.random(8) * 3).tolist()
+        file.write(json.dumps({"tokens": tokens, "spans": [{"start": 4, "end": 12, "version": 0, "logprobs": logprobs}],
+                               "reward": float(rng.integers(0, 2))}) + "\\n")
+weights = {}
+for name, extra in (("one", []), ("mesh", ["--mesh", "2x2"])):
+    argv = ["lm", "learn", "--episodes", str(out / "episodes.jsonl"), "--model", str(folder), "--out", str(out),
+            "--name", name, "--max-length", "12", "--episodes-per-iteration", "8", "--pool-capacity", "16",
+            "--num-batches", "4", "--batch-size", "4", "--num-elites", "1", "--optimizer", "sgd", "--learning-rate", "0.5",
+            *extra]  # SGD: Adam turns rounding in near-zero gradients into lr-sized steps
+    assert cli.main(argv) == 0
+    weights[name] = lm.load(out / name / "weights" / "version-000002")[1]
+print(json.dumps({"devices": jax.device_count(), "difference": max(
+    float(np.abs(np.asarray(a) - np.asarray(b)).max())
+    for a, b in zip(jax.tree.leaves(weights["one"]), jax.tree.leaves(weights["mesh"])))}))
+"""
+
+
+@pytest.mark.slow
+def test_lm_learn_on_a_data_by_model_mesh_learns_what_one_device_does(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    folder = pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied"
+    result = subprocess.run([sys.executable, "-c", MESH_SCRIPT, str(folder), str(tmp_path)], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    measured = json.loads(result.stdout.strip().splitlines()[-1])
+    assert measured["devices"] == 4 and measured["difference"] <= 1e-5, measured

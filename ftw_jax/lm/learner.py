@@ -166,16 +166,21 @@ def save_weights(run_folder: pathlib.Path, learner: EpisodeLearner, state, model
 
 def learn_from_file(config: LearnConfig, episodes_path: pathlib.Path, model_path: pathlib.Path,
                     run_folder: pathlib.Path, checkpointer, log, *, dtype: str = "float32",
-                    skip_bad: bool = False) -> dict:
+                    skip_bad: bool = False, mesh: tuple[int, int] | None = None) -> dict:
     """`ftw-jax lm learn`: the episodes of a JSONL file, B at a time in file order, each batch into the pool and
     then U FTW updates; weights written every `save_every` iterations and after the last. Resumes from the
     checkpointer's latest, with the episodes after those it had learnt from (an engine may have appended more).
+    `mesh` (data, model) lays the weights out over that many of this host's devices (`lm.sharding`).
     Returns the summary it writes to summary.json."""
     from ftw_jax.lm.episodes import read_episodes, to_trajectories
     from ftw_jax.lm.load import load
 
     started = time.perf_counter()
     model, params = load(model_path, dtype=dtype)
+    if mesh is not None:  # FSDP over "data", tensor parallel over "model"; the jitted step keeps the layout
+        from ftw_jax.lm.sharding import make_mesh, shard_params
+
+        params = shard_params(params, make_mesh(*mesh))
     episodes, report = read_episodes(episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length,
                                      skip_bad=skip_bad)
     for problem in report.skipped[:10]:
