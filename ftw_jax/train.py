@@ -206,7 +206,6 @@ class Trainer:
     run: Any
     evaluate: Any  # (key, carry) -> evaluation: the same as a period's, e.g. of the starting policy
 
-
     def train(self, key: jax.Array, hyperparameters: Hyperparameters | None = None):
         return self.run(self.init(key, hyperparameters), self.config.num_periods)
 

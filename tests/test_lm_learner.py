@@ -272,3 +272,31 @@ def test_lm_learn_on_a_data_by_model_mesh_learns_what_one_device_does(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     assert measured["devices"] == 4 and measured["difference"] <= 1e-5, measured
+
+
+def test_the_samplers_episodes_are_on_policy_for_the_learner(tmp_path):
+    """Episodes the in-process sampler writes, through JSONL: every model token's behaviour log-prob is the one
+    the learner computes for it, so at the sampling weights the importance ratio of each is 1 (log 0)."""
+    from ftw_jax.lm import SamplingConfig, make_sampler
+    from ftw_jax.lm.episodes import sample_records
+
+    folder = pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied"
+    model, params = load(folder)
+    prompts = jnp.array([[0, 5, 9, 2], [3, 8, 1, 7]], jnp.int32)
+    mask = jnp.array([[False, True, True, True], [True] * 4])  # the first prompt left-padded
+    sample = make_sampler(model, SamplingConfig(max_new_tokens=6, stop_tokens=(4,)))(params, jax.random.key(1),
+                                                                                    prompts, mask)
+    path = tmp_path / "episodes.jsonl"
+    write_episodes(path, sample_records(sample, [1.0, 0.0], version=0))
+    episodes, _ = read_episodes(path, vocab_size=model.config.vocab_size, max_length=10)
+    assert [len(episode.tokens) for episode in episodes] == [int(row.sum()) for row in np.asarray(sample.attention_mask)]
+    trajectories = to_trajectories(episodes, 10)
+    learner = EpisodeLearner.build(LearnConfig(max_length=10, episodes_per_iteration=2, algorithm_config=FTWConfig(
+        pool_capacity=2, num_batches=2, batch_size=2, num_elites=2, monitor_entries=0)), model.config)
+    log_probs = jax.vmap(lambda t: jax.nn.log_softmax(learner.policy.apply(policy_params(params), t.observation)))(
+        trajectories)
+    chosen = np.take_along_axis(np.asarray(log_probs), trajectories.action[..., None], axis=-1)[..., 0]
+    np.testing.assert_allclose(np.where(trajectories.mask, chosen, 0), trajectories.behaviour_logp, atol=2e-5)
+    assert trajectories.mask.sum() == np.asarray(sample.generated).sum()
+    _, metrics = learner.step(learner.init(params), trajectories, learner.key(0))
+    assert abs(float(metrics["elite_log_weight_mean"][0])) < 1e-4

@@ -195,3 +195,20 @@ def write_episodes(path, records: Iterable[dict]) -> int:
             file.write(json.dumps(record) + "\n")
             count += 1
     return count
+
+
+def sample_records(sample, rewards, version: int) -> list[dict]:
+    """The JSONL records of the in-process sampler's continuations (`lm.make_sampler`'s `Sample` [B, P + M]):
+    each row's real tokens (its left padding dropped), the tokens it generated as one span written by `version`
+    with the log-probs they were sampled with, and its reward ([B] floats, e.g. from a verifier)."""
+    arrays = {name: np.asarray(getattr(sample, name)) for name in ("tokens", "generated", "logp", "attention_mask")}
+    records = []
+    for row, reward in enumerate(np.asarray(rewards, np.float64).tolist()):
+        real = arrays["attention_mask"][row]
+        tokens, generated, logp = (arrays[name][row][real] for name in ("tokens", "generated", "logp"))
+        written = np.flatnonzero(generated)
+        spans = [] if written.size == 0 else [{"start": int(written[0]), "end": int(written[-1]) + 1,
+                                               "version": int(version),
+                                               "logprobs": [float(value) for value in logp[written]]}]
+        records.append({"tokens": [int(token) for token in tokens], "spans": spans, "reward": float(reward)})
+    return records
