@@ -328,7 +328,7 @@ def _native_output_to_stderr():
 
 
 def _start_processes(args) -> None:
-    """Joins the other processes of a multi-process sweep (before anything else touches jax)."""
+    """Joins the other processes of a multi-process run (before anything else touches jax)."""
     import jax
 
     explicit = (args.coordinator, args.num_processes, args.process_id)
@@ -342,7 +342,7 @@ def _start_processes(args) -> None:
     elif args.distributed:
         jax.distributed.initialize()
     if jax.process_count() > 1 and not (args.name or args.resume):
-        raise ValueError("a sweep over several processes needs --name (or --resume), so they share one run folder.")
+        raise ValueError("a run over several processes needs --name (or --resume), so they share one run folder.")
 
 
 
@@ -532,6 +532,11 @@ def _add_sweep_parser(subparsers) -> None:
                         help="final metric of the table and heatmap (default: success where defined, else return)")
     parser.add_argument("--heatmap", default=None, help="two grid axes, e.g. 'C,K' (default: the grid's first two)")
     _add_run_folder_arguments(parser)
+    _add_cluster_arguments(parser)
+    parser.set_defaults(handler=_run_sweep)
+
+
+def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     cluster = parser.add_argument_group(
         "several processes (one per host)", "all three, the same --name and a shared --out on every process; "
         "or --distributed alone where jax.distributed.initialize() detects the cluster (SLURM, Open MPI)")
@@ -539,7 +544,6 @@ def _add_sweep_parser(subparsers) -> None:
     cluster.add_argument("--num-processes", type=_positive_int, default=None)
     cluster.add_argument("--process-id", type=int, default=None)
     cluster.add_argument("--distributed", action="store_true", help="jax.distributed.initialize() with no arguments")
-    parser.set_defaults(handler=_run_sweep)
 
 
 def _run_sweep(args) -> int:
@@ -805,10 +809,11 @@ def _add_lm_parser(subparsers) -> None:
     learn.add_argument("--skip-bad-lines", action="store_true",
                        help="leave out lines that break the schema (each named) instead of refusing the file")
     learn.add_argument("--mesh", type=_mesh, default=None, metavar="DATAxMODEL",
-                       help="shard the weights over DATA x MODEL of this host's devices, e.g. 2x4: fully sharded "
+                       help="shard the weights over DATA x MODEL devices (of every process), e.g. 2x4: fully sharded "
                             "data parallel over DATA, tensor parallel over MODEL (default: one device)")
     add_settings(learn, [*describe(LearnConfig), *describe(FTWConfig)])
     _add_run_folder_arguments(learn)
+    _add_cluster_arguments(learn)
     learn.set_defaults(handler=_run_lm_learn)
     train = commands.add_parser(
         "train", help="the text search agent in-process: a warm start on demonstrations, then FTW (or a baseline)",
@@ -845,18 +850,25 @@ def _run_lm_learn(args) -> int:
     from ftw_jax.lm.learner import LearnConfig, learn_from_file
     from ftw_jax.settings import describe
 
-    log = _logger(args)
     own = given_settings(args, describe(LearnConfig))
     config = LearnConfig(**own, algorithm_config=FTWConfig(**given_settings(args, describe(FTWConfig))))
     fingerprint = {"episodes": str(args.episodes), "model": str(args.model), "dtype": args.dtype,
                    "skip_bad_lines": args.skip_bad_lines, "mesh": args.mesh, **dataclasses.asdict(config)}
-    folder, checkpointer = _open_run(args, "lm-learn", fingerprint)
-    try:
-        summary = learn_from_file(config, args.episodes, args.model, folder, checkpointer, log, dtype=args.dtype,
-                                  skip_bad=args.skip_bad_lines, mesh=args.mesh)
-    finally:
-        if checkpointer:
-            checkpointer.close()
+    with _native_output_to_stderr() if args.json else contextlib.nullcontext():
+        _start_processes(args)
+        import jax
+
+        main_process = jax.process_index() == 0  # the one that writes files and prints
+        log = _logger(args) if main_process else (lambda message: None)
+        folder, checkpointer = _open_run(args, "lm-learn", fingerprint, writer=main_process)
+        try:
+            summary = learn_from_file(config, args.episodes, args.model, folder, checkpointer, log, dtype=args.dtype,
+                                      skip_bad=args.skip_bad_lines, mesh=args.mesh)
+        finally:
+            if checkpointer:
+                checkpointer.close()
+    if not main_process:
+        return 0
     if args.json:
         print(json.dumps(summary))
     else:

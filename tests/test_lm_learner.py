@@ -161,7 +161,7 @@ def test_the_jsonl_learner_makes_the_in_process_learners_updates(engine, tmp_pat
         state = learner.init(params)
         for iteration in range(2):
             batch = jax.tree.map(lambda leaf: leaf[iteration * 8:(iteration + 1) * 8], batches)
-            state, metrics = learner.step(state, batch, learner.key(iteration))
+            state, metrics = learner.step(state, batch, iteration)
         states.append(state)
     assert int(states[0].policy.version) == 4  # every update applied
     for a, b in zip(jax.tree.leaves(states[0].policy.params), jax.tree.leaves(states[1].policy.params)):
@@ -298,5 +298,52 @@ def test_the_samplers_episodes_are_on_policy_for_the_learner(tmp_path):
     chosen = np.take_along_axis(np.asarray(log_probs), trajectories.action[..., None], axis=-1)[..., 0]
     np.testing.assert_allclose(np.where(trajectories.mask, chosen, 0), trajectories.behaviour_logp, atol=2e-5)
     assert trajectories.mask.sum() == np.asarray(sample.generated).sum()
-    _, metrics = learner.step(learner.init(params), trajectories, learner.key(0))
+    _, metrics = learner.step(learner.init(params), trajectories, 0)
     assert abs(float(metrics["elite_log_weight_mean"][0])) < 1e-4
+
+
+TWO_PROCESS_SCRIPT = """
+import json, pathlib, sys
+import numpy as np
+folder, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
+rng = np.random.default_rng(0)
+with (out / "episodes.jsonl").open("w") as file:
+    for _ in range(16):
+        file.write(json.dumps({"tokens": rng.integers(0, vocab, 12).tolist(), "reward": float(rng.integers(0, 2)),
+                               "spans": [{"start": 4, "end": 12, "version": 0,
+                                          "logprobs": (-rng.random(8) * 3).tolist()}]}) + "\\n")
+"""
+
+
+@pytest.mark.slow
+def test_lm_learn_over_two_processes_learns_what_one_does(tmp_path):
+    """jax.distributed on loopback, 2 processes of 2 forced CPU devices each, the weights on a 2 x 2 mesh across
+    both: the weights written equal those of one process on one device; only process 0 writes and prints."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    folder = pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied"
+    subprocess.run([sys.executable, "-c", TWO_PROCESS_SCRIPT, str(folder), str(tmp_path)], check=True)
+    common = ["lm", "learn", "--episodes", str(tmp_path / "episodes.jsonl"), "--model", str(folder), "--out",
+              str(tmp_path), "--max-length", "12", "--episodes-per-iteration", "8", "--pool-capacity", "16",
+              "--num-batches", "4", "--batch-size", "4", "--num-elites", "1", "--optimizer", "sgd",
+              "--learning-rate", "0.5", "--json"]
+    assert cli.main([*common, "--name", "one"]) == 0
+    with socket.socket() as probe:  # a free port for the coordinator
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, "-m", "ftw_jax.cli", *common, "--name", "two", "--mesh", "2x2",
+            "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    processes = [subprocess.Popen([*argv, "--process-id", str(i)], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE) for i in (0, 1)]
+    outputs = [process.communicate(timeout=600) for process in processes]
+    assert [process.returncode for process in processes] == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
+    assert json.loads(outputs[0][0])["devices"] == 4 and outputs[1][0] == b""
+    _, one = load(tmp_path / "one" / "weights" / "version-000002")
+    _, two = load(tmp_path / "two" / "weights" / "version-000002")
+    for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(two)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)

@@ -17,6 +17,7 @@ learner on the episodes it rolls out, so both paths make the same updates from t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import pathlib
 import time
@@ -32,7 +33,7 @@ from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.policy import LMPolicy
 from ftw_jax.pool import Trajectory
-from ftw_jax.runner import raise_if_stopped
+from ftw_jax.runner import host_array, raise_if_stopped
 from ftw_jax.settings import check_settings, setting
 from ftw_jax.train import LearnerSettings, make_optimizer
 
@@ -94,31 +95,40 @@ class EpisodeLearner:
     def build(cls, config: LearnConfig, model_config: LMConfig) -> "EpisodeLearner":
         policy = LMPolicy(num_actions=model_config.vocab_size, config=model_config, max_length=config.num_steps)
         learner = _ftw_learner(config, policy)
-        return cls(config, model_config, policy, learner, jax.jit(learner.learn))
+        seed = config.seed
+        hyperparameters = functools.partial(_hyperparameters, config)
 
-    def hyperparameters(self) -> Hyperparameters:
-        return Hyperparameters(kl_coef=jnp.asarray(self.config.kl_coef, jnp.float32),
-                               learning_rate=jnp.asarray(self.config.learning_rate, jnp.float32),
-                               algorithm=algos.get("ftw").hyperparameters(self.config.algorithm_config))
+        def learn(state, batch, iteration):  # everything but the state and the batch is made inside: with several
+            key = jax.random.fold_in(jax.random.key(seed), iteration)  # processes, every input must be global
+            return learner.learn(state, batch, key, hyperparameters())
+
+        return cls(config, model_config, policy, learner, jax.jit(learn))
 
     def init(self, model_params: dict):
-        """The learner state starting from (and KL-anchored to) these CausalLM params: an empty pool, version 0."""
-        start = policy_params(model_params)
-        learner = _ftw_learner(self.config, self.policy, init_params=lambda key, observation: start)
-        return learner.init(jax.random.key(0), jnp.zeros((1,), jnp.int32), self.hyperparameters())
+        """The learner state starting from (and KL-anchored to) these CausalLM params: an empty pool, version 0.
+        Compiled, so that a state built from weights laid out on a mesh lies on that mesh, pool and all."""
 
-    def step(self, state, batch: Trajectory, key: jax.Array):
-        """(state, metrics with leaves [U]) after adding the batch [B, T] to the pool and running U updates."""
-        return self.learn(state, jax.tree.map(jnp.asarray, batch), key, self.hyperparameters())
+        def init(params):
+            learner = _ftw_learner(self.config, self.policy, init_params=lambda key, observation: policy_params(params))
+            return learner.init(jax.random.key(0), jnp.zeros((1,), jnp.int32), _hyperparameters(self.config))
 
-    def key(self, iteration: int) -> jax.Array:
-        """The key of iteration `iteration`: the same on a resumed run as on one never stopped."""
-        return jax.random.fold_in(jax.random.key(self.config.seed), iteration)
+        return jax.jit(init)(model_params)
+
+    def step(self, state, batch: Trajectory, iteration: int):
+        """(state, metrics with leaves [U]) after adding the batch [B, T] (numpy, or global arrays) to the pool and
+        running U updates, with iteration `iteration`'s key (the same on a resumed run as on one never stopped)."""
+        return self.learn(state, batch, np.int32(iteration))
 
     @staticmethod
     def model_params(state) -> dict:
         """The CausalLM's params in a learner state (for `lm.save`)."""
         return {"params": state.policy.params["params"]["lm"]}
+
+
+def _hyperparameters(config: LearnConfig) -> Hyperparameters:
+    return Hyperparameters(kl_coef=jnp.asarray(config.kl_coef, jnp.float32),
+                           learning_rate=jnp.asarray(config.learning_rate, jnp.float32),
+                           algorithm=algos.get("ftw").hyperparameters(config.algorithm_config))
 
 
 def _ftw_learner(config: LearnConfig, policy: LMPolicy, init_params=None) -> Learner:
@@ -132,7 +142,7 @@ def metrics_row(metrics: dict) -> dict:
     """The last update's scalar metrics as Python numbers (a JSONL row)."""
     row = {}
     for name, value in metrics.items():
-        value = np.asarray(value)[-1]
+        value = host_array(value)[-1]
         if value.ndim == 0:
             row[name] = value.item()
     return row
@@ -153,15 +163,26 @@ def save_weights(run_folder: pathlib.Path, learner: EpisodeLearner, state, model
     checkpoint's config.json and tokenizer files, and points `weights/latest.json` at it."""
     from ftw_jax.lm.load import save
 
-    version = int(state.policy.version)
+    version = int(host_array(state.policy.version))
     folder = weights_folder(run_folder, version)
-    if not folder.exists():
-        config_json = json.loads((model_path / "config.json").read_text())
-        config_json["torch_dtype"] = learner.model_config.dtype
-        save(folder, learner.model_config, learner.model_params(state), config_json=config_json,
-             copy_files=[model_path / name for name in TOKENIZER_FILES if (model_path / name).is_file()])
-    runs.write_json(run_folder / "weights" / "latest.json", {"version": version, "path": folder.name})
+    params = jax.tree.map(host_array, learner.model_params(state))  # every process takes part in gathering
+    if jax.process_index() == 0:  # one writer
+        if not folder.exists():
+            config_json = json.loads((model_path / "config.json").read_text())
+            config_json["torch_dtype"] = learner.model_config.dtype
+            save(folder, learner.model_config, params, config_json=config_json,
+                 copy_files=[model_path / name for name in TOKENIZER_FILES if (model_path / name).is_file()])
+        runs.write_json(run_folder / "weights" / "latest.json", {"version": version, "path": folder.name})
     return folder
+
+
+def replicated(tree, mesh):
+    """Host arrays, the same on every process, as global arrays that every device of `mesh` holds whole."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(mesh, PartitionSpec())
+    return jax.tree.map(lambda leaf: jax.make_array_from_callback(np.shape(leaf), sharding,
+                                                                  lambda index: np.asarray(leaf)[index]), tree)
 
 
 def learn_from_file(config: LearnConfig, episodes_path: pathlib.Path, model_path: pathlib.Path,
@@ -177,10 +198,16 @@ def learn_from_file(config: LearnConfig, episodes_path: pathlib.Path, model_path
 
     started = time.perf_counter()
     model, params = load(model_path, dtype=dtype)
+    place = lambda tree: tree  # noqa: E731 (one process: numpy batches go to the step as they are)
+    if jax.process_count() > 1 and mesh is None:
+        raise ValueError(f"{jax.process_count()} processes need --mesh DATAxMODEL over all {jax.device_count()} "
+                         "devices.")
     if mesh is not None:  # FSDP over "data", tensor parallel over "model"; the jitted step keeps the layout
         from ftw_jax.lm.sharding import make_mesh, shard_params
 
-        params = shard_params(params, make_mesh(*mesh))
+        device_mesh = make_mesh(*mesh)
+        params = shard_params(params, device_mesh)
+        place = lambda tree: replicated(tree, device_mesh)  # noqa: E731
     episodes, report = read_episodes(episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length,
                                      skip_bad=skip_bad)
     for problem in report.skipped[:10]:
@@ -198,7 +225,8 @@ def learn_from_file(config: LearnConfig, episodes_path: pathlib.Path, model_path
         done, state, record = restored
         used = record["episodes_used"]
         log(f"resumed after iteration {done} ({used} episodes learnt from)")
-    runs.keep_rows_up_to(run_folder / "metrics.jsonl", done)
+    if jax.process_index() == 0:
+        runs.keep_rows_up_to(run_folder / "metrics.jsonl", done)
     num_iterations = done + -(-(len(episodes) - used) // batch_size)
     log(f"learning from {len(episodes) - used} new episodes ({len(report.skipped)} bad lines skipped) in "
         f"{num_iterations - done} iterations of up to {batch_size}; run folder {run_folder}")
@@ -207,11 +235,12 @@ def learn_from_file(config: LearnConfig, episodes_path: pathlib.Path, model_path
         raise_if_stopped()
         chunk = episodes[used:used + batch_size]  # the last one may be short: the pool takes any B <= N
         used += len(chunk)
-        state, metrics = learner.step(state, to_trajectories(chunk, config.max_length), learner.key(iteration))
+        state, metrics = learner.step(state, place(to_trajectories(chunk, config.max_length)), iteration)
         row = {"iteration": iteration + 1, "episodes": used,
                "reward_mean": float(np.mean([episode.reward for episode in chunk])), **metrics_row(metrics)}
-        with (run_folder / "metrics.jsonl").open("a") as file:
-            file.write(json.dumps(row) + "\n")
+        if jax.process_index() == 0:
+            with (run_folder / "metrics.jsonl").open("a") as file:
+                file.write(json.dumps(row) + "\n")
         log(f"iteration {iteration + 1:>4}/{num_iterations}  reward {row['reward_mean']:.3f}  elite reward "
             f"{row['elite_return_mean']:.3f}  cross-entropy {row['cross_entropy']:.4f}  kl {row['kl']:.4f}  "
             f"staleness {row['pool_staleness_mean']:.1f}  version {row['version']}")
@@ -223,7 +252,8 @@ def learn_from_file(config: LearnConfig, episodes_path: pathlib.Path, model_path
     if weights is None:  # everything was done before this resume
         weights = save_weights(run_folder, learner, state, model_path)
     summary = {"episodes": used, "bad_lines_skipped": len(report.skipped), "iterations": num_iterations,
-               "version": int(state.policy.version), "weights": str(weights),
-               "seconds": time.perf_counter() - started}
-    runs.write_json(run_folder / "summary.json", summary)
+               "version": int(host_array(state.policy.version)), "weights": str(weights),
+               "devices": jax.device_count(), "seconds": time.perf_counter() - started}
+    if jax.process_index() == 0:
+        runs.write_json(run_folder / "summary.json", summary)
     return summary

@@ -59,6 +59,8 @@ def param_specs(params, mesh: Mesh):
 
 
 def shard_params(params, mesh: Mesh):
-    """`params` placed on the mesh as `param_specs` lays them out."""
+    """`params` placed on the mesh as `param_specs` lays them out. The mesh may span several processes (hosts),
+    each holding the whole `params` (read from the same checkpoint): each device gets its block."""
     shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), param_specs(params, mesh))
-    return jax.device_put(params, shardings)
+    return jax.tree.map(lambda leaf, sharding: jax.make_array_from_callback(
+        leaf.shape, sharding, lambda index: np.asarray(leaf)[index]), params, shardings)
