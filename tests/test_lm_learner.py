@@ -150,6 +150,7 @@ def test_per_token_versions_drive_staleness_and_importance_ratios():
 
 # ---------------------------------------------------------------------------------------------- the learner
 
+@pytest.mark.slow
 def test_the_jsonl_learner_makes_the_in_process_learners_updates(engine, tmp_path):
     learner, params, trajectories = played(engine, 16)
     path = tmp_path / "episodes.jsonl"
@@ -274,6 +275,7 @@ def test_lm_learn_on_a_data_by_model_mesh_learns_what_one_device_does(tmp_path):
     assert measured["devices"] == 4 and measured["difference"] <= 1e-5, measured
 
 
+@pytest.mark.slow
 def test_the_samplers_episodes_are_on_policy_for_the_learner(tmp_path):
     """Episodes the in-process sampler writes, through JSONL: every model token's behaviour log-prob is the one
     the learner computes for it, so at the sampling weights the importance ratio of each is 1 (log 0)."""
