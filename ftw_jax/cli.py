@@ -438,9 +438,13 @@ def _run_train(args) -> int:
         from ftw_jax.plots import save_learning_curves
 
         results = run.results()
-        save_learning_curves(folder / "learning_curve.png", results["return"], [f"seed {s}" for s in seeds],
+        curves, steps = results["return"], results["env_steps"]
+        if start:  # the warm-started policy, before any update, at 0 env steps
+            curves = np.concatenate([np.asarray(start["return"])[:, None], curves], axis=1)
+            steps = np.concatenate([np.zeros((len(seeds), 1), steps.dtype), steps], axis=1)
+        save_learning_curves(folder / "learning_curve.png", curves, [f"seed {s}" for s in seeds],
                              title=f"{config.algorithm.upper()} on {args.env}: evaluation return",
-                             ylabel="mean episode return", xlabel="env steps", x=results["env_steps"])
+                             ylabel="mean episode return", xlabel="env steps", x=steps)
     if args.json:
         print(json.dumps(summary))
         return 0
@@ -791,7 +795,9 @@ def _add_lm_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "lm", help="the LLM-agent learner: FTW from a rollout engine's episodes, or the text search agent in-process",
         description="FTW for language-model agents (docs/lm.md). `learn` reads episodes an engine wrote and writes "
-                    "versioned weights for it to reload; `train` runs the text search agent's whole loop here.")
+                    "versioned weights for it to reload (--model PATH: the Hugging Face checkpoint it starts from; "
+                    "--mesh and jax.distributed for several devices and hosts); `train` runs the text search "
+                    "agent's whole loop here, on a tiny fresh LM or on a checkpoint (--model PATH).")
     commands = parser.add_subparsers(dest="lm_command", required=True, metavar="{learn,train}")
     learn = commands.add_parser(
         "learn", help="FTW updates from episodes in a JSON Lines file; weights written as Hugging Face folders",
