@@ -829,7 +829,7 @@ def _add_lm_parser(subparsers) -> None:
     train.add_argument("--model", type=pathlib.Path, default=None, metavar="PATH",
                        help="a Hugging Face Llama/Qwen2 folder with its tokenizer: the task is written in its tokens "
                             "and chat template, and its weights are the starting policy (default: a tiny fresh LM "
-                            "over the task's own 63 words); needs --env-options step_limit=N for its longer episodes")
+                            "over the task's own 58 words); needs --env-options step_limit=N for its longer episodes")
     train.add_argument("--env-options", type=_env_options, default={},
                        help="options of the text search task, e.g. 'two_hop_fraction=1.0,guess_rate=0.8'")
     add_settings(train, _training_settings(), env_defaults="text-search")
