@@ -161,9 +161,10 @@ class MemberRun:
                                            hyperparameters)
         # Every process holds the same inputs and gives each of its devices that device's members.
         to_devices = lambda leaf: jax.make_array_from_callback(leaf.shape, sharding, lambda index: leaf[index])  # noqa: E731
-        init = jax.jit(jax.vmap(lambda data, h: self.trainer.init(jax.random.wrap_key_data(data), h)),
-                       out_shardings=sharding)
-        return init(to_devices(key_data), jax.tree.map(to_devices, hyperparameters))
+        # A checkpoint's weights are an argument, shared by the members: as constants they would be compiled in.
+        init = jax.jit(jax.vmap(lambda data, h, start: self.trainer.init(jax.random.wrap_key_data(data), h, start),
+                                in_axes=(0, 0, None)), out_shardings=sharding)
+        return init(to_devices(key_data), jax.tree.map(to_devices, hyperparameters), self.trainer.start_params)
 
     def env_steps(self) -> np.ndarray:
         """[M] training env steps of every member so far."""

@@ -191,11 +191,14 @@ class TrainCarry:
 
 @dataclasses.dataclass(frozen=True)
 class Trainer:
-    """`init(key[, hyperparameters]) -> carry`; `run(carry, num_periods) -> (carry, (metrics, evaluation))`;
+    """`init(key[, hyperparameters[, start]]) -> carry`; `run(carry, num_periods) -> (carry, (metrics, evaluation))`;
     `evaluate(key, carry) -> evaluation`.
 
     `metrics` leaves are [periods, eval_every] (per iteration), `evaluation` leaves [periods].
     `run` is jitted with `num_periods` static; vmap `init` and `run` over seeds (and hyperparameters).
+    `start_params` are a checkpoint's weights (host arrays) for a pretrained policy, else None. Pass them to a
+    compiled `init` as its `start` argument (unbatched under vmap): left out, they become constants of the
+    program, which is slow to compile for large checkpoints.
     """
 
     config: TrainConfig
@@ -205,6 +208,7 @@ class Trainer:
     init: Any
     run: Any
     evaluate: Any  # (key, carry) -> evaluation: the same as a period's, e.g. of the starting policy
+    start_params: Any = None
 
     def train(self, key: jax.Array, hyperparameters: Hyperparameters | None = None):
         return self.run(self.init(key, hyperparameters), self.config.num_periods)
@@ -248,44 +252,43 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
                       example=example_trajectory(env, env_params, policy),
                       episodes_per_iteration=config.episodes_per_iteration,
                       init_params=make_init_params(config, env, env_params, policy))
+    start_params = None
+    if getattr(policy, "pretrained", ""):  # a checkpoint's weights, read once
+        from ftw_jax.lm.policy import pretrained_params
+
+        start_params = pretrained_params(policy)
     learner = algos.get(config.algorithm).make_learner(config.algorithm_config, context)
     if not isinstance(learner, Learner):
         raise ValueError(f"{config.algorithm}'s make_learner returned {type(learner).__name__}, not a Learner.")
 
-    def init(key: jax.Array, hyperparameters: Hyperparameters | None = None) -> TrainCarry:
+    def init(key: jax.Array, hyperparameters: Hyperparameters | None = None, start=start_params) -> TrainCarry:
         if hyperparameters is None:
             hyperparameters = config.hyperparameters()
         params_key, example_key, key = jax.random.split(key, 3)
         observation, _ = env.reset(example_key, env_params)
         observation = jax.tree.map(lambda leaf: jnp.asarray(leaf)[None], observation)
-        return TrainCarry(learner=learner.init(params_key, observation, hyperparameters), key=key,
+        return TrainCarry(learner=learner.init(params_key, observation, hyperparameters, start), key=key,
                           iteration=jnp.zeros((), jnp.int32), env_steps=jnp.zeros((), jnp.int32),
                           hyperparameters=hyperparameters)
 
     run = make_periods(config, env, env_params, policy, learner)
     return Trainer(config=config, env=env, policy=policy, learner=learner, init=init, run=run,
-                   evaluate=make_evaluation(config, env, env_params, policy))
+                   evaluate=make_evaluation(config, env, env_params, policy), start_params=start_params)
 
 
 def make_init_params(config: TrainConfig, env: envs.Environment, env_params, policy):
-    """`init_params(key, observation) -> params` of the starting policy: its initialiser's (or its checkpoint's,
-    for a pretrained LM), fitted to demonstrations first when the config asks for a warm start."""
-    initialise = policy.init
-    if getattr(policy, "pretrained", ""):  # a checkpoint's weights, read once (constants of the compiled init)
-        from ftw_jax.lm.policy import pretrained_params
-
-        start = pretrained_params(policy)
-        initialise = lambda key, observation: start  # noqa: E731
+    """`init_params(key, observation, start) -> params` of the starting policy: `start` (a checkpoint's) or its
+    initialiser's, fitted to demonstrations first when the config asks for a warm start (None: no warm start)."""
     if not config.warm_start_demonstrations:
-        return initialise
+        return None
     if not env.has_expert:
         raise ValueError(f"warm_start_demonstrations needs an environment with a demonstrator; {config.env} has none.")
     settings = warm_start.WarmStart(config.warm_start_demonstrations, steps=config.warm_start_steps,
                                     learning_rate=config.warm_start_learning_rate)
 
-    def init_params(key, observation):
+    def init_params(key, observation, start):
         init_key, fit_key = jax.random.split(key)
-        params = initialise(init_key, observation)
+        params = policy.init(init_key, observation) if start is None else start
         return warm_start.fit_demonstrations(fit_key, env, env_params, policy, params, settings)[0]
 
     return init_params

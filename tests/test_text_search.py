@@ -166,6 +166,21 @@ def test_the_task_in_a_chat_models_tokens_reads_words_of_several_tokens(chat_mod
         TextSearchTask(model=str(chat_model))  # 64 steps cannot hold a two-hop episode in these tokens
 
 
+@pytest.mark.usefixtures("unchecked_key_reuse")
+def test_a_checkpoints_weights_are_an_argument_of_the_compiled_init(chat_model):
+    import dataclasses
+
+    from ftw_jax.runner import MemberRun, seed_keys
+
+    trainer = make_train(TrainConfig.for_env("text-search", warm_start_demonstrations=0), model=str(chat_model),
+                         step_limit=240)
+    other = jax.tree.map(lambda leaf: np.asarray(leaf) + 1.0, trainer.start_params)  # not the checkpoint's
+    run = MemberRun(dataclasses.replace(trainer, start_params=other), seed_keys([0, 1]))
+    for member in range(2):  # every member starts from the weights given, not from ones compiled in
+        for a, b in zip(jax.tree.leaves(run.carry.learner.policy.params), jax.tree.leaves(other)):
+            np.testing.assert_array_equal(np.asarray(a)[member], b)
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("unchecked_key_reuse")
 def test_lm_train_runs_on_a_checkpoint_from_its_weights(chat_model, tmp_path, capsys):

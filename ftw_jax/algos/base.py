@@ -57,25 +57,32 @@ class Context:
     optimizer: optax.GradientTransformation  # its learning rate injected (`optax.inject_hyperparams`)
     example: Trajectory  # an all-zero trajectory [T, ...]: the shapes `learn` receives, batched
     episodes_per_iteration: int  # B
-    # init_params(key, observation) -> the policy's starting params (default: `policy.init`; a warm start's fit)
-    init_params: Callable[[jax.Array, Any], Any] | None = None
+    # init_params(key, observation, start) -> the policy's starting params: `start` (a checkpoint's, or None for
+    # `policy.init`'s), fitted to demonstrations where the run asks for a warm start. Default: `start_params`.
+    init_params: Callable[[jax.Array, Any, Any], Any] | None = None
 
-    def init_policy(self, key: jax.Array, observation: Any, hyperparameters: Hyperparameters) -> PolicyState:
+    def init_policy(self, key: jax.Array, observation: Any, hyperparameters: Hyperparameters,
+                    start: Any = None) -> PolicyState:
         """Starting policy params (the KL's reference), the optimizer at the member's learning rate, β."""
-        params = (self.init_params or self.policy.init)(key, observation)
+        params = (self.init_params or self.start_params)(key, observation, start)
         state = PolicyState.create(params, self.optimizer, kl_coef=hyperparameters.kl_coef)
         return state.replace(opt_state=with_learning_rate(state.opt_state, hyperparameters.learning_rate))
+
+    def start_params(self, key: jax.Array, observation: Any, start: Any) -> Any:
+        """`start` where given (an argument of the compiled init, not a constant of it), else fresh weights."""
+        return self.policy.init(key, observation) if start is None else start
 
 
 @dataclasses.dataclass(frozen=True)
 class Learner:
     """An algorithm built for one environment and policy.
 
-    init(key, observation [1, ...], hyperparameters) -> state, a pytree whose `policy` is a `PolicyState`.
+    init(key, observation [1, ...], hyperparameters, start=None) -> state, a pytree whose `policy` is a
+        `PolicyState` starting from the params `start` (None: the policy's initialiser's).
     learn(state, batch [B, T, ...], key, hyperparameters) -> (state, metrics with leaves [U], one per step).
     """
 
-    init: Callable[[jax.Array, Any, Hyperparameters], Any]
+    init: Callable[..., Any]
     learn: Callable[[Any, Trajectory, jax.Array, Hyperparameters], tuple[Any, dict]]
     group_size: int = 1  # episodes of a batch that share a start state (GRPO's G)
     steps_per_batch: int = 1  # optimizer steps `learn` tries on each batch (U), for the share of them applied

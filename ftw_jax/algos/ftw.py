@@ -47,10 +47,10 @@ class FTWLearnerState:
 def make_learner(config: FTWConfig, context: Context) -> Learner:
     update = make_update(context.policy.apply, config)
 
-    def init(key: jax.Array, observation, hyperparameters: Hyperparameters) -> FTWLearnerState:
+    def init(key: jax.Array, observation, hyperparameters: Hyperparameters, start=None) -> FTWLearnerState:
         pool = pool_lib.init(config.pool_capacity, context.example,
                              slots_in_use=hyperparameters.algorithm.pool_capacity)
-        return FTWLearnerState(policy=context.init_policy(key, observation, hyperparameters), pool=pool)
+        return FTWLearnerState(policy=context.init_policy(key, observation, hyperparameters, start), pool=pool)
 
     def learn(state: FTWLearnerState, batch, key: jax.Array, hyperparameters: Hyperparameters):
         pool = pool_lib.add(state.pool, batch)

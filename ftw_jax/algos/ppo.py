@@ -165,11 +165,11 @@ def make_learner(config: PPOConfig, context: Context) -> Learner:
     critic_update = make_critic_update(value_fn, context.optimizer,
                                        config.clip_epsilon if config.clip_value_loss else None)
 
-    def init(key, observation, hyperparameters):
+    def init(key, observation, hyperparameters, start=None):
         policy_key, critic_key = jax.random.split(key)
         critic_params = critic_network.init(critic_key, without_legal_actions(observation))
         opt_state = with_learning_rate(context.optimizer.init(critic_params), hyperparameters.learning_rate)
-        return PPOLearnerState(policy=context.init_policy(policy_key, observation, hyperparameters),
+        return PPOLearnerState(policy=context.init_policy(policy_key, observation, hyperparameters, start),
                                critic=Critic(params=critic_params, opt_state=opt_state))
 
     def learn(state: PPOLearnerState, batch, key, hyperparameters):

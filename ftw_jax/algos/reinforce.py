@@ -43,8 +43,8 @@ def advantages(config: ReinforceConfig, returns):
 def make_learner(config: ReinforceConfig, context: Context) -> Learner:
     update = make_step(config, context.policy.apply)
 
-    def init(key, observation, hyperparameters):
-        return BatchLearnerState(policy=context.init_policy(key, observation, hyperparameters))
+    def init(key, observation, hyperparameters, start=None):
+        return BatchLearnerState(policy=context.init_policy(key, observation, hyperparameters, start))
 
     def learn(state, batch, key, hyperparameters):
         return repeated_steps(update, state, batch, advantages(config, batch.episode_return),

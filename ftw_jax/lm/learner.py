@@ -109,8 +109,8 @@ class EpisodeLearner:
         Compiled, so that a state built from weights laid out on a mesh lies on that mesh, pool and all."""
 
         def init(params):
-            learner = _ftw_learner(self.config, self.policy, init_params=lambda key, observation: policy_params(params))
-            return learner.init(jax.random.key(0), jnp.zeros((1,), jnp.int32), _hyperparameters(self.config))
+            return self.learner.init(jax.random.key(0), jnp.zeros((1,), jnp.int32), _hyperparameters(self.config),
+                                     policy_params(params))
 
         return jax.jit(init)(model_params)
 
@@ -131,10 +131,10 @@ def _hyperparameters(config: LearnConfig) -> Hyperparameters:
                            algorithm=algos.get("ftw").hyperparameters(config.algorithm_config))
 
 
-def _ftw_learner(config: LearnConfig, policy: LMPolicy, init_params=None) -> Learner:
+def _ftw_learner(config: LearnConfig, policy: LMPolicy) -> Learner:
     context = Context(policy=policy, make_network=None, optimizer=make_optimizer(config),
                       example=example_trajectory(config.num_steps),
-                      episodes_per_iteration=config.episodes_per_iteration, init_params=init_params)
+                      episodes_per_iteration=config.episodes_per_iteration)
     return algos.get("ftw").make_learner(config.algorithm_config, context)
 
 
