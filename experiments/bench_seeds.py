@@ -15,10 +15,10 @@ import json
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from ftw_jax.checkpoints import with_raw_keys
+from ftw_jax.runner import seed_keys
 from ftw_jax.train import TrainConfig, make_train
 
 
@@ -43,7 +43,7 @@ def timed(function, *args) -> tuple[float, object]:
 
 def measure(trainer, num_seeds: int) -> dict:
     """Seeds 0..S−1: vmapped in one program, then one at a time through the single-seed program."""
-    keys = jnp.stack([jax.random.key(seed) for seed in range(num_seeds)])
+    keys = seed_keys(list(range(num_seeds)))
     carries = jax.vmap(trainer.init)(keys)
     compile_seconds, vmapped = timed(
         lambda: jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), static_argnums=1).lower(carries, 1).compile()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The GPU check (about 3 minutes on one GPU; nothing here needs a GPU to run, it is just slower on a CPU):
-# the device, the update benchmark, 64 seeds vmapped vs sequential, and a 64-member sweep through the CLI.
+# The GPU check (about 5 minutes on one GPU; nothing here needs a GPU to run, it is just slower on a CPU):
+# the device, the update benchmark, 64 seeds vmapped vs sequential, a 64-member sweep through the CLI, the
+# compilation cache, the bandit against NumPy, and a Qwen2.5-0.5B-sized LM (tokens/s).
 # Prints the device name, compile times and env steps per second. Run from a checkout with the project
 # installed against a CUDA jax (pip install -e . "jax[cuda12]"): bash experiments/gpu_check.sh
 set -euo pipefail
@@ -15,3 +16,9 @@ timeout 150 python experiments/bench_seeds.py --env sokoban --iterations 10 --se
 echo; echo "== a 64-member search sweep (4 grid points x 16 seeds), one compiled program"
 timeout 240 ftw-jax sweep --env search --grid 'C=8,32 K=1,2' --num-seeds 16 --iterations 80 --eval-every 40 \
     --no-checkpoint --out "$out"
+echo; echo "== the compilation cache: CartPole, first run vs second (experiments/bench_compile_cache.py)"
+timeout 150 python experiments/bench_compile_cache.py --cases cartpole
+echo; echo "== ftw-jax bandit over 1000 seeds against plain NumPy, whole processes (experiments/bench_bandit.py)"
+timeout 200 python experiments/bench_bandit.py --repeats 1
+echo; echo "== a Qwen2.5-0.5B-sized LM, random weights, bfloat16: forward, train step, sampling (experiments/lm_benchmark.py)"
+timeout 240 python experiments/lm_benchmark.py --sizes qwen2.5-0.5B --dtype bfloat16 --batch 8 --length 512

@@ -22,6 +22,8 @@ import typing
 
 import numpy as np
 
+from ftw_jax import compile_cache
+
 # Every subcommand's default seeds (the bandit protocol's); `--num-seeds N` runs 42, 43, ..., 42 + N - 1.
 FIRST_SEED = 42
 
@@ -252,7 +254,7 @@ def _run_bandit(args) -> int:
         make_folder(args.out)
     print(f"running {len(seeds)} seed(s) x {config.num_iterations} iterations in one jit...", file=sys.stderr)
     started = time.perf_counter()
-    curves = run_seeds(config, seeds, env)
+    curves = run_seeds(config, seeds, env, metric_names=("applied",))  # the one metric it reports
     best = np.asarray(curves["best_arm_probability"], dtype=np.float64)  # [S, I + 1]
     reward = np.asarray(curves["expected_reward"], dtype=np.float64)
     seconds = time.perf_counter() - started
@@ -883,9 +885,20 @@ def _run_lm_learn(args) -> int:
     return 0
 
 
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser, with the options every command takes."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_argument("--no-compile-cache", action="store_true",
+                          help="compile everything afresh, reading and writing no compilation cache (default: "
+                               f"the cache under ~/.cache/ftw_jax; {compile_cache.ENVIRONMENT_VARIABLE}=DIR moves "
+                               "it, =off turns it off)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ftw-jax", description="Follow the Winners (FTW) in JAX.")
-    subparsers = parser.add_subparsers(dest="command", required=True)
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
     _add_bandit_parser(subparsers)
     _add_train_parser(subparsers)
     _add_sweep_parser(subparsers)
@@ -893,6 +906,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_lm_parser(subparsers)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
+    compile_cache.configure(turned_off=args.no_compile_cache)  # before the first compile
     from ftw_jax import runner
 
     # Commands with a run folder stop between two periods when asked (SIGINT, SIGTERM), the last one checkpointed.

@@ -24,6 +24,7 @@ from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.envs.bandit import GaussianBandit
 from ftw_jax.policies import TabularPolicy
 from ftw_jax.pool import Trajectory
+from ftw_jax.runner import seed_keys
 from ftw_jax.state import PolicyState
 from ftw_jax.train import TrainConfig
 from ftw_jax.update import make_update
@@ -66,11 +67,12 @@ def pull_record(action: jax.Array, log_prob: jax.Array, version: jax.Array, rewa
     )
 
 
-def make_run(config: TrainConfig, env: GaussianBandit = GaussianBandit()):
+def make_run(config: TrainConfig, env: GaussianBandit = GaussianBandit(), metric_names: tuple[str, ...] | None = None):
     """Builds `run(key) -> curves`, the whole protocol for one seed (vmap it over keys).
 
     `curves` holds `best_arm_probability` and `expected_reward` [I + 1] (before the first pull, then after
-    each iteration), and the update metrics [I].
+    each iteration), and the update metrics [I]: all of them, or those named in `metric_names` (the compiled
+    program then leaves out the work of the others, e.g. the trust-region monitor's forward passes).
     """
     _check(config, env)
     env_params = env.default_params()
@@ -97,6 +99,8 @@ def make_run(config: TrainConfig, env: GaussianBandit = GaussianBandit()):
         pulled = pull_record(action, log_probs[action], state.version, reward)
         pool = pool_lib.add(pool, pulled)
         state, metrics = update(state, pool, update_key)
+        if metric_names is not None:
+            metrics = {name: metrics[name] for name in metric_names}
         best_probability, expected_reward = summary(state.params)
         return (state, pool), (best_probability, expected_reward, metrics)
 
@@ -117,10 +121,10 @@ def make_run(config: TrainConfig, env: GaussianBandit = GaussianBandit()):
     return run
 
 
-def run_seeds(config: TrainConfig, seeds: list[int], env: GaussianBandit = GaussianBandit()) -> dict:
+def run_seeds(config: TrainConfig, seeds: list[int], env: GaussianBandit = GaussianBandit(),
+              metric_names: tuple[str, ...] | None = None) -> dict:
     """Runs every seed in one jit(vmap(run)); returns the curves as arrays with a leading [S] axis."""
-    keys = jnp.stack([jax.random.key(seed) for seed in seeds])
-    return jax.jit(jax.vmap(make_run(config, env)))(keys)
+    return jax.jit(jax.vmap(make_run(config, env, metric_names)))(seed_keys(seeds))
 
 
 def winners_only_probability(config: TrainConfig, env: GaussianBandit = GaussianBandit()) -> float:

@@ -1,7 +1,8 @@
 """Rollouts: one whole episode of at most T steps, recorded as a fixed-shape `Trajectory`.
 
-Steps after the episode ends stay in the record with mask False (never in the loss), so every trajectory
-has the same shape; so do steps the environment writes itself (`env.forced_action`, e.g. tool output).
+Steps after the episode ends are not played: they stay in the record as zeros with mask False (never in the
+loss), so every trajectory has the same shape; steps the environment writes itself (`env.forced_action`, e.g.
+tool output) are in the record with mask False too.
 The return is the sum of rewards before the end; each step's reward is kept too (0 after the end), with
 `alive` marking the steps before the end (a critic's targets need both).
 """
@@ -16,6 +17,9 @@ import jax.numpy as jnp
 
 from ftw_jax.envs.base import Environment
 from ftw_jax.pool import Trajectory
+
+# Steps per chunk of an episode's loop: it stops after the chunk in which the episode ends.
+CHUNK_STEPS = 32
 
 
 def rollout(
@@ -89,11 +93,13 @@ def play(key: jax.Array, env: Environment, env_params: Any, act: Callable, init_
     num_steps = env.max_steps
     own_reset_key, steps_key = jax.random.split(key)
     observation, state = env.reset(own_reset_key if reset_key is None else reset_key, env_params)
+    # Step t's key, however many steps are played. Held as raw data: each is used once, at its own step, which
+    # the key-reuse checker cannot see through a loop's index.
+    step_keys = jax.random.key_data(jax.random.split(steps_key, num_steps))
 
-    def step(carry, inputs):
+    def step(carry, t):
         state, observation, memory, alive, episode_return, success = carry
-        t, step_key = inputs
-        action_key, env_key = jax.random.split(step_key)
+        action_key, env_key = jax.random.split(jax.random.wrap_key_data(step_keys[t]))
         chosen, chosen_log_prob, memory = act(memory, observation, state, t, action_key)
         forced, forced_token = env.forced_action(state, env_params)
         action = jnp.where(forced, forced_token, chosen).astype(jnp.int32)
@@ -106,12 +112,36 @@ def play(key: jax.Array, env: Environment, env_params: Any, act: Callable, init_
         record = (observation, action, alive & ~forced, log_prob, step_reward, alive)
         return (state, next_observation, memory, alive & ~done, episode_return, success), record
 
+    # Chunks of steps, stopping after the chunk in which the episode ends (under vmap: in which every episode
+    # of the batch has), so short episodes cost about their own length, not T. A loop of single steps would
+    # be slower: under vmap, every step would select over the whole record. Steps after the end that are not
+    # played stay zero in the record: mask and alive False, reward 0.
+    chunk = min(num_steps, CHUNK_STEPS)
+    num_chunks, remainder = divmod(num_steps, chunk)
+
+    def play_steps(carry, first, count):
+        return jax.lax.scan(step, carry, first + jnp.arange(count))
+
+    def play_chunk(loop):
+        index, carry, records = loop
+        carry, chunk_records = play_steps(carry, index * chunk, chunk)
+        write = lambda buffer, values: jax.lax.dynamic_update_slice_in_dim(buffer, values, index * chunk, 0)  # noqa: E731
+        return index + 1, carry, jax.tree.map(write, records, chunk_records)
+
     carry = (state, observation, init_memory(observation), jnp.ones((), bool), jnp.zeros((), jnp.float32),
              jnp.zeros((), bool))
-    inputs = (jnp.arange(num_steps), jax.random.split(steps_key, num_steps))
-    (_, _, _, _, episode_return, success), (observations, actions, mask, log_probs, rewards, alive) = jax.lax.scan(
-        step, carry, inputs
-    )
+    record_spec = jax.eval_shape(step, carry, jnp.zeros((), jnp.int32))[1]
+    records = jax.tree.map(lambda spec: jnp.zeros((num_steps,) + spec.shape, spec.dtype), record_spec)
+    _, carry, records = jax.lax.while_loop(lambda loop: (loop[0] < num_chunks) & loop[1][3], play_chunk,
+                                           (jnp.zeros((), jnp.int32), carry, records))
+    if remainder:  # the last steps, fewer than a chunk: played always, zeroed where the episode had ended
+        carry, last = play_steps(carry, num_chunks * chunk, remainder)
+        played = last[-1]  # alive [remainder]
+        zeroed = lambda values: jnp.where(played.reshape(played.shape + (1,) * (values.ndim - 1)), values,  # noqa: E731
+                                          jnp.zeros((), values.dtype))
+        records = jax.tree.map(lambda buffer, values: buffer.at[num_chunks * chunk:].set(zeroed(values)), records, last)
+    episode_return, success = carry[4], carry[5]
+    observations, actions, mask, log_probs, rewards, alive = records
     trajectory = Trajectory(
         observation=observations,
         action=actions,

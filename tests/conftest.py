@@ -1,12 +1,30 @@
 """Shared test set-up: key-reuse checking on, and small shared helpers."""
 
+import os
+import shutil
+import tempfile
+
 import jax
 import jax.numpy as jnp
 import pytest
 
-from ftw_jax import Trajectory
+from ftw_jax import Trajectory, compile_cache
 
 jax.config.update("jax_debug_key_reuse", True)
+
+# The tests (in process, and the commands they start as processes) share one compilation cache, not the user's:
+# a program compiled twice in the suite (a run and its resumed run, a member and its standalone run) is read
+# back the second time. FTW_JAX_COMPILE_CACHE=off (or a folder) set before pytest starts is kept.
+_SESSION_CACHE = None
+if compile_cache.ENVIRONMENT_VARIABLE not in os.environ:
+    _SESSION_CACHE = tempfile.mkdtemp(prefix="ftw-jax-test-compile-cache-")
+    os.environ[compile_cache.ENVIRONMENT_VARIABLE] = _SESSION_CACHE
+compile_cache.configure()
+
+
+def pytest_unconfigure(config):
+    if _SESSION_CACHE:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
 
 def make_trajectories(batch, num_steps, *, returns=None, observation_size=3, seed=0):

@@ -93,7 +93,9 @@ def test_rollout_masks_forced_tokens_and_the_policy_is_causal(architecture):
     batch, success = jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0)))(jax.random.split(jax.random.key(1), 6))
     mask = np.asarray(batch.mask)
     assert not mask[:, :2].any() and mask[:, 2].all()  # the question is written by the environment
-    np.testing.assert_array_equal(np.asarray(batch.observation.observation)[:, 1:], np.asarray(batch.action)[:, :-1])
+    played = np.asarray(batch.alive)[:, 1:]  # steps after the end are not played (zeros)
+    np.testing.assert_array_equal(np.asarray(batch.observation.observation)[:, 1:][played],
+                                  np.asarray(batch.action)[:, :-1][played])
     legal_taken = np.take_along_axis(np.asarray(batch.observation.legal), np.asarray(batch.action)[..., None], -1)[..., 0]
     assert legal_taken[mask].all()  # the policy only ever writes tokens the grammar allows
     assert np.all(np.asarray(batch.behaviour_logp)[:, :2] == 0.0)  # forced steps carry no log-prob

@@ -1,0 +1,70 @@
+"""JAX's persistent compilation cache for the command line: the second run of a program skips most of its compile.
+
+`ftw-jax` turns it on before its first compile, in a folder under the user's cache directory
+(`$XDG_CACHE_HOME/ftw_jax/jax`, else `~/.cache/ftw_jax/jax`). `FTW_JAX_COMPILE_CACHE=DIR` moves it,
+`FTW_JAX_COMPILE_CACHE=off` (or `--no-compile-cache`) turns it off, and a `JAX_COMPILATION_CACHE_DIR` the user
+set is left to JAX. The cache is keyed by the program, the JAX version and the device, so a stale entry is
+never used; it is trusted code, so keep it where only you can write.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+ENVIRONMENT_VARIABLE = "FTW_JAX_COMPILE_CACHE"
+OFF = ("off", "0", "false", "no", "none")
+# Programs that compile faster than this are not written (reading a file costs about as much).
+MIN_COMPILE_SECONDS = 0.5
+
+
+def folder(environ=os.environ) -> pathlib.Path | None:
+    """Where the cache lives for this environment, or None when it is turned off or JAX's own setting rules."""
+    chosen = environ.get(ENVIRONMENT_VARIABLE)
+    if chosen is not None:
+        return None if chosen.strip().lower() in OFF or not chosen.strip() else pathlib.Path(chosen).expanduser()
+    if environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return None
+    base = pathlib.Path(environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache")
+    return base / "ftw_jax" / "jax"
+
+
+def enable(path: pathlib.Path) -> None:
+    """Compiled programs are read from and written to `path` from now on in this process."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    path = pathlib.Path(path)
+    if jax.config.jax_compilation_cache_dir == str(path):
+        return
+    path.mkdir(parents=True, exist_ok=True)
+    compilation_cache.reset_cache()  # a cache already opened in this process keeps its folder otherwise
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+
+
+def disable() -> None:
+    """No program is read from or written to a persistent cache from now on in this process."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    if jax.config.jax_compilation_cache_dir is not None:
+        compilation_cache.reset_cache()
+        jax.config.update("jax_compilation_cache_dir", None)
+
+
+def configure(turned_off: bool = False, environ=os.environ) -> pathlib.Path | None:
+    """The command line's setting: the cache's folder, or None when it is off (`--no-compile-cache`, the
+    environment variable) or left to JAX (`JAX_COMPILATION_CACHE_DIR`)."""
+    path = None if turned_off else folder(environ)
+    if path is not None:
+        try:
+            enable(path)
+        except OSError as error:  # a cache is a saving, never a reason to stop
+            print(f"warning: no compilation cache ({error}); set {ENVIRONMENT_VARIABLE} to a folder you can "
+                  "write, or to off", file=sys.stderr)
+            return None
+    elif turned_off or environ.get(ENVIRONMENT_VARIABLE) is not None:
+        disable()
+    return path
