@@ -8,7 +8,7 @@ Each repeat runs, one after another: `ftw-jax bandit --json --no-plot --num-seed
 first), then `bandit_numpy.py --num-seeds S --json`, then a process that does what `ftw-jax bandit` does
 step by step, with no cache, and times it: startup (launch to its first line), import (ftw_jax.cli and
 ftw_jax.reproduction), keys (`runner.seed_keys`, as `run_seeds`), trace (`jax.jit(
-jax.vmap(make_run(...))).lower(keys)`), compile (`.compile()`), run (the compiled call, `block_until_ready`)
+jax.vmap(make_run(..., ("applied",)))).lower(keys)`, the one metric the command reports), compile (`.compile()`), run (the compiled call, `block_until_ready`)
 and the rest of its wall time (copying out, exit). --no-plot only skips creating runs/bandit (nothing is
 drawn under --json). Medians over the repeats.
 
@@ -49,7 +49,7 @@ args = parser.parse_args(["--num-seeds", sys.argv[1]])
 config, env = cli.bandit_protocol(args)
 keys = seed_keys(cli.seeds_of(args))
 keyed = time.time()
-lowered = jax.jit(jax.vmap(make_run(config, env))).lower(keys)
+lowered = jax.jit(jax.vmap(make_run(config, env, ("applied",)))).lower(keys)
 traced = time.time()
 compiled = lowered.compile()
 compiled_at = time.time()

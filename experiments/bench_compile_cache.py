@@ -20,13 +20,13 @@ import sys
 import tempfile
 import time
 
-COMMON = ["--seeds", "0", "--no-plot", "--json", "--no-checkpoint"]
+COMMON = ["--json", "--no-checkpoint"]
 CASES = {
-    "bandit": ["train", "--env", "bandit", "--iterations", "24", "--eval-every", "24"],
-    "cartpole": ["train", "--env", "cartpole", "--iterations", "10", "--eval-every", "10"],
-    "sokoban": ["train", "--env", "sokoban", "--iterations", "20", "--eval-every", "20"],
-    "search": ["train", "--env", "search", "--iterations", "40", "--eval-every", "40"],
-    "sweep": ["sweep", "--env", "cartpole", "--grid", "C=4,8", "--iterations", "10", "--eval-every", "10"],
+    "bandit": ["train", "--seeds", "0", "--no-plot", "--env", "bandit", "--iterations", "24", "--eval-every", "24"],
+    "cartpole": ["train", "--seeds", "0", "--no-plot", "--env", "cartpole", "--iterations", "10", "--eval-every", "10"],
+    "sokoban": ["train", "--seeds", "0", "--no-plot", "--env", "sokoban", "--iterations", "20", "--eval-every", "20"],
+    "search": ["train", "--seeds", "0", "--no-plot", "--env", "search", "--iterations", "40", "--eval-every", "40"],
+    "sweep": ["sweep", "--seeds", "0", "--env", "cartpole", "--grid", "C=4,8", "--iterations", "10", "--eval-every", "10"],
 }
 
 
