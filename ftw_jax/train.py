@@ -267,7 +267,9 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
         params_key, example_key, key = jax.random.split(key, 3)
         observation, _ = env.reset(example_key, env_params)
         observation = jax.tree.map(lambda leaf: jnp.asarray(leaf)[None], observation)
-        return TrainCarry(learner=learner.init(params_key, observation, hyperparameters, start), key=key,
+        # An algorithm written before `start` existed still runs every policy but a pretrained one.
+        starting = () if start is None else (start,)
+        return TrainCarry(learner=learner.init(params_key, observation, hyperparameters, *starting), key=key,
                           iteration=jnp.zeros((), jnp.int32), env_steps=jnp.zeros((), jnp.int32),
                           hyperparameters=hyperparameters)
 

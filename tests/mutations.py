@@ -144,13 +144,13 @@ MUTATIONS = (
              ("tests/test_text_search.py", "-k", "argument_of_the_compiled_init")),
     # Sweep members.
     Mutation("sweep-ignores-member-lr", "every sweep member trains at the program's learning rate",
-             "ftw_jax/train.py", "learner=learner.init(params_key, observation, hyperparameters, start)",
+             "ftw_jax/train.py", "learner=learner.init(params_key, observation, hyperparameters, *starting)",
              "learner=learner.init(params_key, observation, hyperparameters.replace("
-             "learning_rate=config.hyperparameters().learning_rate), start)", SWEEP_TESTS),
+             "learning_rate=config.hyperparameters().learning_rate), *starting)", SWEEP_TESTS),
     Mutation("sweep-ignores-member-kl", "every sweep member trains at the program's β",
-             "ftw_jax/train.py", "learner=learner.init(params_key, observation, hyperparameters, start)",
+             "ftw_jax/train.py", "learner=learner.init(params_key, observation, hyperparameters, *starting)",
              "learner=learner.init(params_key, observation, hyperparameters.replace("
-             "kl_coef=config.hyperparameters().kl_coef), start)", SWEEP_TESTS),
+             "kl_coef=config.hyperparameters().kl_coef), *starting)", SWEEP_TESTS),
     Mutation("sweep-ignores-member-sizes", "every sweep member selects with the program's J, C, K",
              "ftw_jax/algos/ftw.py", "update(policy, pool, k, hyperparameters.algorithm.sizes)",
              "update(policy, pool, k)", SWEEP_TESTS),
