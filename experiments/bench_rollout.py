@@ -1,7 +1,6 @@
 """CartPole env steps per second, early and late in training, for this tree and an earlier revision side by side.
 
-    python experiments/bench_rollout.py                   # this tree against HEAD (the last commit)
-    python experiments/bench_rollout.py --before 2557163 --repeats 3
+    python experiments/bench_rollout.py --before af7490d --repeats 2   # this tree against the last full-length scan
 
 Each measurement is a process that trains `ftw-jax train --env cartpole` at its defaults (one seed) and
 reports every evaluation period's training env steps per second (evaluation included, compile excluded)
@@ -51,7 +50,7 @@ def measure(tree: pathlib.Path) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", default="HEAD", help="the revision to compare with (default HEAD)")
+    parser.add_argument("--before", required=True, help="the revision to compare with (af7490d: the scan)")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()

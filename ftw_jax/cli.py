@@ -890,10 +890,11 @@ class _CommandParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.add_argument("--no-compile-cache", action="store_true",
+        # SUPPRESS: a subcommand's parser (lm train) must not reset what its parent's (lm) was given.
+        self.add_argument("--no-compile-cache", action="store_true", default=argparse.SUPPRESS,
                           help="compile everything afresh, reading and writing no compilation cache (default: "
-                               f"the cache under ~/.cache/ftw_jax; {compile_cache.ENVIRONMENT_VARIABLE}=DIR moves "
-                               "it, =off turns it off)")
+                               f"~/.cache/ftw_jax/jax; {compile_cache.ENVIRONMENT_VARIABLE}=DIR moves it, =off "
+                               "turns it off)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -906,7 +907,7 @@ def main(argv: list[str] | None = None) -> int:
     _add_lm_parser(subparsers)
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
-    compile_cache.configure(turned_off=args.no_compile_cache)  # before the first compile
+    compile_cache.configure(turned_off=getattr(args, "no_compile_cache", False))  # before the first compile
     from ftw_jax import runner
 
     # Commands with a run folder stop between two periods when asked (SIGINT, SIGTERM), the last one checkpointed.

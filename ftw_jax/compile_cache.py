@@ -4,7 +4,8 @@
 (`$XDG_CACHE_HOME/ftw_jax/jax`, else `~/.cache/ftw_jax/jax`). `FTW_JAX_COMPILE_CACHE=DIR` moves it,
 `FTW_JAX_COMPILE_CACHE=off` (or `--no-compile-cache`) turns it off, and a `JAX_COMPILATION_CACHE_DIR` the user
 set is left to JAX. The cache is keyed by the program, the JAX version and the device, so a stale entry is
-never used; it is trusted code, so keep it where only you can write.
+never used; it is trusted code, so keep it where only you can write. It keeps to 4 GiB, dropping the least
+recently used programs; deleting the folder is always safe.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ import sys
 
 ENVIRONMENT_VARIABLE = "FTW_JAX_COMPILE_CACHE"
 OFF = ("off", "0", "false", "no", "none")
-# Programs that compile faster than this are not written (reading a file costs about as much).
+# Programs that compile faster than this are not written (reading a file costs about as much), unless
+# JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS says otherwise.
 MIN_COMPILE_SECONDS = 0.5
+# The folder's size limit: past it, the least recently used programs are removed.
+MAX_BYTES = 4 * 2**30
 
 
 def folder(environ=os.environ) -> pathlib.Path | None:
@@ -38,10 +42,12 @@ def enable(path: pathlib.Path) -> None:
     path = pathlib.Path(path)
     if jax.config.jax_compilation_cache_dir == str(path):
         return
-    path.mkdir(parents=True, exist_ok=True)
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)  # compiled code runs from it: the user's alone
     compilation_cache.reset_cache()  # a cache already opened in this process keeps its folder otherwise
     jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+    jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+    if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
 
 
 def disable() -> None:
@@ -57,7 +63,11 @@ def disable() -> None:
 def configure(turned_off: bool = False, environ=os.environ) -> pathlib.Path | None:
     """The command line's setting: the cache's folder, or None when it is off (`--no-compile-cache`, the
     environment variable) or left to JAX (`JAX_COMPILATION_CACHE_DIR`)."""
-    path = None if turned_off else folder(environ)
+    try:
+        path = None if turned_off else folder(environ)
+    except RuntimeError as error:  # no home directory to put it in (a container's user without one)
+        print(f"warning: no compilation cache ({error}); set {ENVIRONMENT_VARIABLE} to a folder", file=sys.stderr)
+        return None
     if path is not None:
         try:
             enable(path)

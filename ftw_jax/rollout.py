@@ -1,7 +1,7 @@
 """Rollouts: one whole episode of at most T steps, recorded as a fixed-shape `Trajectory`.
 
-Steps after the episode ends are not played: they stay in the record as zeros with mask False (never in the
-loss), so every trajectory has the same shape; steps the environment writes itself (`env.forced_action`, e.g.
+Steps after the episode ends have mask and alive False and reward 0 (never in the loss), so every trajectory
+has the same shape; those after the chunk of steps in which it ended are not played at all (zeros); steps the environment writes itself (`env.forced_action`, e.g.
 tool output) are in the record with mask False too.
 The return is the sum of rewards before the end; each step's reward is kept too (0 after the end), with
 `alive` marking the steps before the end (a critic's targets need both).
@@ -96,10 +96,11 @@ def play(key: jax.Array, env: Environment, env_params: Any, act: Callable, init_
     # Step t's key, however many steps are played. Held as raw data: each is used once, at its own step, which
     # the key-reuse checker cannot see through a loop's index.
     step_keys = jax.random.key_data(jax.random.split(steps_key, num_steps))
+    key_impl = jax.random.key_impl(steps_key)
 
     def step(carry, t):
         state, observation, memory, alive, episode_return, success = carry
-        action_key, env_key = jax.random.split(jax.random.wrap_key_data(step_keys[t]))
+        action_key, env_key = jax.random.split(jax.random.wrap_key_data(step_keys[t], impl=key_impl))
         chosen, chosen_log_prob, memory = act(memory, observation, state, t, action_key)
         forced, forced_token = env.forced_action(state, env_params)
         action = jnp.where(forced, forced_token, chosen).astype(jnp.int32)
@@ -115,7 +116,7 @@ def play(key: jax.Array, env: Environment, env_params: Any, act: Callable, init_
     # Chunks of steps, stopping after the chunk in which the episode ends (under vmap: in which every episode
     # of the batch has), so short episodes cost about their own length, not T. A loop of single steps would
     # be slower: under vmap, every step would select over the whole record. Steps after the end that are not
-    # played stay zero in the record: mask and alive False, reward 0.
+    # played stay zero in the record.
     chunk = min(num_steps, CHUNK_STEPS)
     num_chunks, remainder = divmod(num_steps, chunk)
 

@@ -196,7 +196,7 @@ class Trainer:
 
     `metrics` leaves are [periods, eval_every] (per iteration), `evaluation` leaves [periods].
     `run` is jitted with `num_periods` static; vmap `init` and `run` over seeds (and hyperparameters).
-    `start_params` are a checkpoint's weights (host arrays) for a pretrained policy, else None. Pass them to a
+    `start_params` are a checkpoint's weights for a pretrained policy, else None. Pass them to a
     compiled `init` as its `start` argument (unbatched under vmap): left out, they become constants of the
     program, which is slow to compile for large checkpoints.
     """
@@ -208,7 +208,7 @@ class Trainer:
     init: Any
     run: Any
     evaluate: Any  # (key, carry) -> evaluation: the same as a period's, e.g. of the starting policy
-    start_params: Any = None
+    start_params: Any = dataclasses.field(default=None, repr=False, compare=False)  # weights: not for printing
 
     def train(self, key: jax.Array, hyperparameters: Hyperparameters | None = None):
         return self.run(self.init(key, hyperparameters), self.config.num_periods)

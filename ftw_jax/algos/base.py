@@ -58,17 +58,17 @@ class Context:
     example: Trajectory  # an all-zero trajectory [T, ...]: the shapes `learn` receives, batched
     episodes_per_iteration: int  # B
     # init_params(key, observation, start) -> the policy's starting params: `start` (a checkpoint's, or None for
-    # `policy.init`'s), fitted to demonstrations where the run asks for a warm start. Default: `start_params`.
+    # `policy.init`'s), fitted to demonstrations where the run asks for a warm start. Default: `given_or_fresh_params`.
     init_params: Callable[[jax.Array, Any, Any], Any] | None = None
 
     def init_policy(self, key: jax.Array, observation: Any, hyperparameters: Hyperparameters,
                     start: Any = None) -> PolicyState:
         """Starting policy params (the KL's reference), the optimizer at the member's learning rate, β."""
-        params = (self.init_params or self.start_params)(key, observation, start)
+        params = (self.init_params or self.given_or_fresh_params)(key, observation, start)
         state = PolicyState.create(params, self.optimizer, kl_coef=hyperparameters.kl_coef)
         return state.replace(opt_state=with_learning_rate(state.opt_state, hyperparameters.learning_rate))
 
-    def start_params(self, key: jax.Array, observation: Any, start: Any) -> Any:
+    def given_or_fresh_params(self, key: jax.Array, observation: Any, start: Any) -> Any:
         """`start` where given (an argument of the compiled init, not a constant of it), else fresh weights."""
         return self.policy.init(key, observation) if start is None else start
 
