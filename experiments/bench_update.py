@@ -76,10 +76,15 @@ UPDATES_PER_SCAN = 8
 
 
 def scanned_update(update, num_updates: int):
-    """`num_updates` updates in one `lax.scan` inside one jit, as a training program runs them."""
+    """`num_updates` updates in one `lax.scan` inside one jit, as FTW's learner runs them: the pool-wide
+    diagnostics (the monitor, the pool's staleness) only on the last."""
 
     def run(state, pool, keys):
-        return jax.lax.scan(lambda carry, key: update(carry, pool, key), state, keys)
+        def step(carry, inputs):
+            key, u = inputs
+            return update(carry, pool, key, None, u == num_updates - 1)
+
+        return jax.lax.scan(step, state, (keys, jnp.arange(num_updates)))
 
     return jax.jit(run)
 
@@ -97,6 +102,21 @@ def scanned_floor(floor):
             return (new_params, new_opt_state), loss
 
         return jax.lax.scan(step, (params, opt_state), stacked_trajectories)
+
+    return jax.jit(run)
+
+
+def scanned_selection(num_batches: int, batch_size: int, num_elites: int):
+    """The update's selection alone, for a stack of keys in one `lax.scan` inside one jit: the part of FTW's
+    work the floor does not do. The elites are summed so that XLA keeps the draws."""
+
+    def run(pool, keys):
+        def step(total, key):
+            elites = ftw_jax.select_elites(key, pool.trajectories.episode_return, pool_lib.valid_mask(pool),
+                                           num_batches=num_batches, batch_size=batch_size, num_elites=num_elites)
+            return total + jnp.sum(elites), None
+
+        return jax.lax.scan(step, jnp.zeros((), jnp.int32), keys)[0]
 
     return jax.jit(run)
 
@@ -177,9 +197,9 @@ def bench_row(key, capacity, num_batches, batch_size, num_elites, num_steps, rep
     states = {p: ftw_jax.PolicyState.create(params, optimizer, kl_coef=KL_COEF) for p in timed_paths}
     floor_carry = [params, optimizer.init(params)]
 
-    def update_call(path):
+    def update_call(path, diagnose=True):
         def call(i):
-            states[path], metrics = updates[path](states[path], pool, keys[i])
+            states[path], metrics = updates[path](states[path], pool, keys[i], None, diagnose)
             return states[path], metrics
 
         return call
@@ -201,6 +221,11 @@ def bench_row(key, capacity, num_batches, batch_size, num_elites, num_steps, rep
     scan_state = [ftw_jax.PolicyState.create(params, optimizer, kl_coef=KL_COEF)]
     scan_floor_carry = [params, optimizer.init(params)]
 
+    scan_select = scanned_selection(num_batches, batch_size, num_elites)
+
+    def scan_select_call(i):
+        return scan_select(pool, jnp.stack(scan_keys[i * UPDATES_PER_SCAN : (i + 1) * UPDATES_PER_SCAN]))
+
     def scan_update_call(i):
         keys_i = jnp.stack(scan_keys[i * UPDATES_PER_SCAN : (i + 1) * UPDATES_PER_SCAN])
         scan_state[0], metrics = scan_update(scan_state[0], pool, keys_i)
@@ -211,19 +236,25 @@ def bench_row(key, capacity, num_batches, batch_size, num_elites, num_steps, rep
         scan_floor_carry[:] = list(carry)
         return carry, losses_
 
-    calls = [update_call(p) for p in timed_paths] + [floor_call, scan_update_call, scan_floor_call]
+    calls = ([update_call(p) for p in timed_paths]
+             + [update_call(auto_path, diagnose=False), floor_call, scan_update_call, scan_floor_call,
+                scan_select_call])
     times = time_interleaved(calls, repeats)
     update_ms = dict(zip(timed_paths, times[: len(timed_paths)]))
-    floor_ms = times[len(timed_paths)]
-    scan_update_ms, scan_floor_ms = (t / UPDATES_PER_SCAN for t in times[-2:])
-    for path in timed_paths:
+    lean_ms, floor_ms = times[len(timed_paths) : len(timed_paths) + 2]
+    scan_update_ms, scan_floor_ms, scan_select_ms = (t / UPDATES_PER_SCAN for t in times[-3:])
+    assert bool(states[auto_path].version == 2 * (WARMUP_CALLS + repeats)), "an update was not applied"
+    for path in timed_paths[1:]:
         assert bool(states[path].version == WARMUP_CALLS + repeats), "an update was not applied"
     return {
         "path": auto_path,
         "update_ms": update_ms[auto_path],
+        "diagnostics_ms": update_ms[auto_path] - lean_ms,
+        "lean_ms": lean_ms,
         "floor_ms": floor_ms,
         "scan_update_ms": scan_update_ms,
         "scan_floor_ms": scan_floor_ms,
+        "scan_select_ms": scan_select_ms,
         "gather_ratio": update_ms["gather"] / floor_ms if "gather" in update_ms and compare else None,
         "counts_ratio": update_ms["counts"] / floor_ms if "counts" in update_ms and compare else None,
     }
@@ -247,8 +278,8 @@ def main(argv=None) -> None:
           f"obs [T, {OBS_DIM}], adam({LEARNING_RATE}), beta={KL_COEF}; median of {repeats} interleaved calls "
           f"(at most {BIG_REPEATS} when a call runs the policy on > {BIG_STEPS} steps)")
     header = (f"{'N':>5} {'J':>3} {'C':>3} {'K':>3} {'J*K':>5} {'T':>3} {'path':>6} {'update ms':>10} "
-              f"{'floor ms':>9} {'ratio':>6} {'scan upd':>9} {'scan flr':>9} {'ratio':>6} {'JK<=N':>6} "
-              f"{'gather/floor':>13} {'counts/floor':>13}")
+              f"{'diag ms':>8} {'floor ms':>9} {'ratio':>6} {'lean':>6} {'scan upd':>9} {'scan flr':>9} {'ratio':>6} {'select':>7} {'rest':>6} "
+              f"{'JK<=N':>6} {'gather/floor':>13} {'counts/floor':>13}")
     print(header)
     print("-" * len(header))
     key = jax.random.key(args.seed)
@@ -265,15 +296,21 @@ def main(argv=None) -> None:
                 ratio = r["update_ms"] / r["floor_ms"]
                 fmt = lambda x: f"{x:13.2f}" if x is not None else f"{'-':>13}"  # noqa: E731
                 print(f"{capacity:>5} {num_batches:>3} {batch_size:>3} {num_elites:>3} {num_kept:>5} {num_steps:>3} "
-                      f"{r['path']:>6} {r['update_ms']:>10.3f} {r['floor_ms']:>9.3f} {ratio:>6.2f} "
+                      f"{r['path']:>6} {r['update_ms']:>10.3f} {r['diagnostics_ms']:>8.3f} {r['floor_ms']:>9.3f} "
+                      f"{ratio:>6.2f} {r['lean_ms'] / r['floor_ms']:>6.2f} "
                       f"{r['scan_update_ms']:>9.3f} {r['scan_floor_ms']:>9.3f} "
-                      f"{r['scan_update_ms'] / r['scan_floor_ms']:>6.2f} "
+                      f"{r['scan_update_ms'] / r['scan_floor_ms']:>6.2f} {r['scan_select_ms']:>7.3f} "
+                      f"{(r['scan_update_ms'] - r['scan_select_ms']) / r['scan_floor_ms']:>6.2f} "
                       f"{'yes' if num_kept <= capacity else 'no':>6} {fmt(r['gather_ratio'])} "
                       f"{fmt(r['counts_ratio'])}", flush=True)
     print("-" * len(header))
     print(
-        "ratio = update ms / floor ms, one jitted call each (dispatch included). 'scan upd' / 'scan flr': ms per\n"
-        f"update / floor step when {UPDATES_PER_SCAN} run in one lax.scan in one jit, as a training program runs them.\n"
+        "ratio = update ms / floor ms, one jitted call each (dispatch included). 'diag ms': what the pool-wide\n"
+        "diagnostics (the trust-region monitor's forward passes, the pool's staleness) add to one call: update ms\n"
+        "minus the same call with diagnose=False; 'lean' = that call / floor ms. 'scan upd' / 'scan flr': ms per\n"
+        f"update / floor step when {UPDATES_PER_SCAN} run in one lax.scan in one jit, as FTW's learner runs them\n"
+        "(the diagnostics on the last update only). 'select': ms per update of the selection alone in such a\n"
+        "scan, work the floor does not do; 'rest' = (scan upd - select) / scan flr.\n"
         "The update is one jit: select_elites (J uniform C-subsets, by Floyd's algorithm when C*C <= N, else\n"
         "top_k over N random keys; a sort of C per minibatch), the gather of J*K trajectories (or, on the counts path, a forward/backward over all N\n"
         "entries weighted by selection counts), the CE + beta*KL loss and gradient, the adam step, plus finiteness\n"

@@ -154,15 +154,14 @@ class Selection:
     filled: jax.Array  # [J·K] bool: the slot holds an elite
     counts: jax.Array  # [N] float32: how often each pool entry was kept
     valid: jax.Array  # [N] bool: entries selection could draw
-    staleness: jax.Array  # [N] int32: versions since each entry was played
+    elite_staleness: jax.Array  # [J·K] int32: versions since each kept slot's entry was played
 
 
 def select(config: UpdateConfig, pool: pool_lib.Pool, version: jax.Array, key: jax.Array, sizes: Sizes) -> Selection:
     """Phase 1: J C-subsets of the valid pool entries, the top K of each, as the loss will read them."""
-    staleness = diagnostics.staleness(version, pool.trajectories.behaviour_version, pool.trajectories.mask)  # [N]
     valid = pool_lib.valid_mask(pool)
-    if config.max_staleness is not None:
-        valid = valid & (staleness <= config.max_staleness)
+    if config.max_staleness is not None:  # the only use of every entry's staleness (a pass over [N, T])
+        valid = valid & (pool_staleness(pool, version) <= config.max_staleness)
     elites = select_elites_masked(
         key, pool.trajectories.episode_return, valid, (sizes.num_batches, sizes.batch_size, sizes.num_elites),
         max_batches=config.num_batches, max_batch_size=config.batch_size, max_elites=config.num_elites,
@@ -171,13 +170,19 @@ def select(config: UpdateConfig, pool: pool_lib.Pool, version: jax.Array, key: j
     filled = elites >= 0
     elites = jnp.maximum(elites, 0)
     counts = jnp.zeros(config.pool_capacity, jnp.float32).at[elites].add(filled)  # [N]
+    kept_versions = pool.trajectories.behaviour_version[elites], pool.trajectories.mask[elites]  # [J·K, T]
     if config.uses_counts:  # every entry once, weighted by its count: no repeated forward passes
         trajectories, weights = pool.trajectories, counts
     else:
         trajectories = jax.tree.map(lambda leaf: leaf[elites], pool.trajectories)
         weights = filled.astype(jnp.float32)
     return Selection(trajectories=trajectories, weights=weights, elites=elites, filled=filled, counts=counts,
-                     valid=valid, staleness=staleness)
+                     valid=valid, elite_staleness=diagnostics.staleness(version, *kept_versions))
+
+
+def pool_staleness(pool: pool_lib.Pool, version: jax.Array) -> jax.Array:
+    """[N] int32: versions between `version` and the oldest that acted in each pool entry."""
+    return diagnostics.staleness(version, pool.trajectories.behaviour_version, pool.trajectories.mask)
 
 
 def without_unused_observations(trajectories: pool_lib.Trajectory, weights: jax.Array) -> pool_lib.Trajectory:
@@ -251,7 +256,7 @@ def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: ja
     """Phase 4a: what was kept, from where in the pool, how stale, and how far off-policy (before the step)."""
     returns = pool.trajectories.episode_return
     filled, filled_slots = selection.filled, pool_lib.valid_mask(pool)
-    elite_returns, elite_staleness = returns[selection.elites], selection.staleness[selection.elites]
+    elite_returns, elite_staleness = returns[selection.elites], selection.elite_staleness
     kept, slots = jnp.maximum(jnp.sum(filled), 1), sizes.num_batches * sizes.num_elites
     pool_entries = jnp.maximum(pool.size, 1)
     weights = selection.weights
@@ -263,8 +268,6 @@ def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: ja
         "pool_filled": pool.size,  # entries in the pool (N is its capacity)
         "pool_return_mean": jnp.sum(jnp.where(filled_slots, returns, 0.0)) / pool_entries,
         # Staleness: the current version (before this step) minus the version that played the entry.
-        "pool_staleness_mean": jnp.sum(jnp.where(filled_slots, selection.staleness, 0)) / pool_entries,
-        "pool_staleness_max": jnp.max(jnp.where(filled_slots, selection.staleness, 0)),
         "elite_staleness_mean": jnp.sum(jnp.where(filled, elite_staleness, 0)) / kept,
         "elite_staleness_max": jnp.max(jnp.where(filled, elite_staleness, 0)),
         "usable_fraction": jnp.sum(selection.valid) / pool_entries,  # < 1 only with max_staleness
@@ -303,6 +306,31 @@ def staleness_histogram(pool: pool_lib.Pool, staleness: jax.Array, bins: int) ->
     return jnp.zeros(bins, jnp.int32).at[jnp.minimum(staleness, bins - 1)].add(filled)
 
 
+def make_pool_diagnostics(apply_fn: ApplyFn, config: UpdateConfig):
+    """Phase 4c: `diagnose(old_params, new_params, pool, version) -> metrics` that read the whole pool or run the
+    policy on it: the pool's staleness (a pass over [N, T]), its histogram, and the trust-region monitor."""
+    trust_region = make_trust_region(apply_fn, config)
+
+    def diagnose(old_params, new_params, pool: pool_lib.Pool, version: jax.Array) -> dict:
+        staleness, filled = pool_staleness(pool, version), pool_lib.valid_mask(pool)
+        metrics = {"pool_staleness_mean": jnp.sum(jnp.where(filled, staleness, 0)) / jnp.maximum(pool.size, 1),
+                   "pool_staleness_max": jnp.max(jnp.where(filled, staleness, 0))}
+        if config.staleness_histogram_bins:
+            metrics["pool_staleness_histogram"] = staleness_histogram(pool, staleness, config.staleness_histogram_bins)
+        if config.monitor_entries:
+            metrics.update(trust_region(old_params, new_params, pool))
+        return metrics
+
+    return diagnose
+
+
+def not_measured(metrics: dict) -> dict:
+    """Stand-ins of the diagnostics' shapes for an update that skips them: NaN, or -1 for integers."""
+    missing = lambda leaf: jnp.full(leaf.shape, jnp.nan if jnp.issubdtype(leaf.dtype, jnp.floating) else -1,  # noqa: E731
+                                    leaf.dtype)
+    return jax.tree.map(missing, metrics)
+
+
 def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[PolicyState, pool_lib.Pool, jax.Array], tuple]:
     """Builds the jitted FTW update `(state, pool, key[, sizes]) -> (state, metrics)`.
 
@@ -320,6 +348,12 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[PolicyStat
     maxima (`select_elites_masked`): one compiled update serves a grid of sizes, e.g. vmapped in a sweep.
     Without it the config's sizes are used.
 
+    `diagnose` (default True) asks for the diagnostics that read or run the policy on the whole pool: the
+    pool's staleness, its histogram and the trust-region monitor (`make_pool_diagnostics`). Where it is False
+    they are NaN (-1 for integers) and cost nothing; the step is the same. A training program that reports
+    one update of several passes its loop index (`u == U - 1`): under vmap an unbatched flag still skips the
+    work.
+
     Args:
       apply_fn: `apply_fn(params, observation) -> [T, A] logits` for one trajectory.
       config: the static sizes and options.
@@ -330,9 +364,10 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[PolicyStat
     if not isinstance(config, UpdateConfig):
         raise ValueError(f"config must be an UpdateConfig, got {type(config).__name__}.")
     loss_fn = make_loss(apply_fn, config)
-    trust_region = make_trust_region(apply_fn, config)
+    pool_diagnostics = make_pool_diagnostics(apply_fn, config)
 
-    def update(state: PolicyState, pool: pool_lib.Pool, key: jax.Array, sizes: Sizes | None = None):
+    def update(state: PolicyState, pool: pool_lib.Pool, key: jax.Array, sizes: Sizes | None = None,
+               diagnose: bool | jax.Array = True):
         # Runs while tracing, so a mismatch fails before any work.
         if not isinstance(pool, pool_lib.Pool) or pool.capacity != config.pool_capacity:
             capacity = pool.capacity if isinstance(pool, pool_lib.Pool) else type(pool).__name__
@@ -348,19 +383,25 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[PolicyStat
         metrics = {"loss": loss, **terms, **selection_metrics(pool, selection, log_weights, sizes),
                    "grad_norm": optax.tree_utils.tree_norm(grads), "ready": ready, "nonfinite": ~finite,
                    "applied": applied, "version": new_state.version, "sizes_clamped": sizes_clamped}
-        if config.monitor_entries:
-            metrics.update(trust_region(state.params, new_state.params, pool))
-        if config.staleness_histogram_bins:
-            metrics["pool_staleness_histogram"] = staleness_histogram(pool, selection.staleness,
-                                                                      config.staleness_histogram_bins)
+        arguments = (state.params, new_state.params, pool, state.version)
+        if isinstance(diagnose, bool):  # known while tracing: no branch in the program
+            measured = pool_diagnostics(*arguments)
+            metrics.update(measured if diagnose else not_measured(measured))
+        else:  # a traced flag not batched under vmap (a loop index) skips the work; a batched one runs both sides
+            measured = jax.eval_shape(pool_diagnostics, *arguments)
+            metrics.update(jax.lax.cond(diagnose, pool_diagnostics, lambda *_: not_measured(measured), *arguments))
         return new_state, metrics
 
-    jitted = jax.jit(update)
+    jitted = jax.jit(update, static_argnames="diagnose")
+    jitted_traced_flag = jax.jit(update)
 
     @functools.wraps(update)
-    def checked_update(state: PolicyState, pool: pool_lib.Pool, key: jax.Array, sizes: Sizes | None = None):
+    def checked_update(state: PolicyState, pool: pool_lib.Pool, key: jax.Array, sizes: Sizes | None = None,
+                       diagnose: bool | jax.Array = True):
         if sizes is not None:  # concrete sizes outside the maxima are refused before tracing
             sizes.check(config)
-        return jitted(state, pool, key, sizes)
+        if isinstance(diagnose, bool):
+            return jitted(state, pool, key, sizes, diagnose=diagnose)
+        return jitted_traced_flag(state, pool, key, sizes, diagnose)
 
     return checked_update

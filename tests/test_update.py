@@ -1,6 +1,7 @@
 """The jitted FTW update: exact loss, no-op before C entries, skipping non-finite steps, one trace."""
 
 import chex
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -19,6 +20,14 @@ TRACES = []
 def linear_apply(params, observation):
     TRACES.append(1)  # runs only while tracing
     return observation @ params["w"] + params["b"]
+
+
+class _LinearModule(nn.Module):
+    """linear_apply as a Flax module (observation [T, D] -> logits [T, A]), for a learner's `Context`."""
+
+    @nn.compact
+    def __call__(self, observation):
+        return nn.Dense(A)(observation)
 
 
 def initial_params():
@@ -300,6 +309,57 @@ def test_trust_region_monitor_measures_the_step_it_logs():
     _, idle = update(state(), pool_lib.add(pool_lib.init(N, jax.tree.map(lambda l: l[0], pool.trajectories)),
                                           jax.tree.map(lambda l: l[:2], pool.trajectories)), jax.random.key(3))
     assert not bool(idle["applied"]) and float(idle["policy_kl_max"]) == 0.0
+
+
+DIAGNOSTICS = ("pool_staleness_mean", "pool_staleness_max", "pool_staleness_histogram", "policy_kl_mean",
+               "policy_kl_max", "policy_tv_mean", "policy_tv_max", "trpo_penalty")
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_an_update_without_diagnostics_takes_the_same_step_and_marks_them_unmeasured(traced):
+    pool = filled_pool(returns=jnp.arange(N, dtype=jnp.float32))
+    start = state().replace(version=jnp.asarray(5, jnp.int32))  # staleness > 0
+    update = ftw_jax.make_update(linear_apply, config(monitor_entries=4, staleness_histogram_bins=3))
+    diagnosed_state, diagnosed = update(start, pool, jax.random.key(1))
+    flag = jnp.asarray(False) if traced else False
+    lean_state, lean = update(start, pool, jax.random.key(1), None, flag)
+    chex.assert_trees_all_equal(lean_state, diagnosed_state)
+    assert set(lean) == set(diagnosed)
+    for name in diagnosed:
+        if name in DIAGNOSTICS:
+            assert float(diagnosed[name].max()) > 0, name  # measured, so the stand-ins below are not the values
+            expected = np.nan if jnp.issubdtype(lean[name].dtype, jnp.floating) else -1
+            np.testing.assert_array_equal(lean[name], np.full(lean[name].shape, expected), err_msg=name)
+        else:
+            np.testing.assert_array_equal(lean[name], diagnosed[name], err_msg=name)
+
+
+@pytest.mark.usefixtures("unchecked_key_reuse")  # the checker's false positive on vmapped scans
+def test_ftw_runs_the_pool_diagnostics_once_per_batch_even_under_vmap():
+    """Only the last of U updates measures the monitor, with a loop index the vmap over members does not batch, so
+    the compiled program branches (and skips the work) rather than computing both sides and selecting."""
+    from ftw_jax import algos
+    from ftw_jax.algos.base import Context, Hyperparameters
+
+    algo = algos.get("ftw")
+    ftw_config = algo.config(pool_capacity=N, num_batches=3, batch_size=4, num_elites=2, monitor_entries=4,
+                             updates_per_iteration=3)
+    batch = filled_pool().trajectories
+    context = Context(policy=_LinearModule(), make_network=None, optimizer=optax.sgd(0.5),
+                      example=jax.tree.map(lambda leaf: leaf[0], batch), episodes_per_iteration=N)
+    learner = algo.make_learner(ftw_config, context)
+    hyperparameters = Hyperparameters(kl_coef=jnp.float32(0.3), learning_rate=jnp.float32(0.5),
+                                              algorithm=algo.hyperparameters(ftw_config))
+    observation = batch.observation[:1, 0]
+    members = jax.vmap(lambda key: learner.init(key, observation, hyperparameters))(jax.random.split(jax.random.key(0), 2))
+    learn = jax.jit(jax.vmap(lambda state, key: learner.learn(state, batch, key, hyperparameters)))
+    keys = jax.random.split(jax.random.key(1), 2)
+    _, metrics = learn(members, keys)
+    kl = np.asarray(metrics["policy_kl_mean"])  # [members, U]
+    assert np.isnan(kl[:, :2]).all() and np.isfinite(kl[:, 2]).all() and (kl[:, 2] > 0).all()
+    assert np.isfinite(np.asarray(metrics["loss"])).all()
+    program = learn.lower(members, keys).as_text()
+    assert "stablehlo.case" in program or "stablehlo.if" in program, "the monitor is selected, not skipped"
 
 
 def test_bad_diagnostic_options_raise():

@@ -1,7 +1,9 @@
 """FTW (Algorithm 2) as the training program runs it: every batch goes into the pool, then U updates.
 
 Each update selects from the whole pool (`ftw_jax.update.make_update`), so the learner state is the policy
-and the pool; the sweepable sizes N, J, C, K arrive as `Hyperparameters.algorithm` (a `Sizes`).
+and the pool; the sweepable sizes N, J, C, K arrive as `Hyperparameters.algorithm` (a `Sizes`). Of the U
+updates' metrics, only the last carries the pool-wide diagnostics (staleness, the monitor); the others hold NaN
+(-1) there.
 """
 
 from __future__ import annotations
@@ -54,8 +56,14 @@ def make_learner(config: FTWConfig, context: Context) -> Learner:
 
     def learn(state: FTWLearnerState, batch, key: jax.Array, hyperparameters: Hyperparameters):
         pool = pool_lib.add(state.pool, batch)
-        policy, metrics = jax.lax.scan(lambda policy, k: update(policy, pool, k, hyperparameters.algorithm.sizes),
-                                       state.policy, jax.random.split(key, config.updates_per_iteration))
+        last = config.updates_per_iteration - 1
+
+        def step(policy, inputs):
+            key, u = inputs  # the pool-wide diagnostics only on the last update, the one a run reports
+            return update(policy, pool, key, hyperparameters.algorithm.sizes, u == last if last else True)
+
+        policy, metrics = jax.lax.scan(step, state.policy, (jax.random.split(key, config.updates_per_iteration),
+                                                            jnp.arange(config.updates_per_iteration)))
         return FTWLearnerState(policy=policy, pool=pool), metrics
 
     return Learner(init=init, learn=learn, steps_per_batch=config.updates_per_iteration)
