@@ -159,7 +159,6 @@ def bench_row(key, capacity, num_batches, batch_size, num_elites, num_steps, rep
     init_key, pool_key, select_key, run_key = jax.random.split(key, 4)
     params = module.init(init_key, jnp.zeros((num_steps, OBS_DIM), jnp.float32))
     pool = random_pool(pool_key, capacity, num_steps)
-    num_kept = num_batches * num_elites
 
     # The floor's input: the elites gathered once, outside the timed function, repeats included.
     gathered = jax.block_until_ready(gather_elites(select_key, pool, num_batches, batch_size, num_elites))
