@@ -86,7 +86,7 @@ def main(argv=None) -> None:
         print(json.dumps(result))
         return
     print(f"{args.env}, {args.seeds} seeds vmapped, {jax.devices()[0].platform}: B={config.episodes_per_iteration}, "
-          f"U={config.updates_per_iteration}, eval {config.eval_episodes} episodes every {config.eval_every} "
+          f"U={getattr(config.algorithm_config, 'updates_per_iteration', 1)}, eval {config.eval_episodes} episodes every {config.eval_every} "
           f"iterations; ~{result['env_steps_per_iteration']:.0f} env steps per seed per iteration")
     print("| part | ms per iteration | share |\n|---|---:|---:|")
     for name, value in result["seconds_per_iteration"].items():

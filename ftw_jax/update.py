@@ -198,25 +198,38 @@ def without_unused_observations(trajectories: pool_lib.Trajectory, weights: jax.
     return trajectories.replace(observation=jax.tree.map(zeroed, trajectories.observation))
 
 
-def make_loss(apply_fn: ApplyFn, config: UpdateConfig):
-    """Phase 2: `loss(params, reference_params, kl_coef, trajectories [M], weights [M]) -> (loss, (terms,
-    log importance weights [M], kept steps))`: cross-entropy + β·KL over the kept steps, averaged as configured."""
+def make_step_losses(apply_fn: ApplyFn, config: UpdateConfig):
+    """`step_losses(params, reference_params, observation [T, ...], action [T], mask [T]) -> {name: [T]}`: the
+    cross-entropy, the configured KL and the entropy of each step of one sequence (0 where masked out)."""
 
-    def step_losses(params, reference_params, trajectory):
-        logits = apply_fn(params, trajectory.observation)
-        reference_logits = jax.lax.stop_gradient(apply_fn(reference_params, trajectory.observation))
+    def step_losses(params, reference_params, observation, action, mask):
+        logits = apply_fn(params, observation)
+        reference_logits = jax.lax.stop_gradient(apply_fn(reference_params, observation))
         chex.assert_rank(logits, 2)
         chex.assert_equal_shape((logits, reference_logits))
-        mask = trajectory.mask
         if config.kl_direction == "policy_to_reference":
             kl = losses.categorical_kl(logits, reference_logits, mask)
         else:
             kl = losses.categorical_kl(reference_logits, logits, mask)
-        return {
-            "cross_entropy": -losses.log_likelihood(logits, trajectory.action, mask),
-            "kl": kl,
-            "entropy": losses.entropy(logits, mask),
-        }  # each [T]
+        return {"cross_entropy": -losses.log_likelihood(logits, action, mask), "kl": kl,
+                "entropy": losses.entropy(logits, mask)}
+
+    return step_losses
+
+
+def step_coefficients(config: UpdateConfig, step_weights: jax.Array) -> jax.Array:
+    """[M, T] c such that the configured average of per-step values x is Σ c·x (steps of weight 0 get c = 0)."""
+    if config.normalisation == "token":
+        return step_weights / jnp.maximum(jnp.sum(step_weights), 1e-12)
+    steps = jnp.sum(step_weights, axis=1, keepdims=True)
+    trajectory_weights = jnp.where(steps > 0, jnp.max(step_weights, axis=1, keepdims=True), 0.0)
+    return step_weights / jnp.maximum(steps, 1e-12) * trajectory_weights / jnp.maximum(jnp.sum(trajectory_weights), 1e-12)
+
+
+def make_loss(apply_fn: ApplyFn, config: UpdateConfig):
+    """Phase 2: `loss(params, reference_params, kl_coef, trajectories [M], weights [M]) -> (loss, (terms,
+    log importance weights [M], kept steps))`: cross-entropy + β·KL over the kept steps, averaged as configured."""
+    step_losses = make_step_losses(apply_fn, config)
 
     def average(per_step, step_weights):
         """Weighted mean of [M, T] per-step values under the configured normalisation (a step of weight 0 adds
@@ -231,7 +244,8 @@ def make_loss(apply_fn: ApplyFn, config: UpdateConfig):
 
     def loss(params, reference_params, kl_coef, trajectories, weights):
         trajectories = without_unused_observations(trajectories, weights)
-        per_step = jax.vmap(step_losses, in_axes=(None, None, 0))(params, reference_params, trajectories)
+        per_step = jax.vmap(step_losses, in_axes=(None, None, 0, 0, 0))(
+            params, reference_params, trajectories.observation, trajectories.action, trajectories.mask)
         log_weights = diagnostics.log_importance_ratio(  # [M] log π_θ(τ) / q(τ), no gradient through it
             jax.lax.stop_gradient(-per_step["cross_entropy"]), trajectories.behaviour_logp, trajectories.mask)
         if config.importance_weight_cap is not None:
@@ -242,6 +256,62 @@ def make_loss(apply_fn: ApplyFn, config: UpdateConfig):
         return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, log_weights, kept_steps)
 
     return loss
+
+
+# The step-wise loss runs the kept steps in at most this many chunks of equal size.
+STEP_CHUNKS = 16
+
+
+def make_stepwise_loss_and_grad(apply_fn: ApplyFn, config: UpdateConfig):
+    """Phase 2 for a Markov policy (a step's logits depend on its own observation only): `value_and_grad` of
+    `make_loss`, `(params, reference_params, kl_coef, trajectories [M], weights [M]) -> ((loss, aux), grads)`,
+    run on the kept steps alone. The padding after each episode's end and the entries of weight 0 cost nothing.
+
+    The loss is Σ_s c_s·ℓ_s over steps (`step_coefficients`), so its gradient is a sum over chunks: the kept
+    steps are put first and a `while_loop` takes chunks of ⌈M·T / STEP_CHUNKS⌉ steps until none is left. The
+    same loss and gradient as `make_loss`, up to the order of float sums."""
+    step_losses = make_step_losses(apply_fn, config)
+
+    def loss_and_grad(params, reference_params, kl_coef, trajectories, weights):
+        trajectories = without_unused_observations(trajectories, weights)
+        num_trajectories, num_steps = trajectories.mask.shape
+        step_weights = weights[:, None] * trajectories.mask  # [M, T]
+        flat = lambda leaf: leaf.reshape((num_trajectories * num_steps,) + leaf.shape[2:])  # noqa: E731
+        coefficients = flat(step_coefficients(config, step_weights))  # [S]
+        kept = flat(step_weights > 0)
+        num_kept = jnp.sum(kept, dtype=jnp.int32)
+        chunk = -(-num_trajectories * num_steps // STEP_CHUNKS)
+        padded = STEP_CHUNKS * chunk
+        order = jnp.pad(jnp.argsort(~kept, stable=True), (0, padded - kept.size))  # the kept steps first
+        observation, action = jax.tree.map(flat, trajectories.observation), flat(trajectories.action)
+
+        def chunk_loss(params, steps, in_chunk):
+            c = jnp.where(in_chunk, coefficients[steps], 0.0)
+            observed = jax.tree.map(lambda leaf: leaf[steps], observation)
+            per_step = step_losses(params, reference_params, observed, action[steps], c > 0)
+            terms = {name: jnp.sum(jnp.where(c > 0, value, 0.0) * c) for name, value in per_step.items()}
+            return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, -per_step["cross_entropy"])
+
+        def body(carry):
+            index, grads, terms, log_probs = carry
+            start = index * chunk
+            steps = jax.lax.dynamic_slice(order, (start,), (chunk,))
+            in_chunk = start + jnp.arange(chunk) < num_kept
+            (_, (chunk_terms, chunk_log_probs)), chunk_grads = jax.value_and_grad(chunk_loss, has_aux=True)(
+                params, steps, in_chunk)
+            log_probs = log_probs.at[steps].add(jnp.where(in_chunk, chunk_log_probs, 0.0))
+            return (index + 1, jax.tree.map(jnp.add, grads, chunk_grads),
+                    jax.tree.map(jnp.add, terms, chunk_terms), log_probs)
+
+        zero_terms = {name: jnp.zeros((), jnp.float32) for name in ("cross_entropy", "kl", "entropy")}
+        start = (jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, params), zero_terms, jnp.zeros(kept.shape))
+        _, grads, terms, log_probs = jax.lax.while_loop(lambda carry: carry[0] * chunk < num_kept, body, start)
+        log_weights = diagnostics.log_importance_ratio(  # [M]; 0 for an entry of weight 0 (its steps not run)
+            log_probs.reshape(num_trajectories, num_steps), trajectories.behaviour_logp, step_weights > 0)
+        loss = terms["cross_entropy"] + kl_coef * terms["kl"]
+        return (loss, (terms, log_weights, num_kept)), grads
+
+    return loss_and_grad
 
 
 def apply_step(config: UpdateConfig, state: PolicyState, grads, loss: jax.Array, ready: jax.Array):
@@ -331,7 +401,8 @@ def not_measured(metrics: dict) -> dict:
     return jax.tree.map(missing, metrics)
 
 
-def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[PolicyState, pool_lib.Pool, jax.Array], tuple]:
+def make_update(apply_fn: ApplyFn, config: UpdateConfig, *, markov: bool = False
+                ) -> Callable[[PolicyState, pool_lib.Pool, jax.Array], tuple]:
     """Builds the jitted FTW update `(state, pool, key[, sizes]) -> (state, metrics)`.
 
     One call selects J·K elites (`select_elites`), computes
@@ -357,13 +428,19 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[PolicyStat
     Args:
       apply_fn: `apply_fn(params, observation) -> [T, A] logits` for one trajectory.
       config: the static sizes and options.
+      markov: the policy's logits at a step depend on that step's observation alone (`policy.markov`). The
+        loss then runs on the kept steps only, not on the padding after each episode's end
+        (`make_stepwise_loss_and_grad`); without an importance-weight cap, which needs every step first.
 
     Returns:
       The update, compiled as one jit (it traces once per pool/state structure).
     """
     if not isinstance(config, UpdateConfig):
         raise ValueError(f"config must be an UpdateConfig, got {type(config).__name__}.")
-    loss_fn = make_loss(apply_fn, config)
+    if markov and config.importance_weight_cap is None:
+        loss_and_grad = make_stepwise_loss_and_grad(apply_fn, config)
+    else:
+        loss_and_grad = jax.value_and_grad(make_loss(apply_fn, config), has_aux=True)
     pool_diagnostics = make_pool_diagnostics(apply_fn, config)
 
     def update(state: PolicyState, pool: pool_lib.Pool, key: jax.Array, sizes: Sizes | None = None,
@@ -374,7 +451,7 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[PolicyStat
             raise ValueError(f"the update was built for a pool of capacity {config.pool_capacity}, got {capacity}.")
         sizes, sizes_clamped = (Sizes.of(config) if sizes is None else sizes).within(config)
         selection = select(config, pool, state.version, key, sizes)
-        (loss, (terms, log_weights, kept_steps)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        (loss, (terms, log_weights, kept_steps)), grads = loss_and_grad(
             state.params, state.reference_params, state.kl_coef, selection.trajectories, selection.weights
         )
         ready = jnp.sum(selection.valid) >= sizes.batch_size

@@ -311,6 +311,47 @@ def test_trust_region_monitor_measures_the_step_it_logs():
     assert not bool(idle["applied"]) and float(idle["policy_kl_max"]) == 0.0
 
 
+@pytest.mark.parametrize("normalisation", ["token", "trajectory"])
+@pytest.mark.parametrize("elite_path", ["gather", "counts"])
+def test_the_stepwise_loss_of_a_markov_policy_takes_the_same_step(normalisation, elite_path):
+    """Run on the kept steps alone, in chunks, the loss, the gradient step and every metric are the dense loss's."""
+    pool = filled_pool(returns=jnp.array([3.0, 1, 7, 2, 5, 0, 6, 4]))
+    ended = jnp.arange(T)[None, :] < (1 + jnp.arange(N)[:, None] % T)  # episodes of 1..T steps, then padding
+    pool = pool.replace(trajectories=pool.trajectories.replace(
+        alive=ended, observation=jnp.where(ended[..., None], pool.trajectories.observation, jnp.nan)))
+    options = dict(normalisation=normalisation, elite_path=elite_path, num_batches=5)
+    start = state(kl_coef=0.3, optimizer=optax.adam(0.1))
+    dense_state, dense = ftw_jax.make_update(linear_apply, config(**options))(start, pool, jax.random.key(4))
+    stepwise_state, stepwise = ftw_jax.make_update(linear_apply, config(**options), markov=True)(
+        start, pool, jax.random.key(4))
+    assert bool(dense["applied"]) and bool(stepwise["applied"])
+    chex.assert_trees_all_close(stepwise_state, dense_state, rtol=1e-5, atol=1e-7)
+    assert set(stepwise) == set(dense)
+    for name in dense:
+        np.testing.assert_allclose(stepwise[name], dense[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_the_stepwise_loss_stops_after_the_last_kept_step():
+    """Three kept steps among N·T = 24: chunks of ⌈24 / 16⌉ = 2 steps, so 2 chunks run, each applying the policy
+    and the reference once, and the other 14 chunks not at all."""
+    from ftw_jax import update as update_lib
+
+    calls = []
+
+    def counted_apply(params, observation):
+        jax.debug.callback(lambda: calls.append(1))
+        return observation @ params["w"] + params["b"]
+
+    loss_and_grad = jax.jit(update_lib.make_stepwise_loss_and_grad(counted_apply, config()))
+    weights = jnp.zeros(N).at[jnp.array([1, 4])].set(1.0)  # entries 1 and 4: 2 and 2 policy steps...
+    trajectories = filled_pool().trajectories
+    trajectories = trajectories.replace(mask=trajectories.mask.at[4, 1].set(False))  # ...then 2 and 1
+    (_, (_, _, kept_steps)), _ = loss_and_grad(initial_params(), initial_params(), 0.3, trajectories, weights)
+    jax.effects_barrier()
+    assert int(kept_steps) == 3
+    assert len(calls) == 2 * 2
+
+
 DIAGNOSTICS = ("pool_staleness_mean", "pool_staleness_max", "pool_staleness_histogram", "policy_kl_mean",
                "policy_kl_max", "policy_tv_mean", "policy_tv_max", "trpo_penalty")
 

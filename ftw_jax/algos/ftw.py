@@ -47,7 +47,7 @@ class FTWLearnerState:
 
 
 def make_learner(config: FTWConfig, context: Context) -> Learner:
-    update = make_update(context.policy.apply, config)
+    update = make_update(context.policy.apply, config, markov=getattr(context.policy, "markov", False))
 
     def init(key: jax.Array, observation, hyperparameters: Hyperparameters, start=None) -> FTWLearnerState:
         pool = pool_lib.init(config.pool_capacity, context.example,
