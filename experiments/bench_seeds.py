@@ -1,4 +1,5 @@
-"""S seeds in one vmapped program vs the same S seeds run one after another: throughput ratios, memory per member.
+"""S seeds in one vmapped program, in one program that loops over them (`lax.map`, the CPU default of the CLI:
+`ftw_jax.runner.member_loop`), and run one after another: throughput ratios, memory per member.
 
 Both sides run the same training program (the environment's defaults, a few iterations, one evaluation at
 the end), compiled ahead of time; each compiled program runs once untimed first, so the timings exclude
@@ -18,7 +19,7 @@ import jax
 import numpy as np
 
 from ftw_jax.checkpoints import with_raw_keys
-from ftw_jax.runner import seed_keys
+from ftw_jax.runner import over_members, seed_keys
 from ftw_jax.train import TrainConfig, make_train
 
 
@@ -49,7 +50,12 @@ def measure(trainer, num_seeds: int) -> dict:
         lambda: jax.jit(jax.vmap(trainer.run, in_axes=(0, None)), static_argnums=1).lower(carries, 1).compile()
     )
     timed(vmapped, carries)  # warm-up
-    vmapped_seconds, (carries, (_, evaluation)) = timed(vmapped, carries)
+    vmapped_seconds, (vmapped_carries, (_, evaluation)) = timed(vmapped, carries)
+    looped_compile_seconds, looped = timed(
+        lambda: jax.jit(over_members(trainer.run, "map"), static_argnums=1).lower(carries, 1).compile())
+    timed(looped, carries)  # warm-up
+    looped_seconds, (_, (_, looped_evaluation)) = timed(looped, carries)
+    carries = vmapped_carries
 
     single_init = jax.jit(trainer.init)
     single = jax.jit(trainer.run, static_argnums=1).lower(single_init(keys[0]), 1).compile()
@@ -68,8 +74,15 @@ def measure(trainer, num_seeds: int) -> dict:
         "vmapped_steps_per_second": steps / vmapped_seconds,
         "sequential_steps_per_second": steps / sequential_seconds,
         "speedup": sequential_seconds / vmapped_seconds,
+        "looped_seconds": looped_seconds,
+        "looped_compile_seconds": looped_compile_seconds,
+        "looped_steps_per_second": steps / looped_seconds,
+        "looped_speedup": sequential_seconds / looped_seconds,
+        "looped_largest_return_difference": float(np.max(np.abs(np.asarray(looped_evaluation["return"])[:, 0]
+                                                               - sequential_returns))),
         "largest_return_difference": float(np.max(np.abs(np.asarray(evaluation["return"])[:, 0] - sequential_returns))),
         "program_bytes": program_bytes(vmapped),
+        "looped_program_bytes": program_bytes(looped),
         "carry_bytes": carry_bytes(carries),
     }
 
@@ -83,31 +96,35 @@ def main() -> None:
     args = parser.parse_args()
     config = TrainConfig.for_env(args.env, num_iterations=args.iterations, eval_every=args.iterations)
     trainer = make_train(config)
+    ftw = config.algorithm_config
     print(f"{jax.devices()[0].device_kind} x {jax.device_count()}: {args.env}, {args.iterations} iterations of "
-          f"B={config.episodes_per_iteration} episodes, U={config.updates_per_iteration} updates "
-          f"(N={config.pool_capacity}, J={config.num_batches}, C={config.batch_size}, K={config.num_elites}); "
+          f"B={config.episodes_per_iteration} episodes, U={ftw.updates_per_iteration} updates "
+          f"(N={ftw.pool_capacity}, J={ftw.num_batches}, C={ftw.batch_size}, K={ftw.num_elites}); "
           "compile excluded\n", flush=True)
     rows = []
     if not args.json:
-        print("| S | vmapped env steps/s | sequential env steps/s | speed-up (sequential time / vmapped time) "
-              "| largest return difference | compile s (vmapped) |")
-        print("|---:|---:|---:|---:|---:|---:|")
+        print("| S | vmapped env steps/s | looped (lax.map) env steps/s | sequential env steps/s "
+              "| vmapped: sequential time / its time | looped: sequential time / its time "
+              "| largest return difference (vmapped, looped) | compile s (vmapped, looped) |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for num_seeds in (int(s) for s in args.seeds.split(",")):
         row = measure(trainer, num_seeds)
         rows.append(row)
         if args.json:
             print(json.dumps(row), flush=True)
         else:
-            print(f"| {num_seeds} | {row['vmapped_steps_per_second']:,.0f} | {row['sequential_steps_per_second']:,.0f} "
-                  f"| {row['speedup']:.2f}x | {row['largest_return_difference']:.3g} | {row['compile_seconds']:.1f} |",
-                  flush=True)
+            print(f"| {num_seeds} | {row['vmapped_steps_per_second']:,.0f} | {row['looped_steps_per_second']:,.0f} "
+                  f"| {row['sequential_steps_per_second']:,.0f} | {row['speedup']:.2f}x | {row['looped_speedup']:.2f}x "
+                  f"| {row['largest_return_difference']:.3g}, {row['looped_largest_return_difference']:.3g} "
+                  f"| {row['compile_seconds']:.1f}, {row['looped_compile_seconds']:.1f} |", flush=True)
     if len(rows) > 1 and not args.json:
         first, last = rows[0], rows[-1]
         extra = last["seeds"] - first["seeds"]
         per_member = (last["program_bytes"] - first["program_bytes"]) / extra
         print(f"\nmemory per member: {per_member / 2**20:.2f} MiB of compiled program (arguments + outputs + "
               f"temporaries, growth from S={first['seeds']} to S={last['seeds']}); the carry alone (params, "
-              f"optimizer state, pool, keys) {last['carry_bytes'] / last['seeds'] / 2**20:.2f} MiB")
+              f"optimizer state, pool, keys) {last['carry_bytes'] / last['seeds'] / 2**20:.2f} MiB; looped: "
+              f"{(last['looped_program_bytes'] - first['looped_program_bytes']) / extra / 2**20:.2f} MiB per member")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check (about 5 minutes on one GPU; nothing here needs a GPU to run, it is just slower on a CPU):
-# the device, the update benchmark, 64 seeds vmapped vs sequential, a 64-member sweep through the CLI, the
+# the device, the update benchmark, 64 seeds vmapped vs sequential, Sokoban's profile, a 64-member sweep, the
 # compilation cache, the bandit against NumPy, and a Qwen2.5-0.5B-sized LM (tokens/s).
 # Prints the device name, compile times and env steps per second. Run from a checkout with the project
 # installed against a CUDA jax (pip install -e . "jax[cuda12]"): bash experiments/gpu_check.sh
@@ -13,6 +13,8 @@ echo; echo "== update vs floor (experiments/bench_update.py --repeats 10)"
 timeout 120 python experiments/bench_update.py --repeats 10
 echo; echo "== 64 Sokoban seeds in one program vs one after another (experiments/bench_seeds.py)"
 timeout 150 python experiments/bench_seeds.py --env sokoban --iterations 10 --seeds 1,64
+echo; echo "== where Sokoban's program spends its time: acting, updates, evaluation (experiments/profile_train.py)"
+timeout 120 python experiments/profile_train.py --env sokoban --repeats 3
 echo; echo "== a 64-member search sweep (4 grid points x 16 seeds), one compiled program"
 timeout 240 ftw-jax sweep --env search --grid 'C=8,32 K=1,2' --num-seeds 16 --iterations 80 --eval-every 40 \
     --no-checkpoint --out "$out"

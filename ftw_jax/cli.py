@@ -371,7 +371,7 @@ def _env_options(text: str) -> dict:
 def _add_train_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "train",
-        help="train FTW (or a baseline) on an environment (all seeds in one vmapped, jitted program)",
+        help="train FTW (or a baseline) on an environment (all seeds in one jitted program)",
         description="Every option defaults to a setting that trains on a 2-core CPU (ftw_jax.envs.ENVIRONMENTS).",
     )
     _add_env(parser)
@@ -526,7 +526,7 @@ def _add_sweep_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "sweep",
         help="run a grid of N, J, C, K, beta, learning rate x seeds as one compiled program",
-        description="Every grid point and seed is one member of one vmapped, jitted program, sharded over the "
+        description="Every grid point and seed is one member of one jitted program (vmapped; looped on a single CPU device), sharded over the "
         "visible devices. Settings not in the grid keep the environment's defaults or the flags' values.",
     )
     _add_env(parser)

@@ -6,8 +6,8 @@
     run.history                                                       # per period: evaluation values [M], ...
 
 Members are seeds (`ftw-jax train`) or grid points × seeds (`ftw-jax sweep`, `compare`): one `vmap` over
-them, split over every device of every process (`jax.distributed`) by a `NamedSharding`; every process gets
-all the results. After every period the carry is checkpointed (the checkpointer decides how often), so a
+them (on a single CPU device, a `lax.map`: `member_loop`), split over every device of every process
+(`jax.distributed`) by a `NamedSharding`; every process gets all the results. After every period the carry is checkpointed (the checkpointer decides how often), so a
 killed run goes on from its last checkpoint exactly as if never stopped.
 """
 
@@ -117,6 +117,29 @@ def seed_keys(seeds: list[int]) -> jax.Array:
     return jax.vmap(jax.random.key)(jnp.asarray(seeds, jnp.uint32))
 
 
+MEMBER_LOOPS = ("auto", "vmap", "map")
+
+
+def member_loop() -> str:
+    """How one compiled program runs its members: "vmap" (batched) or "map" (one after another inside the
+    program, `lax.map`). On a single CPU device batching buys no parallelism (one member already keeps the
+    cores busy) and turns every matrix product with per-member weights into a slower batched one, so "auto"
+    (the default) takes "map" there and "vmap" elsewhere. Set FTW_JAX_MEMBER_LOOP=vmap|map to choose."""
+    choice = os.environ.get("FTW_JAX_MEMBER_LOOP", "auto")
+    if choice not in MEMBER_LOOPS:
+        raise ValueError(f"FTW_JAX_MEMBER_LOOP must be one of {MEMBER_LOOPS}, got {choice!r}.")
+    if choice == "auto":
+        return "map" if jax.default_backend() == "cpu" and jax.device_count() == 1 else "vmap"
+    return choice
+
+
+def over_members(run, loop: str | None = None):
+    """`run(carry, num_periods)` (a `Trainer.run`) over the leading member axis of `carry`, by `member_loop()`."""
+    if (loop or member_loop()) == "vmap":
+        return jax.vmap(run, in_axes=(0, None))
+    return lambda carry, num_periods: jax.lax.map(lambda member: run(member, num_periods), carry)
+
+
 class MemberRun:
     """Members of one training program, initialised (or restored) and run one evaluation period at a time.
 
@@ -179,7 +202,7 @@ class MemberRun:
             return
         started = time.perf_counter()
         # Compiled ahead of time, so that throughput is reported without the compile.
-        run_period = jax.jit(jax.vmap(self.trainer.run, in_axes=(0, None)), static_argnums=1)
+        run_period = jax.jit(over_members(self.trainer.run), static_argnums=1)
         run_period = run_period.lower(self.carry, 1).compile()
         check_working_memory(run_period.memory_analysis())
         self.compile_seconds = time.perf_counter() - started

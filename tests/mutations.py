@@ -142,6 +142,18 @@ MUTATIONS = (
              "ftw_jax/runner.py", "self.trainer.init(jax.random.wrap_key_data(data), h, start)",
              "self.trainer.init(jax.random.wrap_key_data(data), h)",
              ("tests/test_text_search.py", "-k", "argument_of_the_compiled_init")),
+    # The update's speed paths must not change its maths.
+    Mutation("stepwise-token-weights-only", "the stepwise loss averages per token under every normalisation",
+             "ftw_jax/update.py", "coefficients = flat(step_coefficients(config, step_weights))",
+             "coefficients = flat(step_weights / jnp.maximum(jnp.sum(step_weights), 1e-12))",
+             ("tests/test_update.py", "-k", "stepwise")),
+    Mutation("stepwise-first-chunk-only", "the stepwise loss stops after its first chunk",
+             "ftw_jax/update.py", "lambda carry: carry[0] * chunk < num_kept",
+             "lambda carry: carry[0] < 1", ("tests/test_update.py", "-k", "stepwise")),
+    Mutation("diagnostics-flag-batched", "FTW's learner asks for the diagnostics with a flag vmap batches",
+             "ftw_jax/algos/ftw.py", "u == last if last else True",
+             "(policy.version >= 0) & (u == last) if last else True",
+             ("tests/test_update.py", "-k", "once_per_batch")),
     # Sweep members.
     Mutation("sweep-ignores-member-lr", "every sweep member trains at the program's learning rate",
              "ftw_jax/train.py", "learner=learner.init(params_key, observation, hyperparameters, *starting)",

@@ -1,6 +1,5 @@
 """Staleness, importance ratios and their effective sample size, and the trust-region quantities, by hand."""
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest

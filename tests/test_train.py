@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ftw_jax import cli
+from ftw_jax import cli, runner
 from ftw_jax.rollout import rollout
 from ftw_jax.train import TrainConfig, make_train
 
@@ -42,6 +42,27 @@ def test_vmapped_seeds_differ_and_match_single_runs(cartpole):
     assert not np.array_equal(carries.env_steps[0], carries.env_steps[1])
     single, (_, single_evaluation) = cartpole.run(cartpole.init(jax.random.key(2)), 2)
     np.testing.assert_allclose(evaluation["return"][1], single_evaluation["return"], rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_looped_members_equal_the_vmapped_ones(cartpole):
+    """One program that loops over its members (the CPU default) gives the same runs as the vmapped one."""
+    carries = jax.vmap(cartpole.init)(jnp.stack([jax.random.key(1), jax.random.key(2)]))
+    results = {loop: jax.jit(runner.over_members(cartpole.run, loop), static_argnums=1)(carries, 2)
+               for loop in ("vmap", "map")}
+    (vmapped, (_, vmapped_evaluation)), (looped, (_, looped_evaluation)) = results["vmap"], results["map"]
+    np.testing.assert_array_equal(looped.env_steps, vmapped.env_steps)
+    np.testing.assert_allclose(looped_evaluation["return"], vmapped_evaluation["return"], rtol=1e-5)
+
+
+def test_the_member_loop_is_map_on_one_cpu_and_can_be_chosen(monkeypatch):
+    monkeypatch.delenv("FTW_JAX_MEMBER_LOOP", raising=False)
+    assert runner.member_loop() == ("map" if jax.default_backend() == "cpu" and jax.device_count() == 1 else "vmap")
+    monkeypatch.setenv("FTW_JAX_MEMBER_LOOP", "vmap")
+    assert runner.member_loop() == "vmap"
+    monkeypatch.setenv("FTW_JAX_MEMBER_LOOP", "batched")
+    with pytest.raises(ValueError, match="FTW_JAX_MEMBER_LOOP must be one of .* got 'batched'"):
+        runner.member_loop()
 
 
 @pytest.mark.slow
