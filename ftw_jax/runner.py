@@ -7,8 +7,9 @@
 
 Members are seeds (`ftw-jax train`) or grid points × seeds (`ftw-jax sweep`, `compare`): one `vmap` over
 them (on a single CPU device, a `lax.map`: `member_loop`), split over every device of every process
-(`jax.distributed`) by a `NamedSharding`; every process gets all the results. After every period the carry is checkpointed (the checkpointer decides how often), so a
-killed run goes on from its last checkpoint exactly as if never stopped.
+(`jax.distributed`) by a `NamedSharding`; every process gets all the results. After every period the carry is
+checkpointed (the checkpointer decides how often), so a killed run goes on from its last checkpoint exactly as
+if never stopped.
 """
 
 from __future__ import annotations
