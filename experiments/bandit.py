@@ -1,7 +1,7 @@
 """Reproduces the bandit result over many seeds and shows where its final best-arm probability comes from.
 
-    python experiments/bandit.py                 # 1000 seeds (42..1041) of the default protocol
-    python experiments/bandit.py --seeds 42,43,44 --kl-coef 0.1   # any `ftw-jax bandit` option
+python experiments/bandit.py                 # 1000 seeds (42..1041) of the default protocol
+python experiments/bandit.py --seeds 42,43,44 --kl-coef 0.1   # any `ftw-jax bandit` option
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import time
 import numpy as np
 
 from ftw_jax import cli
-from ftw_jax.reproduction import kl_fixed_point_probability, run_seeds, winners_only_probability
 from ftw_jax.plots import save_histogram
+from ftw_jax.reproduction import kl_fixed_point_probability, run_seeds, winners_only_probability
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,8 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"never above it: {bool(np.all(final <= winners_only + 1e-5))}")
     print(f"stationary point of CE + {config.kl_coef}*KL(pi || uniform): P(best) = 1 - {1 - fixed_point:.3g}")
     path = save_histogram(
-        args.out / "final_probability_histogram.png", final,
-        title=f"final P(best arm) over {len(seeds)} seeds", xlabel="P(best arm) after the last iteration",
+        args.out / "final_probability_histogram.png",
+        final,
+        title=f"final P(best arm) over {len(seeds)} seeds",
+        xlabel="P(best arm) after the last iteration",
         markers={"winners-only path": winners_only, "mean": float(final.mean())},
     )
     print(f"histogram: {path}")

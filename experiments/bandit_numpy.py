@@ -20,8 +20,17 @@ import time
 import numpy as np
 
 FIRST_SEED = 42  # as `ftw-jax bandit`: seeds 42, 43, ..., 42 + N - 1
-PROTOCOL = dict(arm_means=(1.0, 0.3), noise_sd=0.2, num_iterations=240, pool_capacity=128, num_batches=4,
-                batch_size=5, num_elites=1, kl_coef=0.05, learning_rate=0.08)
+PROTOCOL = dict(
+    arm_means=(1.0, 0.3),
+    noise_sd=0.2,
+    num_iterations=240,
+    pool_capacity=128,
+    num_batches=4,
+    batch_size=5,
+    num_elites=1,
+    kl_coef=0.05,
+    learning_rate=0.08,
+)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -29,8 +38,19 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return exp / exp.sum()
 
 
-def run(seed: int, *, arm_means, noise_sd, num_iterations, pool_capacity, num_batches, batch_size, num_elites,
-        kl_coef, learning_rate) -> float:
+def run(
+    seed: int,
+    *,
+    arm_means,
+    noise_sd,
+    num_iterations,
+    pool_capacity,
+    num_batches,
+    batch_size,
+    num_elites,
+    kl_coef,
+    learning_rate,
+) -> float:
     """One seed of the protocol (the settings of `PROTOCOL`); returns the best arm's probability at the end."""
     rng = np.random.default_rng(seed)
     means = np.asarray(arm_means, dtype=np.float64)
@@ -70,11 +90,21 @@ def main() -> None:
     final = np.array([run(seed, **PROTOCOL) for seed in seeds])
     seconds = time.perf_counter() - started
     if args.json:
-        print(json.dumps({"seeds": seeds, "best_arm_probability_final": final.tolist(),
-                          "best_arm_probability_final_mean": float(final.mean()), "seconds": seconds}))
+        print(
+            json.dumps(
+                {
+                    "seeds": seeds,
+                    "best_arm_probability_final": final.tolist(),
+                    "best_arm_probability_final_mean": float(final.mean()),
+                    "seconds": seconds,
+                }
+            )
+        )
     else:
-        print(f"{len(seeds)} seed(s) in {seconds:.1f} s: final P(best arm) mean {final.mean():.6f}, "
-              f"quantiles 10/50/90 {np.round(np.quantile(final, [0.1, 0.5, 0.9]), 6).tolist()}")
+        print(
+            f"{len(seeds)} seed(s) in {seconds:.1f} s: final P(best arm) mean {final.mean():.6f}, "
+            f"quantiles 10/50/90 {np.round(np.quantile(final, [0.1, 0.5, 0.9]), 6).tolist()}"
+        )
 
 
 if __name__ == "__main__":

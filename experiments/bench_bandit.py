@@ -8,9 +8,9 @@ Each repeat runs, one after another: `ftw-jax bandit --json --no-plot --num-seed
 first), then `bandit_numpy.py --num-seeds S --json`, then a process that does what `ftw-jax bandit` does
 step by step, with no cache, and times it: startup (launch to its first line), import (ftw_jax.cli and
 ftw_jax.reproduction), keys (`runner.seed_keys`, as `run_seeds`), trace (`jax.jit(
-jax.vmap(make_run(..., ("applied",)))).lower(keys)`, the one metric the command reports), compile (`.compile()`), run (the compiled call, `block_until_ready`)
-and the rest of its wall time (copying out, exit). --no-plot only skips creating runs/bandit (nothing is
-drawn under --json). Medians over the repeats.
+jax.vmap(make_run(..., ("applied",)))).lower(keys)`, the one metric the command reports), compile
+(`.compile()`), run (the compiled call, `block_until_ready`) and the rest of its wall time (copying out,
+exit). --no-plot only skips creating runs/bandit (nothing is drawn under --json). Medians over the repeats.
 
 The distribution check compares the final best-arm probabilities of the two (their random streams differ):
 mean, quantiles and a two-sample Kolmogorov–Smirnov test. Seeds that keep the best arm in every minibatch end
@@ -89,12 +89,25 @@ def check_protocol() -> float:
     cli.add_bandit_arguments(parser)
     config, env = cli.bandit_protocol(parser.parse_args([]))
     update = config.algorithm_config
-    package = dict(arm_means=tuple(env.arm_means), noise_sd=env.noise_sd, num_iterations=config.num_iterations,
-                   pool_capacity=update.pool_capacity, num_batches=update.num_batches,
-                   batch_size=update.batch_size, num_elites=update.num_elites, kl_coef=config.kl_coef,
-                   learning_rate=config.learning_rate)
-    options = (update.reference, update.kl_direction, update.elite_rule, update.max_staleness,
-               update.importance_weight_cap, config.optimizer)
+    package = dict(
+        arm_means=tuple(env.arm_means),
+        noise_sd=env.noise_sd,
+        num_iterations=config.num_iterations,
+        pool_capacity=update.pool_capacity,
+        num_batches=update.num_batches,
+        batch_size=update.batch_size,
+        num_elites=update.num_elites,
+        kl_coef=config.kl_coef,
+        learning_rate=config.learning_rate,
+    )
+    options = (
+        update.reference,
+        update.kl_direction,
+        update.elite_rule,
+        update.max_staleness,
+        update.importance_weight_cap,
+        config.optimizer,
+    )
     if package != bandit_numpy.PROTOCOL or options != ("initial", "policy_to_reference", "top_k", None, None, "sgd"):
         sys.exit(f"bandit_numpy.py is out of date: the package's protocol is {package}, {options}")
     return winners_only_probability(config, env)
@@ -119,12 +132,19 @@ def ks_two_sample(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 def distribution(jax_final: np.ndarray, numpy_final: np.ndarray, winners_only: float) -> dict:
     rows = {}
     for name, final in (("jax", jax_final), ("numpy", numpy_final)):
-        rows[name] = {"mean": float(final.mean()),
-                      **{f"q{q}": float(np.quantile(final, q / 100)) for q in (10, 50, 90)},
-                      "winners_only_fraction": float(np.mean(np.abs(final - winners_only) < 10**-RESOLUTION_DECIMALS))}
+        rows[name] = {
+            "mean": float(final.mean()),
+            **{f"q{q}": float(np.quantile(final, q / 100)) for q in (10, 50, 90)},
+            "winners_only_fraction": float(np.mean(np.abs(final - winners_only) < 10**-RESOLUTION_DECIMALS)),
+        }
     statistic, p_value = ks_two_sample(*(np.round(x, RESOLUTION_DECIMALS) for x in (jax_final, numpy_final)))
-    return {**rows, "winners_only_value": winners_only, "ks_statistic": statistic, "ks_p_value": p_value,
-            "agree": p_value >= 0.05}
+    return {
+        **rows,
+        "winners_only_value": winners_only,
+        "ks_statistic": statistic,
+        "ks_p_value": p_value,
+        "agree": p_value >= 0.05,
+    }
 
 
 def main() -> None:
@@ -150,33 +170,53 @@ def main() -> None:
             elapsed, split = timed([sys.executable, "-c", SPLIT, str(args.num_seeds), repr(time.time())])
             splits.append({**split, "rest": elapsed - sum(split.values()), "whole": elapsed})
             if not args.json:
-                print(f"repeat {repeat + 1}/{args.repeats}: " + ", ".join(f"{name} {values[-1]:.1f} s" for name, values
-                      in seconds.items()) + f", split {elapsed:.1f} s", file=sys.stderr, flush=True)
+                print(
+                    f"repeat {repeat + 1}/{args.repeats}: "
+                    + ", ".join(f"{name} {values[-1]:.1f} s" for name, values in seconds.items())
+                    + f", split {elapsed:.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     median = {name: statistics.median(values) for name, values in seconds.items()}
     split = {part: statistics.median(row[part] for row in splits) for part in splits[0]}
-    check = distribution(*(np.asarray(outputs[name]["best_arm_probability_final"]) for name in ("jax", "numpy")),
-                         winners_only)
-    summary = {"num_seeds": args.num_seeds, "repeats": args.repeats, "seconds": seconds, "median": median,
-               "ratio_numpy_over_jax": {name: median["numpy"] / median[name] for name in median if name != "numpy"},
-               "jax_split_median": split, "distribution": check}
+    check = distribution(
+        *(np.asarray(outputs[name]["best_arm_probability_final"]) for name in ("jax", "numpy")), winners_only
+    )
+    summary = {
+        "num_seeds": args.num_seeds,
+        "repeats": args.repeats,
+        "seconds": seconds,
+        "median": median,
+        "ratio_numpy_over_jax": {name: median["numpy"] / median[name] for name in median if name != "numpy"},
+        "jax_split_median": split,
+        "distribution": check,
+    }
     if args.json:
         print(json.dumps(summary))
         return
     print(f"{args.num_seeds} seeds, median of {args.repeats} whole processes ({' '.join(jax_run[1:])}):")
-    for name, label in (("jax", "JAX, no compilation cache"), ("jax_cached", "JAX, warm compilation cache"),
-                        ("numpy", "NumPy, bandit_numpy.py")):
+    for name, label in (
+        ("jax", "JAX, no compilation cache"),
+        ("jax_cached", "JAX, warm compilation cache"),
+        ("numpy", "NumPy, bandit_numpy.py"),
+    ):
         if name in median:
             ratio = "" if name == "numpy" else f"   NumPy / this: {summary['ratio_numpy_over_jax'][name]:.2f}x"
             print(f"  {label:<28} {median[name]:6.2f} s{ratio}")
-    print(f"JAX split (median over the split processes, whole {split['whole']:.2f} s): "
-          + ", ".join(f"{part} {split[part]:.2f} s" for part in ("startup", "import", "keys", "trace", "compile",
-                                                                   "run", "rest")))
+    print(
+        f"JAX split (median over the split processes, whole {split['whole']:.2f} s): "
+        + ", ".join(
+            f"{part} {split[part]:.2f} s" for part in ("startup", "import", "keys", "trace", "compile", "run", "rest")
+        )
+    )
     print(f"\nfinal P(best arm)   {'JAX':>10} {'NumPy':>10}")
     for row in ("mean", "q10", "q50", "q90", "winners_only_fraction"):
         print(f"  {row:<22}{check['jax'][row]:>10.6f} {check['numpy'][row]:>10.6f}")
-    print(f"  (winners-only value {winners_only:.8f}); KS D = {check['ks_statistic']:.4f}, p = "
-          f"{check['ks_p_value']:.3f} (values to 1e-{RESOLUTION_DECIMALS}): "
-          f"{'agree' if check['agree'] else 'DISAGREE'} at the 5% level")
+    print(
+        f"  (winners-only value {winners_only:.8f}); KS D = {check['ks_statistic']:.4f}, p = "
+        f"{check['ks_p_value']:.3f} (values to 1e-{RESOLUTION_DECIMALS}): "
+        f"{'agree' if check['agree'] else 'DISAGREE'} at the 5% level"
+    )
 
 
 if __name__ == "__main__":

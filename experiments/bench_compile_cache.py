@@ -26,15 +26,32 @@ CASES = {
     "cartpole": ["train", "--seeds", "0", "--no-plot", "--env", "cartpole", "--iterations", "10", "--eval-every", "10"],
     "sokoban": ["train", "--seeds", "0", "--no-plot", "--env", "sokoban", "--iterations", "20", "--eval-every", "20"],
     "search": ["train", "--seeds", "0", "--no-plot", "--env", "search", "--iterations", "40", "--eval-every", "40"],
-    "sweep": ["sweep", "--seeds", "0", "--env", "cartpole", "--grid", "C=4,8", "--iterations", "10", "--eval-every", "10"],
+    "sweep": [
+        "sweep",
+        "--seeds",
+        "0",
+        "--env",
+        "cartpole",
+        "--grid",
+        "C=4,8",
+        "--iterations",
+        "10",
+        "--eval-every",
+        "10",
+    ],
 }
 
 
 def run(command: list[str], cache: str, out: str, *flags: str) -> dict:
     environ = {**os.environ, "FTW_JAX_COMPILE_CACHE": cache}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "ftw_jax.cli", *command, *COMMON, "--out", out, *flags],
-                          env=environ, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "ftw_jax.cli", *command, *COMMON, "--out", out, *flags],
+        env=environ,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     whole = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
@@ -54,17 +71,21 @@ def main() -> None:
             first, second = run(CASES[name], cache, out), run(CASES[name], cache, out)
             off = run(CASES[name], cache, out, "--no-compile-cache")
         rows[name] = {"first": first, "second": second, "no_cache": off}
-        print(f"{name}: first {first['whole']:.1f} s (compile {first['compile']:.1f} s), second "
-              f"{second['whole']:.1f} s (compile {second['compile']:.1f} s), no cache {off['whole']:.1f} s",
-              file=sys.stderr)
+        print(
+            f"{name}: first {first['whole']:.1f} s (compile {first['compile']:.1f} s), second "
+            f"{second['whole']:.1f} s (compile {second['compile']:.1f} s), no cache {off['whole']:.1f} s",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps(rows))
         return
     print("| command | first run: whole (compile) | second run: whole (compile) | --no-compile-cache: whole |")
     print("|---|---:|---:|---:|")
     for name, row in rows.items():
-        print(f"| {name} | {row['first']['whole']:.1f} s ({row['first']['compile']:.1f} s) | "
-              f"{row['second']['whole']:.1f} s ({row['second']['compile']:.1f} s) | {row['no_cache']['whole']:.1f} s |")
+        print(
+            f"| {name} | {row['first']['whole']:.1f} s ({row['first']['compile']:.1f} s) | "
+            f"{row['second']['whole']:.1f} s ({row['second']['compile']:.1f} s) | {row['no_cache']['whole']:.1f} s |"
+        )
 
 
 if __name__ == "__main__":

@@ -56,8 +56,12 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         worktree = pathlib.Path(scratch) / "before"
-        subprocess.run(["git", "worktree", "add", "--detach", str(worktree), args.before], cwd=ROOT, check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(worktree), args.before],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
         try:
             runs = {"before": [], "after": []}
             for repeat in range(args.repeats):
@@ -66,18 +70,27 @@ def main() -> None:
                     print(f"repeat {repeat + 1}: {name} done", file=sys.stderr, flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=ROOT, check=False)
-    median = {name: [{key: statistics.median(run[period][key] for run in rows) for key in rows[0][period]}
-                     for period in range(len(rows[0]))] for name, rows in runs.items()}
+    median = {
+        name: [
+            {key: statistics.median(run[period][key] for run in rows) for key in rows[0][period]}
+            for period in range(len(rows[0]))
+        ]
+        for name, rows in runs.items()
+    }
     if args.json:
         print(json.dumps({"before": args.before, "median": median, "runs": runs}))
         return
-    print(f"CartPole defaults, one seed, median of {args.repeats}: env steps/s per evaluation period "
-          f"(before = {args.before}, after = this tree)")
+    print(
+        f"CartPole defaults, one seed, median of {args.repeats}: env steps/s per evaluation period "
+        f"(before = {args.before}, after = this tree)"
+    )
     print("| period | mean episode length | return | before | after | after / before |")
     print("|---:|---:|---:|---:|---:|---:|")
     for period, (old, new) in enumerate(zip(median["before"], median["after"])):
-        print(f"| {period + 1} | {new['episode_length']:.0f} | {new['return']:.0f} | {old['steps_per_second']:,.0f} | "
-              f"{new['steps_per_second']:,.0f} | {new['steps_per_second'] / old['steps_per_second']:.2f}x |")
+        print(
+            f"| {period + 1} | {new['episode_length']:.0f} | {new['return']:.0f} | {old['steps_per_second']:,.0f} | "
+            f"{new['steps_per_second']:,.0f} | {new['steps_per_second'] / old['steps_per_second']:.2f}x |"
+        )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,12 @@ from ftw_jax.train import TrainConfig, make_train
 def program_bytes(compiled) -> int:
     """Arguments + outputs + temporaries of a compiled program, minus what outputs alias in the arguments."""
     memory = compiled.memory_analysis()
-    return (memory.argument_size_in_bytes + memory.output_size_in_bytes + memory.temp_size_in_bytes
-            - memory.alias_size_in_bytes)
+    return (
+        memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        + memory.temp_size_in_bytes
+        - memory.alias_size_in_bytes
+    )
 
 
 def carry_bytes(carry) -> int:
@@ -52,7 +56,8 @@ def measure(trainer, num_seeds: int) -> dict:
     timed(vmapped, carries)  # warm-up
     vmapped_seconds, (vmapped_carries, (_, evaluation)) = timed(vmapped, carries)
     looped_compile_seconds, looped = timed(
-        lambda: jax.jit(over_members(trainer.run, "map"), static_argnums=1).lower(carries, 1).compile())
+        lambda: jax.jit(over_members(trainer.run, "map"), static_argnums=1).lower(carries, 1).compile()
+    )
     timed(looped, carries)  # warm-up
     looped_seconds, (_, (_, looped_evaluation)) = timed(looped, carries)
     carries = vmapped_carries
@@ -78,8 +83,9 @@ def measure(trainer, num_seeds: int) -> dict:
         "looped_compile_seconds": looped_compile_seconds,
         "looped_steps_per_second": steps / looped_seconds,
         "looped_speedup": sequential_seconds / looped_seconds,
-        "looped_largest_return_difference": float(np.max(np.abs(np.asarray(looped_evaluation["return"])[:, 0]
-                                                               - sequential_returns))),
+        "looped_largest_return_difference": float(
+            np.max(np.abs(np.asarray(looped_evaluation["return"])[:, 0] - sequential_returns))
+        ),
         "largest_return_difference": float(np.max(np.abs(np.asarray(evaluation["return"])[:, 0] - sequential_returns))),
         "program_bytes": program_bytes(vmapped),
         "looped_program_bytes": program_bytes(looped),
@@ -97,15 +103,20 @@ def main() -> None:
     config = TrainConfig.for_env(args.env, num_iterations=args.iterations, eval_every=args.iterations)
     trainer = make_train(config)
     ftw = config.algorithm_config
-    print(f"{jax.devices()[0].device_kind} x {jax.device_count()}: {args.env}, {args.iterations} iterations of "
-          f"B={config.episodes_per_iteration} episodes, U={ftw.updates_per_iteration} updates "
-          f"(N={ftw.pool_capacity}, J={ftw.num_batches}, C={ftw.batch_size}, K={ftw.num_elites}); "
-          "compile excluded\n", flush=True)
+    print(
+        f"{jax.devices()[0].device_kind} x {jax.device_count()}: {args.env}, {args.iterations} iterations of "
+        f"B={config.episodes_per_iteration} episodes, U={ftw.updates_per_iteration} updates "
+        f"(N={ftw.pool_capacity}, J={ftw.num_batches}, C={ftw.batch_size}, K={ftw.num_elites}); "
+        "compile excluded\n",
+        flush=True,
+    )
     rows = []
     if not args.json:
-        print("| S | vmapped env steps/s | looped (lax.map) env steps/s | sequential env steps/s "
-              "| vmapped: sequential time / its time | looped: sequential time / its time "
-              "| largest return difference (vmapped, looped) | compile s (vmapped, looped) |")
+        print(
+            "| S | vmapped env steps/s | looped (lax.map) env steps/s | sequential env steps/s "
+            "| vmapped: sequential time / its time | looped: sequential time / its time "
+            "| largest return difference (vmapped, looped) | compile s (vmapped, looped) |"
+        )
         print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for num_seeds in (int(s) for s in args.seeds.split(",")):
         row = measure(trainer, num_seeds)
@@ -113,18 +124,23 @@ def main() -> None:
         if args.json:
             print(json.dumps(row), flush=True)
         else:
-            print(f"| {num_seeds} | {row['vmapped_steps_per_second']:,.0f} | {row['looped_steps_per_second']:,.0f} "
-                  f"| {row['sequential_steps_per_second']:,.0f} | {row['speedup']:.2f}x | {row['looped_speedup']:.2f}x "
-                  f"| {row['largest_return_difference']:.3g}, {row['looped_largest_return_difference']:.3g} "
-                  f"| {row['compile_seconds']:.1f}, {row['looped_compile_seconds']:.1f} |", flush=True)
+            print(
+                f"| {num_seeds} | {row['vmapped_steps_per_second']:,.0f} | {row['looped_steps_per_second']:,.0f} "
+                f"| {row['sequential_steps_per_second']:,.0f} | {row['speedup']:.2f}x | {row['looped_speedup']:.2f}x "
+                f"| {row['largest_return_difference']:.3g}, {row['looped_largest_return_difference']:.3g} "
+                f"| {row['compile_seconds']:.1f}, {row['looped_compile_seconds']:.1f} |",
+                flush=True,
+            )
     if len(rows) > 1 and not args.json:
         first, last = rows[0], rows[-1]
         extra = last["seeds"] - first["seeds"]
         per_member = (last["program_bytes"] - first["program_bytes"]) / extra
-        print(f"\nmemory per member: {per_member / 2**20:.2f} MiB of compiled program (arguments + outputs + "
-              f"temporaries, growth from S={first['seeds']} to S={last['seeds']}); the carry alone (params, "
-              f"optimizer state, pool, keys) {last['carry_bytes'] / last['seeds'] / 2**20:.2f} MiB; looped: "
-              f"{(last['looped_program_bytes'] - first['looped_program_bytes']) / extra / 2**20:.2f} MiB per member")
+        print(
+            f"\nmemory per member: {per_member / 2**20:.2f} MiB of compiled program (arguments + outputs + "
+            f"temporaries, growth from S={first['seeds']} to S={last['seeds']}); the carry alone (params, "
+            f"optimizer state, pool, keys) {last['carry_bytes'] / last['seeds'] / 2**20:.2f} MiB; looped: "
+            f"{(last['looped_program_bytes'] - first['looped_program_bytes']) / extra / 2**20:.2f} MiB per member"
+        )
 
 
 if __name__ == "__main__":

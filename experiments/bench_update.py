@@ -112,8 +112,14 @@ def scanned_selection(num_batches: int, batch_size: int, num_elites: int):
 
     def run(pool, keys):
         def step(total, key):
-            elites = ftw_jax.select_elites(key, pool.trajectories.episode_return, pool_lib.valid_mask(pool),
-                                           num_batches=num_batches, batch_size=batch_size, num_elites=num_elites)
+            elites = ftw_jax.select_elites(
+                key,
+                pool.trajectories.episode_return,
+                pool_lib.valid_mask(pool),
+                num_batches=num_batches,
+                batch_size=batch_size,
+                num_elites=num_elites,
+            )
             return total + jnp.sum(elites), None
 
         return jax.lax.scan(step, jnp.zeros((), jnp.int32), keys)[0]
@@ -213,8 +219,10 @@ def bench_row(key, capacity, num_batches, batch_size, num_elites, num_steps, rep
     scan_floor = scanned_floor(floor)
     stacked = jax.tree.map(
         lambda *leaves: jnp.stack(leaves),
-        *[gather_elites(jax.random.fold_in(select_key, u), pool, num_batches, batch_size, num_elites)
-          for u in range(UPDATES_PER_SCAN)],
+        *[
+            gather_elites(jax.random.fold_in(select_key, u), pool, num_batches, batch_size, num_elites)
+            for u in range(UPDATES_PER_SCAN)
+        ],
     )
     scan_keys = list(jax.random.split(jax.random.fold_in(run_key, 1), (WARMUP_CALLS + repeats) * UPDATES_PER_SCAN))
     scan_state = [ftw_jax.PolicyState.create(params, optimizer, kl_coef=KL_COEF)]
@@ -235,9 +243,13 @@ def bench_row(key, capacity, num_batches, batch_size, num_elites, num_steps, rep
         scan_floor_carry[:] = list(carry)
         return carry, losses_
 
-    calls = ([update_call(p) for p in timed_paths]
-             + [update_call(auto_path, diagnose=False), floor_call, scan_update_call, scan_floor_call,
-                scan_select_call])
+    calls = [update_call(p) for p in timed_paths] + [
+        update_call(auto_path, diagnose=False),
+        floor_call,
+        scan_update_call,
+        scan_floor_call,
+        scan_select_call,
+    ]
     times = time_interleaved(calls, repeats)
     update_ms = dict(zip(timed_paths, times[: len(timed_paths)]))
     lean_ms, floor_ms = times[len(timed_paths) : len(timed_paths) + 2]
@@ -273,12 +285,17 @@ def main(argv=None) -> None:
     else:
         pool_sizes, jck, steps, repeats = POOL_SIZES, JCK, STEPS, args.repeats
 
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform}; MLPPolicy(A={NUM_ACTIONS}, hidden=(64, 64)), "
-          f"obs [T, {OBS_DIM}], adam({LEARNING_RATE}), beta={KL_COEF}; median of {repeats} interleaved calls "
-          f"(at most {BIG_REPEATS} when a call runs the policy on > {BIG_STEPS} steps)")
-    header = (f"{'N':>5} {'J':>3} {'C':>3} {'K':>3} {'J*K':>5} {'T':>3} {'path':>6} {'update ms':>10} "
-              f"{'diag ms':>8} {'floor ms':>9} {'ratio':>6} {'lean':>6} {'scan upd':>9} {'scan flr':>9} {'ratio':>6} {'select':>7} {'rest':>6} "
-              f"{'JK<=N':>6} {'gather/floor':>13} {'counts/floor':>13}")
+    print(
+        f"jax {jax.__version__} on {jax.devices()[0].platform}; MLPPolicy(A={NUM_ACTIONS}, hidden=(64, 64)), "
+        f"obs [T, {OBS_DIM}], adam({LEARNING_RATE}), beta={KL_COEF}; median of {repeats} interleaved calls "
+        f"(at most {BIG_REPEATS} when a call runs the policy on > {BIG_STEPS} steps)"
+    )
+    header = (
+        f"{'N':>5} {'J':>3} {'C':>3} {'K':>3} {'J*K':>5} {'T':>3} {'path':>6} {'update ms':>10} "
+        f"{'diag ms':>8} {'floor ms':>9} {'ratio':>6} {'lean':>6} {'scan upd':>9} {'scan flr':>9} {'ratio':>6} "
+        f"{'select':>7} {'rest':>6} "
+        f"{'JK<=N':>6} {'gather/floor':>13} {'counts/floor':>13}"
+    )
     print(header)
     print("-" * len(header))
     key = jax.random.key(args.seed)
@@ -294,14 +311,17 @@ def main(argv=None) -> None:
                 r = bench_row(row_key, capacity, num_batches, batch_size, num_elites, num_steps, row_repeats, compare)
                 ratio = r["update_ms"] / r["floor_ms"]
                 fmt = lambda x: f"{x:13.2f}" if x is not None else f"{'-':>13}"  # noqa: E731
-                print(f"{capacity:>5} {num_batches:>3} {batch_size:>3} {num_elites:>3} {num_kept:>5} {num_steps:>3} "
-                      f"{r['path']:>6} {r['update_ms']:>10.3f} {r['diagnostics_ms']:>8.3f} {r['floor_ms']:>9.3f} "
-                      f"{ratio:>6.2f} {r['lean_ms'] / r['floor_ms']:>6.2f} "
-                      f"{r['scan_update_ms']:>9.3f} {r['scan_floor_ms']:>9.3f} "
-                      f"{r['scan_update_ms'] / r['scan_floor_ms']:>6.2f} {r['scan_select_ms']:>7.3f} "
-                      f"{(r['scan_update_ms'] - r['scan_select_ms']) / r['scan_floor_ms']:>6.2f} "
-                      f"{'yes' if num_kept <= capacity else 'no':>6} {fmt(r['gather_ratio'])} "
-                      f"{fmt(r['counts_ratio'])}", flush=True)
+                print(
+                    f"{capacity:>5} {num_batches:>3} {batch_size:>3} {num_elites:>3} {num_kept:>5} {num_steps:>3} "
+                    f"{r['path']:>6} {r['update_ms']:>10.3f} {r['diagnostics_ms']:>8.3f} {r['floor_ms']:>9.3f} "
+                    f"{ratio:>6.2f} {r['lean_ms'] / r['floor_ms']:>6.2f} "
+                    f"{r['scan_update_ms']:>9.3f} {r['scan_floor_ms']:>9.3f} "
+                    f"{r['scan_update_ms'] / r['scan_floor_ms']:>6.2f} {r['scan_select_ms']:>7.3f} "
+                    f"{(r['scan_update_ms'] - r['scan_select_ms']) / r['scan_floor_ms']:>6.2f} "
+                    f"{'yes' if num_kept <= capacity else 'no':>6} {fmt(r['gather_ratio'])} "
+                    f"{fmt(r['counts_ratio'])}",
+                    flush=True,
+                )
     print("-" * len(header))
     print(
         "ratio = update ms / floor ms, one jitted call each (dispatch included). 'diag ms': what the pool-wide\n"
@@ -311,10 +331,11 @@ def main(argv=None) -> None:
         "(the diagnostics on the last update only). 'select': ms per update of the selection alone in such a\n"
         "scan, work the floor does not do; 'rest' = (scan upd - select) / scan flr.\n"
         "The update is one jit: select_elites (J uniform C-subsets, by Floyd's algorithm when C*C <= N, else\n"
-        "top_k over N random keys; a sort of C per minibatch), the gather of J*K trajectories (or, on the counts path, a forward/backward over all N\n"
-        "entries weighted by selection counts), the CE + beta*KL loss and gradient, the adam step, plus finiteness\n"
-        "checks and metrics. The floor is a separately jitted CE + beta*KL gradient and the same adam step on the\n"
-        "same J*K elites gathered beforehand: what the update would cost if selection and gathering were free.\n"
+        "top_k over N random keys; a sort of C per minibatch), the gather of J*K trajectories (or, on the counts\n"
+        "path, a forward/backward over all N entries weighted by selection counts), the CE + beta*KL loss and\n"
+        "gradient, the adam step, plus finiteness checks and metrics. The floor is a separately jitted CE +\n"
+        "beta*KL gradient and the same adam step on the same J*K elites gathered beforehand: what the update\n"
+        "would cost if selection and gathering were free.\n"
         "Target: ratio <= 1.15 where J*K <= N. Where J*K > N the counts path runs the policy on N < J*K entries,\n"
         "so the ratio may fall below 1. gather/floor and counts/floor (rows with J*K >= N/2) force elite_path.\n"
         f"Total time {time.perf_counter() - start:.1f} s."

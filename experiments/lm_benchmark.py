@@ -23,12 +23,36 @@ from ftw_jax.lm import CausalLM, LMConfig, SamplingConfig, make_sampler
 from ftw_jax.lm.memory import QWEN2_5, parameter_count
 
 SIZES = {
-    "tiny": LMConfig(vocab_size=512, hidden_size=64, intermediate_size=192, num_layers=2, num_heads=4,
-                     num_kv_heads=2, head_dim=16, qkv_bias=True),
-    "small": LMConfig(vocab_size=4096, hidden_size=256, intermediate_size=768, num_layers=4, num_heads=8,
-                      num_kv_heads=2, head_dim=32, qkv_bias=True),
-    "medium": LMConfig(vocab_size=16384, hidden_size=512, intermediate_size=1536, num_layers=8, num_heads=8,
-                       num_kv_heads=2, head_dim=64, qkv_bias=True),
+    "tiny": LMConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=192,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        qkv_bias=True,
+    ),
+    "small": LMConfig(
+        vocab_size=4096,
+        hidden_size=256,
+        intermediate_size=768,
+        num_layers=4,
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=32,
+        qkv_bias=True,
+    ),
+    "medium": LMConfig(
+        vocab_size=16384,
+        hidden_size=512,
+        intermediate_size=1536,
+        num_layers=8,
+        num_heads=8,
+        num_kv_heads=2,
+        head_dim=64,
+        qkv_bias=True,
+    ),
     **{f"qwen2.5-{name}": config for name, config in QWEN2_5.items()},
 }
 
@@ -62,12 +86,16 @@ def measure(config: LMConfig, batch: int, length: int, new_tokens: int, repeats:
         return optax.apply_updates(params, updates), opt_state
 
     sample = make_sampler(model, SamplingConfig(max_new_tokens=new_tokens, top_p=0.95))
-    prompts = tokens[:, :length - new_tokens]
+    prompts = tokens[:, : length - new_tokens]
     forward = timed(jax.jit(model.apply), params, tokens, repeats=repeats)
     train = timed(step, params, optimizer.init(params), tokens, repeats=repeats)
     sampling = timed(sample, params, key_sample, prompts, jnp.ones(prompts.shape, bool), repeats=repeats)
-    return {"parameters": parameter_count(config), "forward": batch * length / forward,
-            "train": batch * (length - 1) / train, "sample": batch * new_tokens / sampling}
+    return {
+        "parameters": parameter_count(config),
+        "forward": batch * length / forward,
+        "train": batch * (length - 1) / train,
+        "sample": batch * new_tokens / sampling,
+    }
 
 
 def main() -> None:
@@ -81,17 +109,25 @@ def main() -> None:
     args = parser.parse_args()
     unknown = [name for name in args.sizes.split(",") if name not in SIZES]
     if unknown or not 0 < args.new_tokens < args.length:
-        raise SystemExit(f"error: unknown sizes {unknown} (known: {', '.join(SIZES)})" if unknown else
-                         f"error: --new-tokens must be in [1, --length), got {args.new_tokens}.")
+        raise SystemExit(
+            f"error: unknown sizes {unknown} (known: {', '.join(SIZES)})"
+            if unknown
+            else f"error: --new-tokens must be in [1, --length), got {args.new_tokens}."
+        )
     device = jax.devices()[0]
-    print(f"{jax.device_count()} x {device.device_kind} ({device.platform}), {args.dtype}, batch {args.batch}, "
-          f"length {args.length}, {args.new_tokens} new tokens, median of {args.repeats}\n")
+    print(
+        f"{jax.device_count()} x {device.device_kind} ({device.platform}), {args.dtype}, batch {args.batch}, "
+        f"length {args.length}, {args.new_tokens} new tokens, median of {args.repeats}\n"
+    )
     print("| size | parameters | forward tokens/s | train step tokens/s | sampling new tokens/s |")
     print("|---|---:|---:|---:|---:|")
     for name in args.sizes.split(","):
         row = measure(SIZES[name].replace(dtype=args.dtype), args.batch, args.length, args.new_tokens, args.repeats)
-        print(f"| {name} | {row['parameters'] / 1e6:,.1f}M | {row['forward']:,.0f} | {row['train']:,.0f} | "
-              f"{row['sample']:,.0f} |", flush=True)
+        print(
+            f"| {name} | {row['parameters'] / 1e6:,.1f}M | {row['forward']:,.0f} | {row['train']:,.0f} | "
+            f"{row['sample']:,.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

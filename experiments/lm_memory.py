@@ -14,7 +14,7 @@ import argparse
 
 from ftw_jax.lm.memory import QWEN2_5, memory_estimate, parameter_count
 
-GIB = 2 ** 30
+GIB = 2**30
 
 
 def main() -> None:
@@ -23,8 +23,10 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=1024, help="tokens per row (default 1024)")
     args = parser.parse_args()
     print(f"batch {args.batch} x length {args.length}, bfloat16 parameters and activations, Adam; GiB\n")
-    print("| model | parameters | params + grads + Adam | activations | with remat | with remat + fused attention "
-          "| logits (float32) | step total, remat + fused | KV cache |")
+    print(
+        "| model | parameters | params + grads + Adam | activations | with remat | with remat + fused attention "
+        "| logits (float32) | step total, remat + fused | KV cache |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, config in QWEN2_5.items():
         config = config.replace(dtype="bfloat16")
@@ -32,9 +34,11 @@ def main() -> None:
         remat = memory_estimate(config.replace(remat=True), args.batch, args.length)
         fused = memory_estimate(config.replace(remat=True), args.batch, args.length, fused_attention=True)
         state = plain["parameters"] + plain["gradients"] + plain["optimizer_state"]
-        print(f"| Qwen2.5-{name} | {parameter_count(config) / 1e9:.2f}B | {state / GIB:.1f} | "
-              f"{plain['activations'] / GIB:.1f} | {remat['activations'] / GIB:.1f} | {fused['activations'] / GIB:.1f} | "
-              f"{plain['logits'] / GIB:.1f} | {fused['total'] / GIB:.1f} | {plain['kv_cache'] / GIB:.2f} |")
+        print(
+            f"| Qwen2.5-{name} | {parameter_count(config) / 1e9:.2f}B | {state / GIB:.1f} | "
+            f"{plain['activations'] / GIB:.1f} | {remat['activations'] / GIB:.1f} | {fused['activations'] / GIB:.1f} | "
+            f"{plain['logits'] / GIB:.1f} | {fused['total'] / GIB:.1f} | {plain['kv_cache'] / GIB:.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -49,23 +49,64 @@ PAD_ID = VOCAB - 1
 #   6.3 < 16            -> kept as it is (high frequency),
 #   16 <= 29.7 <= 64    -> interpolated, smooth = (64/29.7 - 1) / (4 - 1) ≈ 0.385 (well inside (0, 1)),
 #   140.5, 664.3 > 64   -> divided by factor 8 (low frequency).
-LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500.0, "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
-COMMON = dict(vocab_size=VOCAB, num_hidden_layers=2, intermediate_size=64, max_position_embeddings=128,
-              rms_norm_eps=1e-6, hidden_act="silu", pad_token_id=PAD_ID, bos_token_id=0, eos_token_id=1)
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 64,
+}
+COMMON = dict(
+    vocab_size=VOCAB,
+    num_hidden_layers=2,
+    intermediate_size=64,
+    max_position_embeddings=128,
+    rms_norm_eps=1e-6,
+    hidden_act="silu",
+    pad_token_id=PAD_ID,
+    bos_token_id=0,
+    eos_token_id=1,
+)
 MODELS = {
-    "qwen2-untied": dict(architecture="Qwen2ForCausalLM", shard=None,
-                         config=dict(COMMON, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                                     tie_word_embeddings=False, rope_parameters={"rope_type": "default",
-                                                                                 "rope_theta": 10000.0})),
-    "qwen2-tied": dict(architecture="Qwen2ForCausalLM", shard="24KB",
-                       config=dict(COMMON, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                                   tie_word_embeddings=True, rope_parameters={"rope_type": "default",
-                                                                              "rope_theta": 1000.0})),
+    "qwen2-untied": dict(
+        architecture="Qwen2ForCausalLM",
+        shard=None,
+        config=dict(
+            COMMON,
+            hidden_size=32,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        ),
+    ),
+    "qwen2-tied": dict(
+        architecture="Qwen2ForCausalLM",
+        shard="24KB",
+        config=dict(
+            COMMON,
+            hidden_size=32,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000.0},
+        ),
+    ),
     # 8 query heads of head_dim 8 (64 wide) on a 32-wide residual: hidden/heads = 4 is NOT the head_dim.
-    "llama3-scaled": dict(architecture="LlamaForCausalLM", shard=None,
-                          config=dict(COMMON, hidden_size=32, num_attention_heads=8, num_key_value_heads=2,
-                                      head_dim=8, tie_word_embeddings=False, rope_parameters=LLAMA3_ROPE)),
+    "llama3-scaled": dict(
+        architecture="LlamaForCausalLM",
+        shard=None,
+        config=dict(
+            COMMON,
+            hidden_size=32,
+            num_attention_heads=8,
+            num_key_value_heads=2,
+            head_dim=8,
+            tie_word_embeddings=False,
+            rope_parameters=LLAMA3_ROPE,
+        ),
+    ),
 }
 ROPE_KEYS = ("rope", "max_position_embeddings", "head_dim", "partial_rotary")
 
@@ -103,8 +144,9 @@ def write_checkpoint(out: pathlib.Path, name: str, spec: dict, index: int) -> di
     folder = out / name
     if folder.exists():
         shutil.rmtree(folder)  # drop stale shards of an earlier run
-    config_class = {"Qwen2ForCausalLM": transformers.Qwen2Config,
-                    "LlamaForCausalLM": transformers.LlamaConfig}[spec["architecture"]]
+    config_class = {"Qwen2ForCausalLM": transformers.Qwen2Config, "LlamaForCausalLM": transformers.LlamaConfig}[
+        spec["architecture"]
+    ]
     model_class = getattr(transformers, spec["architecture"])
     config = config_class(**json.loads(json.dumps(spec["config"])), dtype="float32")
     torch.manual_seed(SEED)
@@ -122,8 +164,10 @@ def write_checkpoint(out: pathlib.Path, name: str, spec: dict, index: int) -> di
         logits = reloaded(torch.from_numpy(tokens).long()).logits.numpy()
         in_memory = model(torch.from_numpy(tokens).long()).logits.numpy()
     if not np.array_equal(logits, in_memory):
-        raise SystemExit(f"{name}: reloaded checkpoint's logits differ from the model that was saved "
-                         f"(max {np.max(np.abs(logits - in_memory)):.2e})")
+        raise SystemExit(
+            f"{name}: reloaded checkpoint's logits differ from the model that was saved "
+            f"(max {np.max(np.abs(logits - in_memory)):.2e})"
+        )
     arrays = {"tokens": tokens, "logits": logits.astype(np.float32)}
     checks = {}
     if name == "qwen2-untied":
@@ -140,10 +184,18 @@ def write_checkpoint(out: pathlib.Path, name: str, spec: dict, index: int) -> di
             for key in handle.keys():
                 tensors[key] = {"shape": list(handle.get_slice(key).get_shape()), "file": file.name}
     files = {path.name: path.stat().st_size for path in sorted(folder.iterdir())}
-    return {"architecture": spec["architecture"], "config_written": written, "rope_keys_written": rope,
-            "tied_embeddings": tied, "lm_head_weight_saved": "lm_head.weight" in tensors,
-            "parameters": sum(p.numel() for p in model.parameters()), "tensors": dict(sorted(tensors.items())),
-            "files": files, "logit_std": float(logits.std()), "checks": checks}
+    return {
+        "architecture": spec["architecture"],
+        "config_written": written,
+        "rope_keys_written": rope,
+        "tied_embeddings": tied,
+        "lm_head_weight_saved": "lm_head.weight" in tensors,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "tensors": dict(sorted(tensors.items())),
+        "files": files,
+        "logit_std": float(logits.std()),
+        "checks": checks,
+    }
 
 
 def padded_batch(model, tokens: np.ndarray) -> dict:
@@ -153,15 +205,22 @@ def padded_batch(model, tokens: np.ndarray) -> dict:
     import torch
 
     padded = tokens.copy()
-    padded[0] = np.concatenate([np.full(PAD_LEFT, PAD_ID), tokens[0, :LENGTH - PAD_LEFT]])
+    padded[0] = np.concatenate([np.full(PAD_LEFT, PAD_ID), tokens[0, : LENGTH - PAD_LEFT]])
     mask = np.ones_like(padded)
     mask[0, :PAD_LEFT] = 0
     positions = np.clip(np.cumsum(mask, axis=1) - 1, 0, None).astype(np.int32)
     with torch.no_grad():
-        logits = model(torch.from_numpy(padded).long(), attention_mask=torch.from_numpy(mask).long(),
-                       position_ids=torch.from_numpy(positions).long()).logits.numpy()
-    return {"padded_tokens": padded, "attention_mask": mask.astype(np.int32), "position_ids": positions,
-            "padded_logits": logits.astype(np.float32)}
+        logits = model(
+            torch.from_numpy(padded).long(),
+            attention_mask=torch.from_numpy(mask).long(),
+            position_ids=torch.from_numpy(positions).long(),
+        ).logits.numpy()
+    return {
+        "padded_tokens": padded,
+        "attention_mask": mask.astype(np.int32),
+        "position_ids": positions,
+        "padded_logits": logits.astype(np.float32),
+    }
 
 
 def padded_checks(model, tokens: np.ndarray, arrays: dict) -> dict:
@@ -169,9 +228,11 @@ def padded_checks(model, tokens: np.ndarray, arrays: dict) -> dict:
     import torch
 
     with torch.no_grad():
-        short = model(torch.from_numpy(tokens[:1, :LENGTH - PAD_LEFT]).long()).logits.numpy()
-    return {"row0_real_vs_unpadded": float(np.max(np.abs(arrays["padded_logits"][0, PAD_LEFT:] - short[0]))),
-            "row1_vs_logits": float(np.max(np.abs(arrays["padded_logits"][1] - arrays["logits"][1])))}
+        short = model(torch.from_numpy(tokens[:1, : LENGTH - PAD_LEFT]).long()).logits.numpy()
+    return {
+        "row0_real_vs_unpadded": float(np.max(np.abs(arrays["padded_logits"][0, PAD_LEFT:] - short[0]))),
+        "row1_vs_logits": float(np.max(np.abs(arrays["padded_logits"][1] - arrays["logits"][1]))),
+    }
 
 
 def llama3_regimes() -> list[dict]:
@@ -198,12 +259,21 @@ def worker(out: pathlib.Path) -> None:
     torch.set_num_threads(1)  # one thread: the same reduction order, so the same bits, on every rerun
     torch.use_deterministic_algorithms(True)
     out.mkdir(parents=True, exist_ok=True)
-    manifest = {"torch": torch.__version__, "transformers": transformers.__version__,
-                "safetensors": safetensors.__version__, "numpy": np.__version__, "seed": SEED,
-                "tokens_shape": [BATCH, LENGTH], "pad_token_id": PAD_ID, "pad_left": PAD_LEFT,
-                "attn_implementation": "eager", "dtype": "float32",
-                "init": "matrices N(0, 0.15^2), biases N(0, 0.1^2), RMSNorm weights 1 + N(0, 0.1^2)",
-                "llama3_rope_regimes": llama3_regimes(), "models": {}}
+    manifest = {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "safetensors": safetensors.__version__,
+        "numpy": np.__version__,
+        "seed": SEED,
+        "tokens_shape": [BATCH, LENGTH],
+        "pad_token_id": PAD_ID,
+        "pad_left": PAD_LEFT,
+        "attn_implementation": "eager",
+        "dtype": "float32",
+        "init": "matrices N(0, 0.15^2), biases N(0, 0.1^2), RMSNorm weights 1 + N(0, 0.1^2)",
+        "llama3_rope_regimes": llama3_regimes(),
+        "models": {},
+    }
     for index, (name, spec) in enumerate(MODELS.items()):
         manifest["models"][name] = write_checkpoint(out, name, spec, index)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -226,8 +296,11 @@ Regenerate from the repository root (builds `runs/parity-venv` once; reruns writ
 
 def installable(python: pathlib.Path, spec: str) -> bool:
     """Whether pip resolves `spec` without a CUDA build (nvidia-* or triton wheels), asking it for a dry run."""
-    report = subprocess.run([str(python), "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-", spec],
-                            capture_output=True, text=True)
+    report = subprocess.run(
+        [str(python), "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-", spec],
+        capture_output=True,
+        text=True,
+    )
     if report.returncode != 0:
         return False
     names = [item["metadata"]["name"].lower() for item in json.loads(report.stdout)["install"]]
@@ -265,8 +338,9 @@ def main() -> None:
     python = build_venv(args.venv.resolve())
     started = time.perf_counter()
     subprocess.run([str(python), __file__, "--worker", "--out", str(args.out.resolve())], check=True)
-    sizes = sorted((path.relative_to(args.out).as_posix(), path.stat().st_size)
-                   for path in args.out.rglob("*") if path.is_file())
+    sizes = sorted(
+        (path.relative_to(args.out).as_posix(), path.stat().st_size) for path in args.out.rglob("*") if path.is_file()
+    )
     print("\n".join(f"{size:>8,}  {name}" for name, size in sizes))
     print(f"{sum(size for _, size in sizes):,} bytes in {args.out}, written in {time.perf_counter() - started:.1f} s")
 

@@ -39,27 +39,41 @@ def main() -> None:
     jax.config.update("jax_debug_key_reuse", False)  # the checker's false positive on the LM's cached rollout
     with tempfile.TemporaryDirectory() as scratch:
         small = write_tiny_bpe_checkpoint(pathlib.Path(scratch) / "tiny")
-        config = dataclasses.replace(pretrained_config(str(small)), hidden_size=args.width,
-                                     intermediate_size=4 * args.width, num_layers=args.layers,
-                                     num_heads=args.width // 64, num_kv_heads=2, head_dim=64)
+        config = dataclasses.replace(
+            pretrained_config(str(small)),
+            hidden_size=args.width,
+            intermediate_size=4 * args.width,
+            num_layers=args.layers,
+            num_heads=args.width // 64,
+            num_kv_heads=2,
+            head_dim=64,
+        )
         params = CausalLM(config).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
-        folder = save(pathlib.Path(scratch) / "model", config, params,
-                      copy_files=[small / "tokenizer.json", small / "tokenizer_config.json"])
+        folder = save(
+            pathlib.Path(scratch) / "model",
+            config,
+            params,
+            copy_files=[small / "tokenizer.json", small / "tokenizer_config.json"],
+        )
         print(f"{sum(leaf.size for leaf in jax.tree.leaves(params)) / 1e6:.1f}M parameters")
-        trainer = make_train(TrainConfig.for_env("text-search", warm_start_demonstrations=0), model=str(folder),
-                             step_limit=240)
+        trainer = make_train(
+            TrainConfig.for_env("text-search", warm_start_demonstrations=0), model=str(folder), step_limit=240
+        )
         keys = jax.random.key_data(seed_keys([0]))
         hyperparameters = jax.tree.map(lambda leaf: jnp.stack([leaf]), trainer.config.hyperparameters())
         start = lambda data, h, params: trainer.init(jax.random.wrap_key_data(data), h, params)  # noqa: E731
         constant = lambda data, h: trainer.init(jax.random.wrap_key_data(data), h)  # noqa: E731
-        for name, init, inputs in [("argument", jax.vmap(start, in_axes=(0, 0, None)),
-                                    (keys, hyperparameters, trainer.start_params)),
-                                   ("constant", jax.vmap(constant), (keys, hyperparameters))]:
+        for name, init, inputs in [
+            ("argument", jax.vmap(start, in_axes=(0, 0, None)), (keys, hyperparameters, trainer.start_params)),
+            ("constant", jax.vmap(constant), (keys, hyperparameters)),
+        ]:
             started = time.perf_counter()
             lowered = jax.jit(init).lower(*inputs)
             lowered.compile()
-            print(f"{name}: lower + compile {time.perf_counter() - started:.1f} s, "
-                  f"program {len(lowered.as_text()):,} characters")
+            print(
+                f"{name}: lower + compile {time.perf_counter() - started:.1f} s, "
+                f"program {len(lowered.as_text()):,} characters"
+            )
 
 
 if __name__ == "__main__":

@@ -58,9 +58,13 @@ def profile(config: TrainConfig, num_seeds: int, repeats: int) -> dict:
     }
     period = median_seconds(run, carries, 1, repeats=max(1, repeats // 5)) / config.eval_every
     parts = sum(seconds.values())
-    return {"seconds_per_iteration": seconds, "shares": {name: value / parts for name, value in seconds.items()},
-            "sum_of_parts": parts, "whole_iteration": period,
-            "env_steps_per_iteration": float(batch.mask.sum()) / num_seeds}
+    return {
+        "seconds_per_iteration": seconds,
+        "shares": {name: value / parts for name, value in seconds.items()},
+        "sum_of_parts": parts,
+        "whole_iteration": period,
+        "env_steps_per_iteration": float(batch.mask.sum()) / num_seeds,
+    }
 
 
 def main(argv=None) -> None:
@@ -68,8 +72,13 @@ def main(argv=None) -> None:
     parser.add_argument("--env", default="sokoban")
     parser.add_argument("--seeds", type=int, default=3, help="S, seeds vmapped in one program (default 3)")
     parser.add_argument("--repeats", type=int, default=10, help="timed calls of each part (median)")
-    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                        help="a TrainConfig setting (repeatable), e.g. --set eval_every=40")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a TrainConfig setting (repeatable), e.g. --set eval_every=40",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.repeats < 1:
@@ -85,9 +94,12 @@ def main(argv=None) -> None:
     if args.json:
         print(json.dumps(result))
         return
-    print(f"{args.env}, {args.seeds} seeds vmapped, {jax.devices()[0].platform}: B={config.episodes_per_iteration}, "
-          f"U={getattr(config.algorithm_config, 'updates_per_iteration', 1)}, eval {config.eval_episodes} episodes every {config.eval_every} "
-          f"iterations; ~{result['env_steps_per_iteration']:.0f} env steps per seed per iteration")
+    print(
+        f"{args.env}, {args.seeds} seeds vmapped, {jax.devices()[0].platform}: B={config.episodes_per_iteration}, "
+        f"U={getattr(config.algorithm_config, 'updates_per_iteration', 1)}, "
+        f"eval {config.eval_episodes} episodes every {config.eval_every} iterations; "
+        f"~{result['env_steps_per_iteration']:.0f} env steps per seed per iteration"
+    )
     print("| part | ms per iteration | share |\n|---|---:|---:|")
     for name, value in result["seconds_per_iteration"].items():
         print(f"| {name} | {1e3 * value:.1f} | {100 * result['shares'][name]:.0f}% |")

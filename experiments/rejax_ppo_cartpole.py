@@ -37,14 +37,39 @@ SEEDS = list(range(10))
 TOTAL_STEPS = 100_000
 EVAL_EVERY_STEPS = 5_000
 EVAL_EPISODES = 128
-REJAX_CONFIG = dict(env="CartPole-v1", num_envs=5, num_steps=100, num_epochs=5, num_minibatches=5,
-                    learning_rate=7.5e-4, gamma=0.99, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.01, vf_coef=0.5,
-                    max_grad_norm=0.5, total_timesteps=TOTAL_STEPS, eval_freq=EVAL_EVERY_STEPS,
-                    agent_kwargs={"activation": "tanh", "hidden_layer_sizes": [64, 64]})
-OURS = dict(algorithm="ppo", updates_per_iteration=5, num_minibatches=5,
-            learning_rate=7.5e-4, discount=0.99, gae_lambda=0.95, clip_epsilon=0.2, clip_value_loss=True,
-            entropy_coef=0.01, max_grad_norm=0.5, optimizer="adam", hidden_sizes=(64, 64), kl_coef=0.0,
-            eval_episodes=EVAL_EPISODES)
+REJAX_CONFIG = dict(
+    env="CartPole-v1",
+    num_envs=5,
+    num_steps=100,
+    num_epochs=5,
+    num_minibatches=5,
+    learning_rate=7.5e-4,
+    gamma=0.99,
+    gae_lambda=0.95,
+    clip_eps=0.2,
+    ent_coef=0.01,
+    vf_coef=0.5,
+    max_grad_norm=0.5,
+    total_timesteps=TOTAL_STEPS,
+    eval_freq=EVAL_EVERY_STEPS,
+    agent_kwargs={"activation": "tanh", "hidden_layer_sizes": [64, 64]},
+)
+OURS = dict(
+    algorithm="ppo",
+    updates_per_iteration=5,
+    num_minibatches=5,
+    learning_rate=7.5e-4,
+    discount=0.99,
+    gae_lambda=0.95,
+    clip_epsilon=0.2,
+    clip_value_loss=True,
+    entropy_coef=0.01,
+    max_grad_norm=0.5,
+    optimizer="adam",
+    hidden_sizes=(64, 64),
+    kl_coef=0.0,
+    eval_episodes=EVAL_EPISODES,
+)
 ACTIONS = [0, 1, 1, 0, 1, 1, 1, 0, 0, 0, 1, 0] * 20  # the dynamics check's fixed action sequence
 START = (0.03, -0.2, 0.04, 0.3)  # x, ẋ, θ, θ̇
 
@@ -58,16 +83,24 @@ def cartpole_trajectory() -> dict:
 
     env, params = gymnax.make("CartPole-v1")
     _, state = env.reset(jax.random.key(0), params)
-    state = state.replace(x=jnp.float32(START[0]), x_dot=jnp.float32(START[1]), theta=jnp.float32(START[2]),
-                          theta_dot=jnp.float32(START[3]))
+    state = state.replace(
+        x=jnp.float32(START[0]),
+        x_dot=jnp.float32(START[1]),
+        theta=jnp.float32(START[2]),
+        theta_dot=jnp.float32(START[3]),
+    )
     observations, rewards, dones = [], [], []
     for action in ACTIONS:
         observation, state, reward, done, *_ = env.step_env(jax.random.key(1), state, action, params)
         observations.append(np.asarray(observation).tolist())
         rewards.append(float(reward))
         dones.append(bool(done))
-    return {"gymnax": importlib.metadata.version("gymnax"),
-            "observations": observations, "rewards": rewards, "dones": dones}
+    return {
+        "gymnax": importlib.metadata.version("gymnax"),
+        "observations": observations,
+        "rewards": rewards,
+        "dones": dones,
+    }
 
 
 def rejax_worker(out: pathlib.Path) -> None:
@@ -82,8 +115,17 @@ def rejax_worker(out: pathlib.Path) -> None:
     returns = np.asarray(returns).mean(axis=-1)  # [S, evaluations]
     seconds = time.perf_counter() - started
     steps = np.arange(returns.shape[1]) * EVAL_EVERY_STEPS
-    out.write_text(json.dumps({"env_steps": steps.tolist(), "returns": returns.tolist(), "seconds": seconds,
-                               "jax": jax.__version__, "dynamics": cartpole_trajectory()}))
+    out.write_text(
+        json.dumps(
+            {
+                "env_steps": steps.tolist(),
+                "returns": returns.tolist(),
+                "seconds": seconds,
+                "jax": jax.__version__,
+                "dynamics": cartpole_trajectory(),
+            }
+        )
+    )
 
 
 def run_rejax(venv: pathlib.Path, out: pathlib.Path) -> dict:
@@ -102,9 +144,15 @@ def run_ours(iterations: int, episodes_per_iteration: int) -> dict:
     from ftw_jax.sweep import make_sweep, run_sweep
 
     started = time.perf_counter()
-    sweep = make_sweep("cartpole", {"lr": [OURS["learning_rate"]]}, SEEDS, num_iterations=iterations, eval_every=1,
-                       episodes_per_iteration=episodes_per_iteration,
-                       **{name: value for name, value in OURS.items() if name != "learning_rate"})
+    sweep = make_sweep(
+        "cartpole",
+        {"lr": [OURS["learning_rate"]]},
+        SEEDS,
+        num_iterations=iterations,
+        eval_every=1,
+        episodes_per_iteration=episodes_per_iteration,
+        **{name: value for name, value in OURS.items() if name != "learning_rate"},
+    )
     results = run_sweep(sweep)
     seconds = time.perf_counter() - started
     checkpoints = np.arange(TOTAL_STEPS // EVAL_EVERY_STEPS + 1) * EVAL_EVERY_STEPS
@@ -115,8 +163,12 @@ def run_ours(iterations: int, episodes_per_iteration: int) -> dict:
         for i, checkpoint in enumerate(checkpoints):
             before = np.nonzero(steps <= checkpoint)[0]
             curves[seed, i] = returns[before[-1]] if before.size else np.nan
-    return {"env_steps": checkpoints.tolist(), "returns": curves.tolist(), "seconds": seconds,
-            "steps_per_seed_run": results["env_steps"][:, -1].tolist()}
+    return {
+        "env_steps": checkpoints.tolist(),
+        "returns": curves.tolist(),
+        "seconds": seconds,
+        "steps_per_seed_run": results["env_steps"][:, -1].tolist(),
+    }
 
 
 def t_interval(values: np.ndarray) -> tuple[float, float, float]:
@@ -133,8 +185,12 @@ def main() -> None:
     parser.add_argument("--venv", type=pathlib.Path, default=pathlib.Path("runs/rejax-venv"))
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/rejax_ppo_cartpole"))
     parser.add_argument("--iterations", type=int, default=80, help="our iterations (must pass 100k env steps)")
-    parser.add_argument("--episodes-per-iteration", type=int, default=10,
-                        help="our B (a multiple of the 5 minibatches); fewer: more gradient steps per env step")
+    parser.add_argument(
+        "--episodes-per-iteration",
+        type=int,
+        default=10,
+        help="our B (a multiple of the 5 minibatches); fewer: more gradient steps per env step",
+    )
     parser.add_argument("--worker", choices=["rejax"], help=argparse.SUPPRESS)
     parser.add_argument("--worker-out", type=pathlib.Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -146,14 +202,25 @@ def main() -> None:
     ours = run_ours(args.iterations, args.episodes_per_iteration)
     (args.out / "ours.json").write_text(json.dumps(ours))
     dynamics = cartpole_trajectory()
-    agree = (dynamics["dones"] == rejax["dynamics"]["dones"] and dynamics["rewards"] == rejax["dynamics"]["rewards"]
-             and np.allclose(dynamics["observations"], rejax["dynamics"]["observations"], rtol=0, atol=1e-6))
+    agree = (
+        dynamics["dones"] == rejax["dynamics"]["dones"]
+        and dynamics["rewards"] == rejax["dynamics"]["rewards"]
+        and np.allclose(dynamics["observations"], rejax["dynamics"]["observations"], rtol=0, atol=1e-6)
+    )
     worst = float(np.max(np.abs(np.array(dynamics["observations"]) - np.array(rejax["dynamics"]["observations"]))))
-    print(f"CartPole dynamics, gymnax {rejax['dynamics']['gymnax']} (rejax's) vs {dynamics['gymnax']} (ours), "
-          f"{len(ACTIONS)} steps from a fixed state: {'agree' if agree else 'DIFFER'} (max |Δobs| {worst:.2e})")
+    print(
+        f"CartPole dynamics, gymnax {rejax['dynamics']['gymnax']} (rejax's) vs {dynamics['gymnax']} (ours), "
+        f"{len(ACTIONS)} steps from a fixed state: {'agree' if agree else 'DIFFER'} (max |Δobs| {worst:.2e})"
+    )
     rows = ["| env steps | rejax PPO: mean [95% t-CI] | ours: mean [95% t-CI] |", "|---:|---:|---:|"]
-    summary = {"seeds": SEEDS, "dynamics_agree": agree, "max_observation_difference": worst,
-               "rejax_seconds": rejax["seconds"], "ours_seconds": ours["seconds"], "rejax_jax": rejax["jax"]}
+    summary = {
+        "seeds": SEEDS,
+        "dynamics_agree": agree,
+        "max_observation_difference": worst,
+        "rejax_seconds": rejax["seconds"],
+        "ours_seconds": ours["seconds"],
+        "rejax_jax": rejax["jax"],
+    }
     for i, steps in enumerate(rejax["env_steps"]):
         if steps == 0 or (steps % 20_000 and steps != TOTAL_STEPS):  # ours evaluates only after training
             continue
@@ -161,9 +228,11 @@ def main() -> None:
         rows.append(f"| {steps:,} | " + " | ".join(f"{m:.1f} [{lo:.1f}, {hi:.1f}]" for m, lo, hi in cells) + " |")
         if steps == TOTAL_STEPS:
             summary["final"] = {"rejax": cells[0], "ours": cells[1]}
-    rows.append(f"\nwall clock, compile included: rejax {rejax['seconds']:.1f} s, ours {ours['seconds']:.1f} s "
-                f"({len(SEEDS)} seeds vmapped; ours also plays its last iteration past 100k steps: "
-                f"{np.mean(ours['steps_per_seed_run']):,.0f} steps per seed in all)")
+    rows.append(
+        f"\nwall clock, compile included: rejax {rejax['seconds']:.1f} s, ours {ours['seconds']:.1f} s "
+        f"({len(SEEDS)} seeds vmapped; ours also plays its last iteration past 100k steps: "
+        f"{np.mean(ours['steps_per_seed_run']):,.0f} steps per seed in all)"
+    )
     table = "\n".join(rows)
     print(table)
     (args.out / "table.md").write_text(table + "\n")

@@ -25,8 +25,23 @@ POLICIES = ("transformer", "lm")
 
 def train(policy: str, seeds: str | None, iterations: int | None, folder: pathlib.Path) -> dict:
     """One `ftw-jax train --env search` process; its summary plus the process's wall clock."""
-    command = [sys.executable, "-m", "ftw_jax.cli", "train", "--env", "search", "--policy", policy,
-               "--json", "--no-plot", "--no-checkpoint", "--out", str(folder.parent), "--name", folder.name]
+    command = [
+        sys.executable,
+        "-m",
+        "ftw_jax.cli",
+        "train",
+        "--env",
+        "search",
+        "--policy",
+        policy,
+        "--json",
+        "--no-plot",
+        "--no-checkpoint",
+        "--out",
+        str(folder.parent),
+        "--name",
+        folder.name,
+    ]
     if seeds is not None:
         command += ["--seeds", seeds]
     if iterations is not None:
@@ -53,21 +68,31 @@ def main() -> None:
             for policy in POLICIES:
                 summary = train(policy, args.seeds, args.iterations, pathlib.Path(scratch) / f"{policy}-{repeat}")
                 runs[policy].append(summary)
-                print(f"{policy:>11} run {repeat + 1}: {summary['process_seconds']:6.1f} s, "
-                      f"{summary['env_steps_per_second']:8,.0f} env steps/s, success "
-                      f"{', '.join(f'{s:.1%}' for s in summary['success'])}", file=sys.stderr, flush=True)
+                print(
+                    f"{policy:>11} run {repeat + 1}: {summary['process_seconds']:6.1f} s, "
+                    f"{summary['env_steps_per_second']:8,.0f} env steps/s, success "
+                    f"{', '.join(f'{s:.1%}' for s in summary['success'])}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     median = lambda policy, key: statistics.median(run[key] for run in runs[policy])  # noqa: E731
-    lines = ["| policy | final success per seed (last run) | mean | env steps/s | compile s | wall clock s |",
-             "|---|---|---:|---:|---:|---:|"]
+    lines = [
+        "| policy | final success per seed (last run) | mean | env steps/s | compile s | wall clock s |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
     for policy in POLICIES:
         success = runs[policy][-1]["success"]
-        lines.append(f"| {policy} | {', '.join(f'{s:.1%}' for s in success)} | {statistics.mean(success):.1%} | "
-                     f"{median(policy, 'env_steps_per_second'):,.0f} | {median(policy, 'compile_seconds'):.1f} | "
-                     f"{median(policy, 'process_seconds'):.1f} |")
+        lines.append(
+            f"| {policy} | {', '.join(f'{s:.1%}' for s in success)} | {statistics.mean(success):.1%} | "
+            f"{median(policy, 'env_steps_per_second'):,.0f} | {median(policy, 'compile_seconds'):.1f} | "
+            f"{median(policy, 'process_seconds'):.1f} |"
+        )
     speedup = median("lm", "env_steps_per_second") / median("transformer", "env_steps_per_second")
     wall = median("transformer", "process_seconds") / median("lm", "process_seconds")
-    lines.append(f"\nlm / transformer: {speedup:.2f}x env steps/s, {wall:.2f}x wall clock "
-                 f"(medians of {args.repeats} alternating run(s) each; seeds {runs['lm'][-1]['seeds']})")
+    lines.append(
+        f"\nlm / transformer: {speedup:.2f}x env steps/s, {wall:.2f}x wall clock "
+        f"(medians of {args.repeats} alternating run(s) each; seeds {runs['lm'][-1]['seeds']})"
+    )
     table = "\n".join(lines)
     print(table)
     if args.out:

@@ -19,12 +19,16 @@ from ftw_jax.train import TrainConfig
 
 def run(name: str, seeds: list[int], env_options: dict, **overrides) -> dict:
     """Evaluation curves [S, periods] of one variant (its seeds as one sweep over the default learning rate)."""
-    sweep = make_sweep("sokoban", {"lr": [TrainConfig.for_env("sokoban").learning_rate]}, seeds, env_options,
-                       **overrides)
+    sweep = make_sweep(
+        "sokoban", {"lr": [TrainConfig.for_env("sokoban").learning_rate]}, seeds, env_options, **overrides
+    )
 
     def progress(period, row):
-        print(f"  {name}: iteration {(period + 1) * sweep.config.eval_every}/{sweep.config.num_iterations}, "
-              f"held-out success {row['success'].mean():.1%}", flush=True)
+        print(
+            f"  {name}: iteration {(period + 1) * sweep.config.eval_every}/{sweep.config.num_iterations}, "
+            f"held-out success {row['success'].mean():.1%}",
+            flush=True,
+        )
 
     return run_sweep(sweep, progress)
 
@@ -45,8 +49,9 @@ def main() -> None:
     filtering = dict(probe_tasks=args.probe_tasks, probes_per_task=args.probes_per_task)
     results = {
         "no filtering": run("no filtering", seeds, env_options, **budget),
-        f"filtering (M={args.probe_tasks}, n={args.probes_per_task})": run("filtering", seeds, env_options,
-                                                                            **budget, **filtering),
+        f"filtering (M={args.probe_tasks}, n={args.probes_per_task})": run(
+            "filtering", seeds, env_options, **budget, **filtering
+        ),
     }
 
     print(f"\nSokoban ({env_options or 'shaped'}), FTW defaults, {args.iterations} iterations, seeds {seeds}\n")
@@ -56,13 +61,21 @@ def main() -> None:
         final = result["success"][:, -1]
         probes = result["probe_env_steps"].sum(axis=1).mean() if "probe_env_steps" in result else 0
         kept = f"{result['informative_tasks'].mean():.1%}" if "informative_tasks" in result else "-"
-        print(f"| {name} | {final.mean():.1%} ± {final.std():.1%} | {result['success'].mean():.1%} "
-              f"| {result['env_steps'][:, -1].mean():,.0f} | {probes:,.0f} | {kept} |")
+        print(
+            f"| {name} | {final.mean():.1%} ± {final.std():.1%} | {result['success'].mean():.1%} "
+            f"| {result['env_steps'][:, -1].mean():,.0f} | {probes:,.0f} | {kept} |"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     path = save_learning_curves(
-        args.out / "success.png", np.stack([r["success"].mean(axis=0) for r in results.values()]), list(results),
-        x=np.stack([r["env_steps"].mean(axis=0) for r in results.values()]), xlabel="env steps per seed (probes included)",
-        ylabel="held-out success", title=f"Sokoban: task filtering (mean of {len(seeds)} seeds)", show_mean=False)
+        args.out / "success.png",
+        np.stack([r["success"].mean(axis=0) for r in results.values()]),
+        list(results),
+        x=np.stack([r["env_steps"].mean(axis=0) for r in results.values()]),
+        xlabel="env steps per seed (probes included)",
+        ylabel="held-out success",
+        title=f"Sokoban: task filtering (mean of {len(seeds)} seeds)",
+        show_mean=False,
+    )
     print(f"\nlearning curves: {path}")
 
 

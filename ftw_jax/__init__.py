@@ -1,5 +1,7 @@
 """ftw_jax: Follow the Winners, a critic-free policy-improvement method, in JAX."""
 
+from typing import TYPE_CHECKING
+
 from ftw_jax import losses, pool
 from ftw_jax.occupancy import (
     expected_failure_share,
@@ -13,7 +15,10 @@ from ftw_jax.selection import select_elites, select_elites_masked
 from ftw_jax.state import PolicyState
 from ftw_jax.update import Sizes, UpdateConfig, make_update
 
-__version__ = "0.1.0"
+__version__ = "0.7.0"  # the one place it is declared: pyproject.toml reads it, CHANGELOG.md says what it holds
+
+if TYPE_CHECKING:  # for type checkers; at run time `ftw_jax.lm` is imported on first use, below
+    from ftw_jax import lm
 
 
 def __getattr__(name: str):

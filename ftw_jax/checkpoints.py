@@ -23,6 +23,7 @@ import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -34,8 +35,11 @@ def _as_json(value):
 def config_differences(stored: dict, current: dict) -> list[str]:
     """'field: stored -> current' for every top-level field where two fingerprints differ."""
     stored, current = _as_json(stored), _as_json(current)
-    return [f"{name}: {stored.get(name)!r} -> {current.get(name)!r}"
-            for name in sorted(set(stored) | set(current)) if stored.get(name) != current.get(name)]
+    return [
+        f"{name}: {stored.get(name)!r} -> {current.get(name)!r}"
+        for name in sorted(set(stored) | set(current))
+        if stored.get(name) != current.get(name)
+    ]
 
 
 def check_same_config(stored: dict, current: dict, where: str) -> None:
@@ -48,7 +52,8 @@ def check_same_config(stored: dict, current: dict, where: str) -> None:
 
 
 def _is_key(leaf) -> bool:
-    return jax.dtypes.issubdtype(getattr(leaf, "dtype", None), jax.dtypes.prng_key)
+    dtype = getattr(leaf, "dtype", None)
+    return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 def with_raw_keys(tree):
@@ -56,10 +61,21 @@ def with_raw_keys(tree):
     return jax.tree.map(lambda leaf: jax.random.key_data(leaf) if _is_key(leaf) else leaf, tree)
 
 
+def with_keys_like(template, tree):
+    """The inverse of `with_raw_keys`: `tree`'s raw key data wrapped as keys wherever `template` holds keys."""
+
+    def rewrap(like, leaf):
+        return jax.random.wrap_key_data(leaf, impl=jax.random.key_impl(like)) if _is_key(like) else leaf
+
+    return jax.tree.map(rewrap, template, tree)
+
+
 def rows_record(rows: list[dict]) -> dict:
     """Per-period rows ({name: array}) as JSON for a checkpoint's record: the values, and each one's dtype."""
-    return {"rows": [{name: np.asarray(value).tolist() for name, value in row.items()} for row in rows],
-            "dtypes": {name: np.asarray(value).dtype.str for row in rows[:1] for name, value in row.items()}}
+    return {
+        "rows": [{name: np.asarray(value).tolist() for name, value in row.items()} for row in rows],
+        "dtypes": {name: np.asarray(value).dtype.str for row in rows[:1] for name, value in row.items()},
+    }
 
 
 def rows_from_record(record: dict | list) -> list[dict]:
@@ -115,11 +131,11 @@ class Checkpointer:
             except Exception as error:  # noqa: BLE001
                 unreadable.append(self._set_aside(step, error, log))
                 continue
-            rewrap = lambda like, leaf: jax.random.wrap_key_data(leaf, impl=jax.random.key_impl(like))  # noqa: E731
-            carry = jax.tree.map(lambda like, leaf: rewrap(like, leaf) if _is_key(like) else leaf, template, stored)
-            return step, carry, record
+            return step, with_keys_like(template, stored), record
         if unreadable:
-            raise ValueError(f"no checkpoint in {self.directory} can be read ({'; '.join(unreadable)}); start a new run.")
+            raise ValueError(
+                f"no checkpoint in {self.directory} can be read ({'; '.join(unreadable)}); start a new run."
+            )
         return None
 
     def _read(self, step: int, **items):
@@ -132,8 +148,10 @@ class Checkpointer:
         shutil.move(str(self.directory / str(step)), aside)
         self._manager.reload()
         reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
-        log(f"warning: the checkpoint {self.directory / str(step)} cannot be read ({type(error).__name__}: {reason}); "
-            f"moved to {aside}, trying the one before it.")
+        log(
+            f"warning: the checkpoint {self.directory / str(step)} cannot be read ({type(error).__name__}: {reason}); "
+            f"moved to {aside}, trying the one before it."
+        )
         return f"{step}: {type(error).__name__}"
 
     def close(self) -> None:

@@ -22,13 +22,14 @@ import typing
 
 import numpy as np
 
-from ftw_jax import compile_cache
+from ftw_jax import __version__, compile_cache
 
 # Every subcommand's default seeds (the bandit protocol's); `--num-seeds N` runs 42, 43, ..., 42 + N - 1.
 FIRST_SEED = 42
 
 
 # ----------------------------------------------------------------------------------------------- value types
+
 
 def _int_list(text: str) -> list[int]:
     try:
@@ -49,8 +50,9 @@ def _seed_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"seeds must be integers in [0, {MAX_SEED}], got {bad[0]}")
     repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
     if repeated:
-        raise argparse.ArgumentTypeError(f"seeds must be distinct (a repeated seed repeats its run), got "
-                                         f"{repeated[0]} more than once")
+        raise argparse.ArgumentTypeError(
+            f"seeds must be distinct (a repeated seed repeats its run), got {repeated[0]} more than once"
+        )
     return seeds
 
 
@@ -87,11 +89,18 @@ def _positive_int(text: str) -> int:
 
 
 # Annotation -> how its flag's text becomes a value.
-_VALUE_TYPES = {int: int, float: float, bool: _yes_no, str: str, tuple[int, ...]: lambda text: tuple(_int_list(text)),
-                tuple[float, ...]: _float_list}
+_VALUE_TYPES = {
+    int: int,
+    float: float,
+    bool: _yes_no,
+    str: str,
+    tuple[int, ...]: lambda text: tuple(_int_list(text)),
+    tuple[float, ...]: _float_list,
+}
 
 
 # ------------------------------------------------------------------------------------------- settings -> flags
+
 
 def _shown(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
@@ -113,11 +122,21 @@ def add_settings(parser: argparse.ArgumentParser, settings, *, env_defaults: boo
         if isinstance(env_defaults, str):
             default = f"default {_shown(envs.entry(env_defaults).defaults.get(item.name, item.default))}"
         elif env_defaults:
-            default += "".join(f"; {env} {_shown(entry.defaults[item.name])}"
-                               for env, entry in envs.ENVIRONMENTS.items() if item.name in entry.defaults)
+            default += "".join(
+                f"; {env} {_shown(entry.defaults[item.name])}"
+                for env, entry in envs.ENVIRONMENTS.items()
+                if item.name in entry.defaults
+            )
         metavar = None if item.choices else item.flag[2:].upper().replace("-", "_")
-        parser.add_argument(*filter(None, (item.flag, item.short)), dest=item.name, type=_VALUE_TYPES[kind],
-                            choices=item.choices, default=None, metavar=metavar, help=f"{item.help} ({default})")
+        parser.add_argument(
+            *filter(None, (item.flag, item.short)),
+            dest=item.name,
+            type=_VALUE_TYPES[kind],
+            choices=item.choices,
+            default=None,
+            metavar=metavar,
+            help=f"{item.help} ({default})",
+        )
 
 
 def given_settings(args, settings) -> dict:
@@ -150,10 +169,15 @@ def _train_overrides(args, log, algorithm: str | None = None) -> dict:
 
 def _add_seeds(parser: argparse.ArgumentParser, count: int = 3) -> None:
     seeds = parser.add_mutually_exclusive_group()
-    seeds.add_argument("--seeds", type=_seed_list, help=f"comma-separated seeds (default {FIRST_SEED}.."
-                       f"{FIRST_SEED + count - 1})")
-    seeds.add_argument("--num-seeds", type=_num_seeds, default=count,
-                       help=f"run seeds {FIRST_SEED}, {FIRST_SEED + 1}, ..., {FIRST_SEED} + N - 1 (default {count})")
+    seeds.add_argument(
+        "--seeds", type=_seed_list, help=f"comma-separated seeds (default {FIRST_SEED}..{FIRST_SEED + count - 1})"
+    )
+    seeds.add_argument(
+        "--num-seeds",
+        type=_num_seeds,
+        default=count,
+        help=f"run seeds {FIRST_SEED}, {FIRST_SEED + 1}, ..., {FIRST_SEED} + N - 1 (default {count})",
+    )
 
 
 def seeds_of(args) -> list[int]:
@@ -165,19 +189,34 @@ def _add_env(parser: argparse.ArgumentParser) -> None:
     from ftw_jax import envs
 
     parser.add_argument("--env", required=True, choices=sorted(envs.ENVIRONMENTS))
-    parser.add_argument("--env-options", type=_env_options, default={},
-                        help="environment options, e.g. 'reward=binary,num_train_levels=1000' (sokoban)")
+    parser.add_argument(
+        "--env-options",
+        type=_env_options,
+        default={},
+        help="environment options, e.g. 'reward=binary,num_train_levels=1000' (sokoban)",
+    )
 
 
 def _add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
     """Where results go, checkpoints and resuming (train, sweep and compare alike)."""
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs"),
-                        help="where the run folder is created (default runs/)")
+    parser.add_argument(
+        "--out", type=pathlib.Path, default=pathlib.Path("runs"), help="where the run folder is created (default runs/)"
+    )
     parser.add_argument("--name", default=None, help="run folder name (default: COMMAND-ENV-DATE-TIME)")
-    parser.add_argument("--resume", type=pathlib.Path, default=None, metavar="RUN_FOLDER",
-                        help="continue the run in RUN_FOLDER from its last checkpoint (same options as it started with)")
-    parser.add_argument("--checkpoint-every", type=_positive_int, default=1, metavar="PERIODS",
-                        help="checkpoint every PERIODS evaluation periods, and at the end (default 1)")
+    parser.add_argument(
+        "--resume",
+        type=pathlib.Path,
+        default=None,
+        metavar="RUN_FOLDER",
+        help="continue the run in RUN_FOLDER from its last checkpoint (same options as it started with)",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=1,
+        metavar="PERIODS",
+        help="checkpoint every PERIODS evaluation periods, and at the end (default 1)",
+    )
     parser.add_argument("--no-checkpoint", action="store_true", help="write no checkpoints")
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress goes to stderr)")
 
@@ -185,9 +224,16 @@ def _add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
 def _open_run(args, default_name: str, fingerprint: dict, *, writer: bool = True):
     from ftw_jax import runs
 
-    folder, checkpointer = runs.open_run(args.out, args.name, args.resume, default_name, fingerprint, writer=writer,
-                                         checkpoint_every=None if args.no_checkpoint else args.checkpoint_every,
-                                         cleanup=args.cleanup)
+    folder, checkpointer = runs.open_run(
+        args.out,
+        args.name,
+        args.resume,
+        default_name,
+        fingerprint,
+        writer=writer,
+        checkpoint_every=None if args.no_checkpoint else args.checkpoint_every,
+        cleanup=args.cleanup,
+    )
     args.run_folder = folder  # for the resume command an interrupt prints
     return folder, checkpointer
 
@@ -201,6 +247,7 @@ def _default_metric(args, env) -> str:
 
 
 # ----------------------------------------------------------------------------------------------------- bandit
+
 
 def _protocol_settings():
     from ftw_jax.reproduction import PROTOCOL_SETTINGS
@@ -237,8 +284,12 @@ def _add_bandit_parser(subparsers) -> None:
     )
     add_bandit_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout instead of a table")
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/bandit"),
-                        help="folder for the learning-curve PNG (default runs/bandit)")
+    parser.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=pathlib.Path("runs/bandit"),
+        help="folder for the learning-curve PNG (default runs/bandit)",
+    )
     parser.add_argument("--no-plot", action="store_true", help="do not write the PNG")
     parser.set_defaults(handler=_run_bandit)
 
@@ -286,7 +337,9 @@ def _run_bandit(args) -> int:
         from ftw_jax.plots import save_learning_curves
 
         path = save_learning_curves(
-            args.out / "learning_curve.png", best, [f"seed {seed}" for seed in seeds],
+            args.out / "learning_curve.png",
+            best,
+            [f"seed {seed}" for seed in seeds],
             title=f"FTW bandit: best arm probability (C={config.algorithm_config.batch_size}, "
             f"K={config.algorithm_config.num_elites}, J={config.algorithm_config.num_batches}, beta={config.kl_coef})",
             ylabel="P(best arm)",
@@ -306,10 +359,11 @@ def print_bandit_table(seeds, best, reward, max_rows: int = 20) -> None:
     if len(seeds) > 1:
         quantiles = np.quantile(final, [0.0, 0.05, 0.25, 0.5, 0.75, 1.0])
         at_max = np.mean(final >= final.max() - 1e-6)
-        print("\nfinal P(best) over seeds: sd {:.6f}; min {:.6f}, 5% {:.6f}, 25% {:.6f}, median {:.6f}, "
-              "75% {:.6f}, max {:.6f}".format(final.std(), *quantiles))
+        print(
+            "\nfinal P(best) over seeds: sd {:.6f}; min {:.6f}, 5% {:.6f}, 25% {:.6f}, median {:.6f}, "
+            "75% {:.6f}, max {:.6f}".format(final.std(), *quantiles)
+        )
         print(f"share of seeds within 1e-6 of the max: {at_max:.1%}")
-
 
 
 @contextlib.contextmanager
@@ -328,7 +382,6 @@ def _native_output_to_stderr():
         os.close(saved)
 
 
-
 def _start_processes(args) -> None:
     """Joins the other processes of a multi-process run (before anything else touches jax)."""
     import jax
@@ -336,8 +389,10 @@ def _start_processes(args) -> None:
     explicit = (args.coordinator, args.num_processes, args.process_id)
     if any(value is not None for value in explicit):
         if any(value is None for value in explicit):
-            raise ValueError("--coordinator, --num-processes and --process-id go together; got "
-                             f"{args.coordinator!r}, {args.num_processes!r}, {args.process_id!r}.")
+            raise ValueError(
+                "--coordinator, --num-processes and --process-id go together; got "
+                f"{args.coordinator!r}, {args.num_processes!r}, {args.process_id!r}."
+            )
         if not 0 <= args.process_id < args.num_processes:
             raise ValueError(f"--process-id must be in [0, {args.num_processes}), got {args.process_id}.")
         jax.distributed.initialize(args.coordinator, args.num_processes, args.process_id)
@@ -345,7 +400,6 @@ def _start_processes(args) -> None:
         jax.distributed.initialize()
     if jax.process_count() > 1 and not (args.name or args.resume):
         raise ValueError("a run over several processes needs --name (or --resume), so they share one run folder.")
-
 
 
 def _env_options(text: str) -> dict:
@@ -364,9 +418,8 @@ def _env_options(text: str) -> dict:
     return options
 
 
-
-
 # ------------------------------------------------------------------------------------------------------ train
+
 
 def _add_train_parser(subparsers) -> None:
     parser = subparsers.add_parser(
@@ -382,8 +435,9 @@ def _add_train_parser(subparsers) -> None:
     parser.set_defaults(handler=_run_train)
 
 
-def _write_period_logs(folder: pathlib.Path, metrics: dict, evaluation: dict, seeds: list[int],
-                       eval_every: int) -> None:
+def _write_period_logs(
+    folder: pathlib.Path, metrics: dict, evaluation: dict, seeds: list[int], eval_every: int
+) -> None:
     """Appends a period's rows to metrics.jsonl (per iteration and seed) and evaluation.jsonl (per seed)."""
     from ftw_jax import runs
 
@@ -402,8 +456,9 @@ def _run_train(args) -> int:
     seeds = seeds_of(args)
     config = TrainConfig.for_env(args.env, **_train_overrides(args, log))
     trainer = make_train(config, **args.env_options)
-    folder, checkpointer = _open_run(args, args.env, {"seeds": seeds, "env_options": args.env_options,
-                                                      **dataclasses.asdict(config)})
+    folder, checkpointer = _open_run(
+        args, args.env, {"seeds": seeds, "env_options": args.env_options, **dataclasses.asdict(config)}
+    )
     log(f"training {args.env} for {config.num_iterations} iterations x {len(seeds)} seed(s); run folder {folder}")
     started = time.perf_counter()
     try:
@@ -419,18 +474,21 @@ def _run_train(args) -> int:
                 log(f"compiled in {run.compile_seconds:.1f} s")
             _write_period_logs(folder, metrics, evaluation, seeds, config.eval_every)
             success = f"  eval success {evaluation['success'].mean():6.1%}" if trainer.env.has_success else ""
-            log(f"iteration {evaluation['iteration'][0]:>5}/{config.num_iterations}  env steps {run.clock[-1][1]:>10,}"
+            log(
+                f"iteration {evaluation['iteration'][0]:>5}/{config.num_iterations}  env steps {run.clock[-1][1]:>10,}"
                 f"  train return {metrics['return_mean'][:, -1].mean():9.3f}"
                 f"  eval return {evaluation['return'].mean():9.3f}"
-                f"{success}  {run.throughput(steps_before):9,.0f} env steps/s")
+                f"{success}  {run.throughput(steps_before):9,.0f} env steps/s"
+            )
             if not np.all(np.isfinite(evaluation["return"])):
                 log("error: non-finite evaluation return; stopping (the run folder keeps what was done).")
                 return 1
     finally:  # waits for the checkpoint writes in flight
         if checkpointer:
             checkpointer.close()
-    summary = _train_summary(args, config, seeds, run, folder, time.perf_counter() - started, steps_before,
-                             trainer.env.has_success)
+    summary = _train_summary(
+        args, config, seeds, run, folder, time.perf_counter() - started, steps_before, trainer.env.has_success
+    )
     if start is not None:
         summary["start"] = start
     runs.write_json(folder / "summary.json", summary)
@@ -444,16 +502,24 @@ def _run_train(args) -> int:
         if start:  # the warm-started policy, before any update, at 0 env steps
             curves = np.concatenate([np.asarray(start["return"])[:, None], curves], axis=1)
             steps = np.concatenate([np.zeros((len(seeds), 1), steps.dtype), steps], axis=1)
-        save_learning_curves(folder / "learning_curve.png", curves, [f"seed {s}" for s in seeds],
-                             title=f"{config.algorithm.upper()} on {args.env}: evaluation return",
-                             ylabel="mean episode return", xlabel="env steps", x=steps)
+        save_learning_curves(
+            folder / "learning_curve.png",
+            curves,
+            [f"seed {s}" for s in seeds],
+            title=f"{config.algorithm.upper()} on {args.env}: evaluation return",
+            ylabel="mean episode return",
+            xlabel="env steps",
+            x=steps,
+        )
     if args.json:
         print(json.dumps(summary))
         return 0
     _print_train_table(summary, seeds)
-    print(f"\n{summary['seconds']:.1f} s ({run.compile_seconds:.1f} s compiling), "
-          f"{summary['env_steps_per_second'] or 0:,.0f} env steps/s (all seeds, training steps, compile excluded); "
-          f"run folder {folder}")
+    print(
+        f"\n{summary['seconds']:.1f} s ({run.compile_seconds:.1f} s compiling), "
+        f"{summary['env_steps_per_second'] or 0:,.0f} env steps/s (all seeds, training steps, compile excluded); "
+        f"run folder {folder}"
+    )
     return 0
 
 
@@ -471,11 +537,13 @@ def _starting_evaluation(trainer, run, seeds: list[int], folder: pathlib.Path, l
     if run.periods_done_before:  # a run started before start.json was written: its start is gone
         return {}
     keys = jax.vmap(lambda key: jax.random.fold_in(key, 1))(seed_keys(seeds))  # not a key the run itself draws
-    evaluation = jax.jit(jax.vmap(trainer.evaluate))(keys, jax.tree.map(lambda leaf: leaf[:len(seeds)], run.carry))
+    evaluation = jax.jit(jax.vmap(trainer.evaluate))(keys, jax.tree.map(lambda leaf: leaf[: len(seeds)], run.carry))
     start = {name: host_array(evaluation[name]).tolist() for name in ("return", "success")}
     runs.write_json(path, start)
-    log(f"starting policy (after the warm start): eval return {np.mean(start['return']):.3f}"
-        + (f", success {np.mean(start['success']):.1%}" if trainer.env.has_success else ""))
+    log(
+        f"starting policy (after the warm start): eval return {np.mean(start['return']):.3f}"
+        + (f", success {np.mean(start['success']):.1%}" if trainer.env.has_success else "")
+    )
     return start
 
 
@@ -484,8 +552,10 @@ def applied_warning(applied_share: np.ndarray, labels: list) -> str | None:
     low = [f"{label} ({share:.0%})" for label, share in zip(labels, applied_share) if share < 0.5]
     if not low:
         return None
-    return (f"warning: few or no updates were applied (non-finite losses or gradients, nothing kept, a pool that "
-            f"never held C entries), so the results are close to the untrained policy's: {', '.join(low)}.")
+    return (
+        f"warning: few or no updates were applied (non-finite losses or gradients, nothing kept, a pool that "
+        f"never held C entries), so the results are close to the untrained policy's: {', '.join(low)}."
+    )
 
 
 def _train_summary(args, config, seeds, run, folder, seconds: float, steps_before: int, has_success: bool) -> dict:
@@ -520,22 +590,29 @@ def _print_train_table(summary: dict, seeds: list[int]) -> None:
 
 # ------------------------------------------------------------------------------------------------------ sweep
 
+
 def _add_sweep_parser(subparsers) -> None:
     from ftw_jax.sweep import ALL_AXES
 
     parser = subparsers.add_parser(
         "sweep",
         help="run a grid of N, J, C, K, beta, learning rate x seeds as one compiled program",
-        description="Every grid point and seed is one member of one jitted program (vmapped; looped on a single CPU device), sharded over the "
-        "visible devices. Settings not in the grid keep the environment's defaults or the flags' values.",
+        description="Every grid point and seed is one member of one jitted program (vmapped; looped on a single CPU "
+        "device), sharded over the visible devices. Settings not in the grid keep the environment's defaults or "
+        "the flags' values.",
     )
     _add_env(parser)
-    parser.add_argument("--grid", required=True,
-                        help=f"e.g. 'C=4,5,8 K=1,2,3 kl=0.01,0.05' (axes: {' '.join(ALL_AXES)})")
+    parser.add_argument(
+        "--grid", required=True, help=f"e.g. 'C=4,5,8 K=1,2,3 kl=0.01,0.05' (axes: {' '.join(ALL_AXES)})"
+    )
     _add_seeds(parser)
     add_settings(parser, _training_settings(), env_defaults=True)
-    parser.add_argument("--metric", choices=["return", "success"], default=None,
-                        help="final metric of the table and heatmap (default: success where defined, else return)")
+    parser.add_argument(
+        "--metric",
+        choices=["return", "success"],
+        default=None,
+        help="final metric of the table and heatmap (default: success where defined, else return)",
+    )
     parser.add_argument("--heatmap", default=None, help="two grid axes, e.g. 'C,K' (default: the grid's first two)")
     _add_run_folder_arguments(parser)
     _add_cluster_arguments(parser)
@@ -544,8 +621,10 @@ def _add_sweep_parser(subparsers) -> None:
 
 def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     cluster = parser.add_argument_group(
-        "several processes (one per host)", "all three, the same --name and a shared --out on every process; "
-        "or --distributed alone where jax.distributed.initialize() detects the cluster (SLURM, Open MPI)")
+        "several processes (one per host)",
+        "all three, the same --name and a shared --out on every process; "
+        "or --distributed alone where jax.distributed.initialize() detects the cluster (SLURM, Open MPI)",
+    )
     cluster.add_argument("--coordinator", default=None, metavar="HOST:PORT", help="address of process 0")
     cluster.add_argument("--num-processes", type=_positive_int, default=None)
     cluster.add_argument("--process-id", type=int, default=None)
@@ -560,7 +639,7 @@ def _run_sweep(args) -> int:
 
     grid = parse_grid(args.grid)
     seeds = seeds_of(args)
-    heatmap_axes = (args.heatmap.split(",") if args.heatmap else list(grid)[:2])
+    heatmap_axes = args.heatmap.split(",") if args.heatmap else list(grid)[:2]
     if len(heatmap_axes) not in (1, 2) or any(axis not in grid for axis in heatmap_axes):
         raise ValueError(f"--heatmap must name one or two grid axes among {list(grid)}, got {args.heatmap!r}.")
     sweep = make_sweep(args.env, grid, seeds, args.env_options, **_train_overrides(args, _logger(args)))
@@ -570,13 +649,23 @@ def _run_sweep(args) -> int:
 
         trainer = make_train(sweep.config, **sweep.env_options)
         main_process = jax.process_index() == 0  # the one that writes files and prints
-        folder, checkpointer = _open_run(args, f"sweep-{args.env}", {
-            "grid": grid, "seeds": seeds, "env_options": sweep.env_options, "maxima": dataclasses.asdict(sweep.config)
-        }, writer=main_process)
+        folder, checkpointer = _open_run(
+            args,
+            f"sweep-{args.env}",
+            {
+                "grid": grid,
+                "seeds": seeds,
+                "env_options": sweep.env_options,
+                "maxima": dataclasses.asdict(sweep.config),
+            },
+            writer=main_process,
+        )
         log = _logger(args) if main_process else (lambda message: None)
-        log(f"sweep {args.env}: {len(sweep.members)} members ({len(sweep.members) // len(seeds)} grid points x "
+        log(
+            f"sweep {args.env}: {len(sweep.members)} members ({len(sweep.members) // len(seeds)} grid points x "
             f"{len(seeds)} seeds) in one program on {jax.device_count()} device(s) in {jax.process_count()} "
-            f"process(es); run folder {folder}")
+            f"process(es); run folder {folder}"
+        )
         metric = _default_metric(args, trainer.env)
         started = time.perf_counter()
         try:
@@ -584,9 +673,11 @@ def _run_sweep(args) -> int:
             steps_before = int(run.env_steps().sum())
             for _, evaluation in run.periods():
                 values = evaluation[metric]
-                log(f"iteration {evaluation['iteration'][0]:>5}/{sweep.config.num_iterations}  eval {metric} mean "
+                log(
+                    f"iteration {evaluation['iteration'][0]:>5}/{sweep.config.num_iterations}  eval {metric} mean "
                     f"{values.mean():9.3f} (min {values.min():.3f}, max {values.max():.3f})"
-                    f"  {time.perf_counter() - started:7.1f} s")
+                    f"  {time.perf_counter() - started:7.1f} s"
+                )
         finally:  # waits for the checkpoint writes in flight
             if checkpointer:
                 checkpointer.close()
@@ -599,9 +690,13 @@ def _run_sweep(args) -> int:
     summary.update(updates_applied_share=applied_share.tolist(), warning=applied_warning(applied_share, labels))
     if summary["warning"]:
         print(summary["warning"], file=sys.stderr)
-    summary.update(seconds=time.perf_counter() - started, compile_seconds=run.compile_seconds,
-                   env_steps_per_second=run.throughput(steps_before), devices=jax.device_count(),
-                   processes=jax.process_count())
+    summary.update(
+        seconds=time.perf_counter() - started,
+        compile_seconds=run.compile_seconds,
+        env_steps_per_second=run.throughput(steps_before),
+        devices=jax.device_count(),
+        processes=jax.process_count(),
+    )
     from ftw_jax import runs
 
     runs.write_json(folder / "summary.json", summary)
@@ -612,8 +707,10 @@ def _run_sweep(args) -> int:
     for point in summary["points"]:
         print("  ".join(f"{point[axis]:>8}" for axis in grid) + f"  {point['mean']:>14.3f}  {point['sd']:>8.3f}")
     if summary["env_steps_per_second"] is not None:
-        print(f"\n{summary['seconds']:.1f} s, of which {run.compile_seconds:.1f} s compiling; then "
-              f"{summary['env_steps_per_second']:,.0f} env steps/s (all members, training steps)")
+        print(
+            f"\n{summary['seconds']:.1f} s, of which {run.compile_seconds:.1f} s compiling; then "
+            f"{summary['env_steps_per_second']:,.0f} env steps/s (all members, training steps)"
+        )
     print(f"results.csv, curves.npz, heatmap.png in {folder}")
     return 0
 
@@ -627,20 +724,36 @@ def _save_sweep(args, sweep, results: dict, folder: pathlib.Path, metric: str, h
     if not np.all(np.isfinite(results["return"])):
         _logger(args)("warning: some members' evaluation returns are not finite (see results.csv).")
     runs.write_csv(folder / "results.csv", tidy_rows(sweep, results))
-    np.savez_compressed(folder / "curves.npz", **results,
-                        **{f"member_{axis}": np.array([m[axis] for m in sweep.members]) for axis in sweep.members[0]})
+    members = {f"member_{axis}": np.array([m[axis] for m in sweep.members]) for axis in sweep.members[0]}
+    runs.write_arrays(folder / "curves.npz", {**results, **members})
     final = results[metric][:, -1]
     x_axis, y_axis = heatmap_axes[0], (heatmap_axes[1] if len(heatmap_axes) == 2 else None)
     means, spreads = heatmap_cells(sweep, final, x_axis, y_axis)
-    save_heatmap(folder / "heatmap.png", means, spreads, x_values=sweep.grid[x_axis],
-                 y_values=sweep.grid[y_axis] if y_axis else [""], x_label=x_axis, y_label=y_axis or "",
-                 title=f"{args.env}: final {metric}, mean ± sd over {len(set(m['seed'] for m in sweep.members))} seeds")
-    return {"env": args.env, "metric": metric, "grid": sweep.grid, "seeds": seeds_of(args), "run_folder": str(folder),
-            "points": [{**dict(zip(sweep.grid, point)), "mean": mean, "sd": sd}
-                       for point, mean, sd in summarise_points(sweep, final)]}
+    save_heatmap(
+        folder / "heatmap.png",
+        means,
+        spreads,
+        x_values=sweep.grid[x_axis],
+        y_values=sweep.grid[y_axis] if y_axis else [""],
+        x_label=x_axis,
+        y_label=y_axis or "",
+        title=f"{args.env}: final {metric}, mean ± sd over {len(set(m['seed'] for m in sweep.members))} seeds",
+    )
+    return {
+        "env": args.env,
+        "metric": metric,
+        "grid": sweep.grid,
+        "seeds": seeds_of(args),
+        "run_folder": str(folder),
+        "points": [
+            {**dict(zip(sweep.grid, point)), "mean": mean, "sd": sd}
+            for point, mean, sd in summarise_points(sweep, final)
+        ],
+    }
 
 
 # ---------------------------------------------------------------------------------------------------- compare
+
 
 def _add_compare_parser(subparsers) -> None:
     from ftw_jax.algos import ALGORITHMS
@@ -656,24 +769,48 @@ def _add_compare_parser(subparsers) -> None:
         "env steps and gradient steps.",
     )
     _add_env(parser)
-    parser.add_argument("--algos", default=",".join(ALGORITHMS),
-                        help=f"comma-separated, from {','.join(ALGORITHMS)} (default: all)")
+    parser.add_argument(
+        "--algos", default=",".join(ALGORITHMS), help=f"comma-separated, from {','.join(ALGORITHMS)} (default: all)"
+    )
     _add_seeds(parser, count=5)
-    parser.add_argument("--learning-rates", type=_float_list, default=None,
-                        help="the tuning grid (default: the environment's learning rate alone, no tuning)")
-    parser.add_argument("--search", type=_positive_int, default=0,
-                        help="tune by random search: this many configurations per algorithm from its space "
-                             "(learning rate, beta and its horizon, its own knobs; default: off)")
+    parser.add_argument(
+        "--learning-rates",
+        type=_float_list,
+        default=None,
+        help="the tuning grid (default: the environment's learning rate alone, no tuning)",
+    )
+    parser.add_argument(
+        "--search",
+        type=_positive_int,
+        default=0,
+        help="tune by random search: this many configurations per algorithm from its space "
+        "(learning rate, beta and its horizon, its own knobs; default: off)",
+    )
     parser.add_argument("--search-seed", type=int, default=0, help="the seed that draws the configurations")
-    parser.add_argument("--tuning-iterations", type=_positive_int, default=None,
-                        help="iterations of each tuning run (default: those of the reported runs)")
-    parser.add_argument("--tuning-seeds", type=_seed_list, default=None,
-                        help="seeds that choose the settings (default 1000,1001,1002 with --search; 1000,1001 "
-                             "when the grid has several learning rates)")
-    add_settings(parser, [item for item in _training_settings() if item.name not in ("algorithm", "learning_rate")],
-                 env_defaults=True)
-    parser.add_argument("--metric", choices=["return", "success"], default=None,
-                        help="what the curves and table report (default: success where defined, else return)")
+    parser.add_argument(
+        "--tuning-iterations",
+        type=_positive_int,
+        default=None,
+        help="iterations of each tuning run (default: those of the reported runs)",
+    )
+    parser.add_argument(
+        "--tuning-seeds",
+        type=_seed_list,
+        default=None,
+        help="seeds that choose the settings (default 1000,1001,1002 with --search; 1000,1001 "
+        "when the grid has several learning rates)",
+    )
+    add_settings(
+        parser,
+        [item for item in _training_settings() if item.name not in ("algorithm", "learning_rate")],
+        env_defaults=True,
+    )
+    parser.add_argument(
+        "--metric",
+        choices=["return", "success"],
+        default=None,
+        help="what the curves and table report (default: success where defined, else return)",
+    )
     _add_run_folder_arguments(parser)
     parser.set_defaults(handler=_run_compare)
 
@@ -687,10 +824,13 @@ def _save_compare_plots(args, folder: pathlib.Path, comparison, num_seeds: int) 
     title = f"{args.env}{_options_label(args.env_options)}: mean of {num_seeds} seeds, 95% bootstrap CI"
     bands = {r.algorithm: (r.curves.mean(axis=0), *bootstrap_interval(r.curves)) for r in comparison.results}
     ylabel = f"evaluation {comparison.metric}"
-    save_banded_curves(folder / "curves.png", comparison.episodes, bands, title=title, xlabel="training episodes",
-                       ylabel=ylabel)
-    for name, label, of in (("env_steps", "training env steps (mean over seeds)", lambda r: r.env_steps),
-                            ("updates", "gradient steps applied (mean over seeds)", lambda r: r.updates)):
+    save_banded_curves(
+        folder / "curves.png", comparison.episodes, bands, title=title, xlabel="training episodes", ylabel=ylabel
+    )
+    for name, label, of in (
+        ("env_steps", "training env steps (mean over seeds)", lambda r: r.env_steps),
+        ("updates", "gradient steps applied (mean over seeds)", lambda r: r.updates),
+    ):
         x = {r.algorithm: of(r).mean(axis=0) for r in comparison.results}
         save_banded_curves(folder / f"curves_{name}.png", x, bands, title=title, xlabel=label, ylabel=ylabel)
 
@@ -710,11 +850,20 @@ def _run_compare(args) -> int:
     tuning_seeds = args.tuning_seeds or ([1000, 1001, 1002] if args.search else [1000, 1001] if tuned else [])
     overrides = given_settings(args, _training_settings())
     search = {"search": args.search, "search_seed": args.search_seed, "tuning_iterations": args.tuning_iterations}
-    folder, checkpointer = _open_run(args, f"compare-{args.env}", {
-        "algorithms": algorithms, "seeds": seeds, "learning_rates": learning_rates, "tuning_seeds": tuning_seeds,
-        "overrides": overrides, "env_options": args.env_options, "metric": args.metric,
-        **({"search": search} if args.search or args.tuning_iterations else {}),
-    })
+    folder, checkpointer = _open_run(
+        args,
+        f"compare-{args.env}",
+        {
+            "algorithms": algorithms,
+            "seeds": seeds,
+            "learning_rates": learning_rates,
+            "tuning_seeds": tuning_seeds,
+            "overrides": overrides,
+            "env_options": args.env_options,
+            "metric": args.metric,
+            **({"search": search} if args.search or args.tuning_iterations else {}),
+        },
+    )
     if checkpointer:  # each algorithm checkpoints in its own folder below this one
         checkpointer.close()
     log = _logger(args)
@@ -722,38 +871,69 @@ def _run_compare(args) -> int:
     started = time.perf_counter()
 
     def progress(algorithm, phase, period, values):
-        log(f"{algorithm:>10} {phase:>6}  period {period + 1:>3}  eval mean {values.mean():8.3f} "
-            f"(min {values.min():.3f}, max {values.max():.3f})  {time.perf_counter() - started:7.1f} s")
+        log(
+            f"{algorithm:>10} {phase:>6}  period {period + 1:>3}  eval mean {values.mean():8.3f} "
+            f"(min {values.min():.3f}, max {values.max():.3f})  {time.perf_counter() - started:7.1f} s"
+        )
 
-    comparison = compare(args.env, algorithms, seeds, learning_rates=learning_rates, tuning_seeds=tuning_seeds,
-                         **search, env_options=args.env_options, overrides=overrides, metric=args.metric,
-                         checkpoint_folder=None if args.no_checkpoint else folder / "checkpoints", on_period=progress,
-                         log=log)
+    comparison = compare(
+        args.env,
+        algorithms,
+        seeds,
+        learning_rates=learning_rates,
+        tuning_seeds=tuning_seeds,
+        **search,
+        env_options=args.env_options,
+        overrides=overrides,
+        metric=args.metric,
+        checkpoint_folder=None if args.no_checkpoint else folder / "checkpoints",
+        on_period=progress,
+        log=log,
+    )
     runs.write_csv(folder / "results.csv", summary_rows(comparison))
     runs.write_csv(folder / "seeds.csv", seed_rows(comparison))
     if difference_rows(comparison):
         runs.write_csv(folder / "differences.csv", difference_rows(comparison))
-    tried = [{"algorithm": r.algorithm, **{k: v for k, v in row.items() if k != "auc_per_seed"}}
-             for r in comparison.results for row in r.tuning]
+    tried = [
+        {"algorithm": r.algorithm, **{k: v for k, v in row.items() if k != "auc_per_seed"}}
+        for r in comparison.results
+        for row in r.tuning
+    ]
     if tried:
         runs.write_csv(folder / "tuning.csv", tried)
     table = markdown_table(comparison)
     (folder / "table.md").write_text(table)
     if tuning_table(comparison):
         (folder / "tuning.md").write_text(tuning_table(comparison))
-    np.savez_compressed(folder / "curves.npz", episodes=comparison.episodes,
-                        **{f"{r.algorithm}_{comparison.metric}": r.curves for r in comparison.results},
-                        **{f"{r.algorithm}_env_steps": r.env_steps for r in comparison.results},
-                        **{f"{r.algorithm}_updates": r.updates for r in comparison.results})
+    runs.write_arrays(
+        folder / "curves.npz",
+        {
+            "episodes": comparison.episodes,
+            **{f"{r.algorithm}_{comparison.metric}": r.curves for r in comparison.results},
+            **{f"{r.algorithm}_env_steps": r.env_steps for r in comparison.results},
+            **{f"{r.algorithm}_updates": r.updates for r in comparison.results},
+        },
+    )
     _save_compare_plots(args, folder, comparison, len(seeds))
-    summary = {"env": args.env, "metric": comparison.metric, "seeds": seeds, "env_options": args.env_options,
-               "overrides": overrides, "seconds": time.perf_counter() - started, "run_folder": str(folder),
-               "algorithms": summary_rows(comparison), "differences": difference_rows(comparison),
-               "tuning_seeds": tuning_seeds, **search,
-               "chosen": {r.algorithm: r.settings for r in comparison.results},
-               "tuning": {r.algorithm: r.tuning for r in comparison.results},
-               "warning": applied_warning(np.concatenate([r.applied_share for r in comparison.results]),
-                                          [f"{r.algorithm} seed {s}" for r in comparison.results for s in seeds])}
+    summary = {
+        "env": args.env,
+        "metric": comparison.metric,
+        "seeds": seeds,
+        "env_options": args.env_options,
+        "overrides": overrides,
+        "seconds": time.perf_counter() - started,
+        "run_folder": str(folder),
+        "algorithms": summary_rows(comparison),
+        "differences": difference_rows(comparison),
+        "tuning_seeds": tuning_seeds,
+        **search,
+        "chosen": {r.algorithm: r.settings for r in comparison.results},
+        "tuning": {r.algorithm: r.tuning for r in comparison.results},
+        "warning": applied_warning(
+            np.concatenate([r.applied_share for r in comparison.results]),
+            [f"{r.algorithm} seed {s}" for r in comparison.results for s in seeds],
+        ),
+    }
     if summary["warning"]:
         log(summary["warning"])
     runs.write_json(folder / "summary.json", summary)
@@ -789,51 +969,89 @@ def resume_command(argv: list[str], folder: pathlib.Path) -> str:
 
 # --------------------------------------------------------------------------------------------------------- lm
 
+
 def _add_lm_parser(subparsers) -> None:
     from ftw_jax.algos.ftw import FTWConfig
     from ftw_jax.lm.learner import LearnConfig
     from ftw_jax.settings import describe
 
     parser = subparsers.add_parser(
-        "lm", help="the LLM-agent learner: FTW from a rollout engine's episodes, or the text search agent in-process",
+        "lm",
+        help="the LLM-agent learner: FTW from a rollout engine's episodes, or the text search agent in-process",
         description="FTW for language-model agents (docs/lm.md). `learn` reads episodes an engine wrote and writes "
-                    "versioned weights for it to reload (--model PATH: the Hugging Face checkpoint it starts from; "
-                    "--mesh and jax.distributed for several devices and hosts); `train` runs the text search "
-                    "agent's whole loop here, on a tiny fresh LM or on a checkpoint (--model PATH).")
+        "versioned weights for it to reload (--model PATH: the Hugging Face checkpoint it starts from; "
+        "--mesh and jax.distributed for several devices and hosts); `train` runs the text search "
+        "agent's whole loop here, on a tiny fresh LM or on a checkpoint (--model PATH).",
+    )
     commands = parser.add_subparsers(dest="lm_command", required=True, metavar="{learn,train}")
     learn = commands.add_parser(
-        "learn", help="FTW updates from episodes in a JSON Lines file; weights written as Hugging Face folders",
+        "learn",
+        help="FTW updates from episodes in a JSON Lines file; weights written as Hugging Face folders",
         description="Reads episodes (one JSON object per line: tokens, the spans the model wrote with their policy "
-                    "version and log-probs, the reward; schema in docs/lm.md), B at a time into the pool, each "
-                    "batch followed by U FTW updates, and writes RUN/weights/version-NNNNNN/ (model.safetensors, "
-                    "config.json, the tokenizer files) every --save-every iterations, RUN/weights/latest.json "
-                    "naming the newest.")
-    learn.add_argument("--episodes", type=pathlib.Path, required=True, metavar="FILE.jsonl",
-                       help="the episodes, one JSON object per line")
-    learn.add_argument("--model", type=pathlib.Path, required=True, metavar="PATH",
-                       help="a Hugging Face Llama/Qwen2 folder: the starting weights and the KL's reference")
-    learn.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
-                       help="the weights' dtype while learning and as written (default float32)")
-    learn.add_argument("--skip-bad-lines", action="store_true",
-                       help="leave out lines that break the schema (each named) instead of refusing the file")
-    learn.add_argument("--mesh", type=_mesh, default=None, metavar="DATAxMODEL",
-                       help="shard the weights over DATA x MODEL devices (of every process), e.g. 2x4: fully sharded "
-                            "data parallel over DATA, tensor parallel over MODEL (default: one device)")
+        "version and log-probs, the reward; schema in docs/lm.md), B at a time into the pool, each "
+        "batch followed by U FTW updates, and writes RUN/weights/version-NNNNNN/ (model.safetensors, "
+        "config.json, the tokenizer files) every --save-every iterations, RUN/weights/latest.json "
+        "naming the newest.",
+    )
+    learn.add_argument(
+        "--episodes",
+        type=pathlib.Path,
+        required=True,
+        metavar="FILE.jsonl",
+        help="the episodes, one JSON object per line",
+    )
+    learn.add_argument(
+        "--model",
+        type=pathlib.Path,
+        required=True,
+        metavar="PATH",
+        help="a Hugging Face Llama/Qwen2 folder: the starting weights and the KL's reference",
+    )
+    learn.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="the weights' dtype while learning and as written (default float32)",
+    )
+    learn.add_argument(
+        "--skip-bad-lines",
+        action="store_true",
+        help="leave out lines that break the schema (each named) instead of refusing the file",
+    )
+    learn.add_argument(
+        "--mesh",
+        type=_mesh,
+        default=None,
+        metavar="DATAxMODEL",
+        help="shard the weights over DATA x MODEL devices (of every process), e.g. 2x4: fully sharded "
+        "data parallel over DATA, tensor parallel over MODEL (default: one device)",
+    )
     add_settings(learn, [*describe(LearnConfig), *describe(FTWConfig)])
     _add_run_folder_arguments(learn)
     _add_cluster_arguments(learn)
     learn.set_defaults(handler=_run_lm_learn)
     train = commands.add_parser(
-        "train", help="the text search agent in-process: a warm start on demonstrations, then FTW (or a baseline)",
+        "train",
+        help="the text search agent in-process: a warm start on demonstrations, then FTW (or a baseline)",
         description="`ftw-jax train --env text-search`: a tiny Qwen2-shaped LM fitted to the demonstrator's "
-                    "episodes (--warm-start-demonstrations), then trained by --algorithm on its own rollouts.")
+        "episodes (--warm-start-demonstrations), then trained by --algorithm on its own rollouts.",
+    )
     _add_seeds(train)
-    train.add_argument("--model", type=pathlib.Path, default=None, metavar="PATH",
-                       help="a Hugging Face Llama/Qwen2 folder with its tokenizer: the task is written in its tokens "
-                            "and chat template, and its weights are the starting policy (default: a tiny fresh LM "
-                            "over the task's own 58 words); needs --env-options step_limit=N for its longer episodes")
-    train.add_argument("--env-options", type=_env_options, default={},
-                       help="options of the text search task, e.g. 'two_hop_fraction=1.0,guess_rate=0.8'")
+    train.add_argument(
+        "--model",
+        type=pathlib.Path,
+        default=None,
+        metavar="PATH",
+        help="a Hugging Face Llama/Qwen2 folder with its tokenizer: the task is written in its tokens "
+        "and chat template, and its weights are the starting policy (default: a tiny fresh LM "
+        "over the task's own 58 words); needs --env-options step_limit=N for its longer episodes",
+    )
+    train.add_argument(
+        "--env-options",
+        type=_env_options,
+        default={},
+        help="options of the text search task, e.g. 'two_hop_fraction=1.0,guess_rate=0.8'",
+    )
     add_settings(train, _training_settings(), env_defaults="text-search")
     _add_run_folder_arguments(train)
     train.add_argument("--no-plot", action="store_true", help="do not write the learning-curve PNG")
@@ -860,8 +1078,14 @@ def _run_lm_learn(args) -> int:
 
     own = given_settings(args, describe(LearnConfig))
     config = LearnConfig(**own, algorithm_config=FTWConfig(**given_settings(args, describe(FTWConfig))))
-    fingerprint = {"episodes": str(args.episodes), "model": str(args.model), "dtype": args.dtype,
-                   "skip_bad_lines": args.skip_bad_lines, "mesh": args.mesh, **dataclasses.asdict(config)}
+    fingerprint = {
+        "episodes": str(args.episodes),
+        "model": str(args.model),
+        "dtype": args.dtype,
+        "skip_bad_lines": args.skip_bad_lines,
+        "mesh": args.mesh,
+        **dataclasses.asdict(config),
+    }
     with _native_output_to_stderr() if args.json else contextlib.nullcontext():
         _start_processes(args)
         import jax
@@ -870,8 +1094,17 @@ def _run_lm_learn(args) -> int:
         log = _logger(args) if main_process else (lambda message: None)
         folder, checkpointer = _open_run(args, "lm-learn", fingerprint, writer=main_process)
         try:
-            summary = learn_from_file(config, args.episodes, args.model, folder, checkpointer, log, dtype=args.dtype,
-                                      skip_bad=args.skip_bad_lines, mesh=args.mesh)
+            summary = learn_from_file(
+                config,
+                args.episodes,
+                args.model,
+                folder,
+                checkpointer,
+                log,
+                dtype=args.dtype,
+                skip_bad=args.skip_bad_lines,
+                mesh=args.mesh,
+            )
         finally:
             if checkpointer:
                 checkpointer.close()
@@ -880,8 +1113,10 @@ def _run_lm_learn(args) -> int:
     if args.json:
         print(json.dumps(summary))
     else:
-        print(f"{summary['episodes']} episodes, {summary['iterations']} iterations, policy version "
-              f"{summary['version']}: weights in {summary['weights']} ({summary['seconds']:.1f} s)")
+        print(
+            f"{summary['episodes']} episodes, {summary['iterations']} iterations, policy version "
+            f"{summary['version']}: weights in {summary['weights']} ({summary['seconds']:.1f} s)"
+        )
     return 0
 
 
@@ -891,14 +1126,19 @@ class _CommandParser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # SUPPRESS: a subcommand's parser (lm train) must not reset what its parent's (lm) was given.
-        self.add_argument("--no-compile-cache", action="store_true", default=argparse.SUPPRESS,
-                          help="compile everything afresh, reading and writing no compilation cache (default: "
-                               f"~/.cache/ftw_jax/jax; {compile_cache.ENVIRONMENT_VARIABLE}=DIR moves it, =off "
-                               "turns it off)")
+        self.add_argument(
+            "--no-compile-cache",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="compile everything afresh, reading and writing no compilation cache (default: "
+            f"~/.cache/ftw_jax/jax; {compile_cache.ENVIRONMENT_VARIABLE}=DIR moves it, =off "
+            "turns it off)",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ftw-jax", description="Follow the Winners (FTW) in JAX.")
+    parser.add_argument("--version", action="version", version=f"ftw-jax {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
     _add_bandit_parser(subparsers)
     _add_train_parser(subparsers)
@@ -912,8 +1152,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # Commands with a run folder stop between two periods when asked (SIGINT, SIGTERM), the last one checkpointed.
     catch = args.command != "bandit" and threading.current_thread() is threading.main_thread()
-    previous = {signum: signal.signal(signum, runner.request_stop) for signum in (signal.SIGINT, signal.SIGTERM)
-                if catch}
+    previous = {
+        signum: signal.signal(signum, runner.request_stop) for signum in (signal.SIGINT, signal.SIGTERM) if catch
+    }
     previous_unraisablehook, sys.unraisablehook = sys.unraisablehook, _quiet_closed_event_loops
     try:
         with contextlib.ExitStack() as args.cleanup:  # releases the run folder's lock however the command ends
@@ -923,8 +1164,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (KeyboardInterrupt, runner.Interrupted) as interrupt:
         folder = getattr(args, "run_folder", None)
-        where = (f"; the run folder {folder} keeps what its last checkpoint holds. Resume with:\n  "
-                 f"{resume_command(argv, folder)}" if folder and not getattr(args, "no_checkpoint", True) else "")
+        where = (
+            f"; the run folder {folder} keeps what its last checkpoint holds. Resume with:\n  "
+            f"{resume_command(argv, folder)}"
+            if folder and not getattr(args, "no_checkpoint", True)
+            else ""
+        )
         print(f"\ninterrupted{where}", file=sys.stderr)
         return 128 + interrupt.signum if isinstance(interrupt, runner.Interrupted) else 130
     finally:

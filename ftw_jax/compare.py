@@ -20,7 +20,8 @@ import dataclasses
 import functools
 import json
 import pathlib
-from typing import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import scipy.stats
@@ -45,8 +46,15 @@ def bootstrap_interval(values: np.ndarray, axis: int = 0, seed: int = 0) -> tupl
     values = np.asarray(values, np.float64)
     if values.shape[axis] < 2:
         return values.mean(axis=axis), values.mean(axis=axis)
-    result = scipy.stats.bootstrap((values,), np.mean, axis=axis, confidence_level=CONFIDENCE, method="percentile",
-                                   n_resamples=BOOTSTRAP_RESAMPLES, rng=np.random.default_rng(seed))
+    result = scipy.stats.bootstrap(
+        (values,),
+        np.mean,
+        axis=axis,
+        confidence_level=CONFIDENCE,
+        method="percentile",
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        rng=np.random.default_rng(seed),
+    )
     return result.confidence_interval.low, result.confidence_interval.high
 
 
@@ -63,8 +71,14 @@ def describe(values: np.ndarray) -> dict:
     """mean, 95% t-interval, 95% bootstrap CI and IQM of one value per seed."""
     low, high = bootstrap_interval(values)
     t_low, t_high = t_interval(values)
-    return {"mean": float(np.mean(values)), "t_low": t_low, "t_high": t_high, "ci_low": float(low),
-            "ci_high": float(high), "iqm": float(interquartile_mean(values))}
+    return {
+        "mean": float(np.mean(values)),
+        "t_low": t_low,
+        "t_high": t_high,
+        "ci_low": float(low),
+        "ci_high": float(high),
+        "iqm": float(interquartile_mean(values)),
+    }
 
 
 def welch(a: np.ndarray, b: np.ndarray, confidence: float = CONFIDENCE) -> dict:
@@ -73,17 +87,25 @@ def welch(a: np.ndarray, b: np.ndarray, confidence: float = CONFIDENCE) -> dict:
     variance_a, variance_b = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
     difference, standard_error = a.mean() - b.mean(), np.sqrt(variance_a + variance_b)
     if standard_error == 0:
-        return {"difference": float(difference), "low": float(difference), "high": float(difference),
-                "p_value": 1.0 if difference == 0 else 0.0}
-    dof = (variance_a + variance_b) ** 2 / (variance_a ** 2 / (a.size - 1) + variance_b ** 2 / (b.size - 1))
+        return {
+            "difference": float(difference),
+            "low": float(difference),
+            "high": float(difference),
+            "p_value": 1.0 if difference == 0 else 0.0,
+        }
+    dof = (variance_a + variance_b) ** 2 / (variance_a**2 / (a.size - 1) + variance_b**2 / (b.size - 1))
     half = scipy.stats.t.ppf(0.5 + confidence / 2, dof) * standard_error
-    p_value = scipy.stats.ttest_ind(a, b, equal_var=False).pvalue
-    return {"difference": float(difference), "low": float(difference - half), "high": float(difference + half),
-            "p_value": float(p_value)}
+    p_value = scipy.stats.ttest_ind(a, b, equal_var=False).pvalue  # pyright: ignore[reportAttributeAccessIssue]
+    return {
+        "difference": float(difference),
+        "low": float(difference - half),
+        "high": float(difference + half),
+        "p_value": float(p_value),
+    }
 
 
 def verdict(a: np.ndarray, b: np.ndarray, margin: float) -> str:
-    """"better", "worse", "equivalent" (the 90% interval of the difference inside ±margin: two one-sided tests at
+    """ "better", "worse", "equivalent" (the 90% interval of the difference inside ±margin: two one-sided tests at
     5%) or "inconclusive", for a − b from one value per seed each."""
     test = welch(a, b)
     if test["p_value"] < 1 - CONFIDENCE:
@@ -125,12 +147,23 @@ class Comparison:
     results: list[AlgorithmResult]
 
 
-def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates: list[float] | None = None,
-            search: int = 0, search_seed: int = 0, tuning_iterations: int | None = None,
-            tuning_seeds: list[int] = (), env_options: dict | None = None, overrides: dict | None = None,
-            metric: str | None = None, checkpoint_folder: pathlib.Path | None = None,
-            on_period: Callable[[str, str, int, np.ndarray], None] | None = None,
-            log: Callable[[str], None] | None = None) -> Comparison:
+def compare(
+    env: str,
+    algorithms: list[str],
+    seeds: list[int],
+    *,
+    learning_rates: list[float] | None = None,
+    search: int = 0,
+    search_seed: int = 0,
+    tuning_iterations: int | None = None,
+    tuning_seeds: Sequence[int] = (),
+    env_options: dict | None = None,
+    overrides: dict | None = None,
+    metric: str | None = None,
+    checkpoint_folder: pathlib.Path | None = None,
+    on_period: Callable[[str, str, int, np.ndarray], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Comparison:
     """Runs every algorithm on `env` at the same budget (see the module docstring) and returns their curves.
 
     Args:
@@ -170,17 +203,20 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
         for algorithm in algorithms:
             searched = sorted(set(tuning.space(algorithm)) & set(own_settings[algorithm]))
             if searched:
-                raise ValueError(f"{', '.join(searched)} is/are searched for {algorithm}; "
-                                 "leave them out of the overrides.")
+                raise ValueError(
+                    f"{', '.join(searched)} is/are searched for {algorithm}; leave them out of the overrides."
+                )
             configurations = tuning.draw_configurations(algorithm, search, search_seed)  # refuses a bad count
             try:  # every configuration is a run of this environment (e.g. B a multiple of GRPO's G)
-                tuning.group_sweeps(env, configurations, tuning_seeds, env_options, algorithm=algorithm,
-                                    **own_settings[algorithm])
+                tuning.group_sweeps(
+                    env, configurations, tuning_seeds, env_options, algorithm=algorithm, **own_settings[algorithm]
+                )
             except ValueError as error:
                 raise ValueError(f"{algorithm}: a searched configuration: {error}") from None
     if set(seeds) & set(tuning_seeds):
-        raise ValueError(f"tuning seeds {sorted(set(seeds) & set(tuning_seeds))} are also reported seeds; "
-                         "tune on other seeds.")
+        raise ValueError(
+            f"tuning seeds {sorted(set(seeds) & set(tuning_seeds))} are also reported seeds; tune on other seeds."
+        )
     for algorithm in algorithms:  # every algorithm's options are checked before the first one runs
         try:
             make_sweep(env, {"lr": learning_rates}, seeds, env_options, algorithm=algorithm, **own_settings[algorithm])
@@ -190,10 +226,12 @@ def compare(env: str, algorithms: list[str], seeds: list[int], *, learning_rates
         raise ValueError(f"metric must be 'success' or 'return', got {metric!r}.")
     metric = metric or ("success" if envs.make(env, **dict(env_options or {})).has_success else "return")
     phases = _Phases(env, dict(env_options or {}), metric, checkpoint_folder, on_period)
-    results = [phases.search(algorithm, own_settings[algorithm], search, search_seed, tuning_iterations, seeds,
-                             tuning_seeds) if search else
-               phases.compare(algorithm, own_settings[algorithm], learning_rates, seeds, tuning_seeds)
-               for algorithm in algorithms]
+    results = [
+        phases.search(algorithm, own_settings[algorithm], search, search_seed, tuning_iterations, seeds, tuning_seeds)
+        if search
+        else phases.compare(algorithm, own_settings[algorithm], learning_rates, seeds, tuning_seeds)
+        for algorithm in algorithms
+    ]
     episodes = np.arange(1, base.num_periods + 1) * base.eval_every * base.episodes_per_iteration
     return Comparison(env=env, metric=metric, seeds=seeds, episodes=episodes, results=results)
 
@@ -219,9 +257,15 @@ class _Phases:
         """
         if not self.checkpoint_folder:
             return self._run(algorithm, phase, sweep, None)[:2]
-        checkpointer = Checkpointer(self.checkpoint_folder / f"{algorithm}-{phase}", {
-            "algorithm": algorithm, "phase": phase, "members": sweep.members,
-            "config": dataclasses.asdict(sweep.config)})
+        checkpointer = Checkpointer(
+            self.checkpoint_folder / f"{algorithm}-{phase}",
+            {
+                "algorithm": algorithm,
+                "phase": phase,
+                "members": sweep.members,
+                "config": dataclasses.asdict(sweep.config),
+            },
+        )
         finished = self.checkpoint_folder / f"{algorithm}-{phase}.json"
         try:
             if finished.exists():
@@ -233,22 +277,30 @@ class _Phases:
             results, seconds, history = self._run(algorithm, phase, sweep, checkpointer)
         finally:
             checkpointer.close()
-        runs.write_json(finished, {"fingerprint": checkpointer.fingerprint, "seconds": seconds,
-                                   "updates_applied_share": results["updates_applied_share"].tolist(),
-                                   "history": rows_record(history)})
+        runs.write_json(
+            finished,
+            {
+                "fingerprint": checkpointer.fingerprint,
+                "seconds": seconds,
+                "updates_applied_share": results["updates_applied_share"].tolist(),
+                "history": rows_record(history),
+            },
+        )
         return results, seconds
 
     def _run(self, algorithm: str, phase: str, sweep, checkpointer: Checkpointer | None):
         """The phase's results, seconds and per-period rows, run (or resumed) here."""
-        run = MemberRun(make_train(sweep.config, **sweep.env_options), sweep.keys(), sweep.hyperparameters(),
-                        checkpointer)
+        run = MemberRun(
+            make_train(sweep.config, **sweep.env_options), sweep.keys(), sweep.hyperparameters(), checkpointer
+        )
         for _ in run.periods():
             if self.on_period:
                 self.on_period(algorithm, phase, len(run.history) - 1, run.history[-1][self.metric])
         return run.results(), run.seconds, run.history
 
-    def compare(self, algorithm: str, settings: dict, learning_rates: list[float], seeds: list[int],
-                tuning_seeds: list[int]) -> AlgorithmResult:
+    def compare(
+        self, algorithm: str, settings: dict, learning_rates: list[float], seeds: list[int], tuning_seeds: list[int]
+    ) -> AlgorithmResult:
         """The learning rate with the best mean AUC on the tuning seeds (if several), then the reported seeds."""
         chosen, tuning, seconds = learning_rates[0], [], 0.0
         sweep = functools.partial(make_sweep, self.env, env_options=self.env_options, algorithm=algorithm, **settings)
@@ -264,29 +316,47 @@ class _Phases:
         return self.result(algorithm, reported, seconds + report_seconds, tuning, {"learning_rate": chosen})
 
     def result(self, algorithm: str, reported: dict, seconds: float, tuning: list[dict], settings: dict):
-        return AlgorithmResult(algorithm=algorithm, learning_rate=settings["learning_rate"],
-                               curves=reported[self.metric], env_steps=reported["env_steps"],
-                               seconds=seconds, tuning=tuning,
-                               applied_share=reported["updates_applied_share"], updates=reported["updates_applied"],
-                               settings=settings)
+        return AlgorithmResult(
+            algorithm=algorithm,
+            learning_rate=settings["learning_rate"],
+            curves=reported[self.metric],
+            env_steps=reported["env_steps"],
+            seconds=seconds,
+            tuning=tuning,
+            applied_share=reported["updates_applied_share"],
+            updates=reported["updates_applied"],
+            settings=settings,
+        )
 
-    def search(self, algorithm: str, settings: dict, count: int, search_seed: int, tuning_iterations: int | None,
-               seeds: list[int], tuning_seeds: list[int]) -> AlgorithmResult:
+    def search(
+        self,
+        algorithm: str,
+        settings: dict,
+        count: int,
+        search_seed: int,
+        tuning_iterations: int | None,
+        seeds: list[int],
+        tuning_seeds: list[int],
+    ) -> AlgorithmResult:
         """`count` configurations from the algorithm's space on the tuning seeds (one sweep per compiled
         program), the best mean AUC, then the reported seeds with it."""
         seconds = 0.0
         configurations = tuning.draw_configurations(algorithm, count, search_seed)
         tuning_settings = {**settings, **({"num_iterations": tuning_iterations} if tuning_iterations else {})}
         rows = [dict(point) for point in configurations]
-        groups = tuning.group_sweeps(self.env, configurations, tuning_seeds, self.env_options, algorithm=algorithm,
-                                     **tuning_settings)
+        groups = tuning.group_sweeps(
+            self.env, configurations, tuning_seeds, self.env_options, algorithm=algorithm, **tuning_settings
+        )
         for group, (sweep, indices) in enumerate(groups):
             tuned, phase_seconds = self.run(algorithm, f"tune{group}", sweep)
             curves, seconds = tuned[self.metric], seconds + phase_seconds  # [configs × seeds, periods]
             for position, index in enumerate(indices):
-                members = curves[position * len(tuning_seeds):(position + 1) * len(tuning_seeds)]
-                rows[index].update(auc_mean=float(members.mean()), final_mean=float(members[:, -1].mean()),
-                                   auc_per_seed=[float(value) for value in members.mean(axis=1)])
+                members = curves[position * len(tuning_seeds) : (position + 1) * len(tuning_seeds)]
+                rows[index].update(
+                    auc_mean=float(members.mean()),
+                    final_mean=float(members[:, -1].mean()),
+                    auc_per_seed=[float(value) for value in members.mean(axis=1)],
+                )
         chosen = configurations[max(range(len(rows)), key=lambda index: rows[index]["auc_mean"])]
         sweep = tuning.group_sweeps(self.env, [chosen], seeds, self.env_options, algorithm=algorithm, **settings)[0][0]
         reported, report_seconds = self.run(algorithm, "report", sweep)
@@ -318,11 +388,14 @@ def difference_rows(comparison: Comparison, reference: str = "ftw", margin: floa
     for result in comparison.results:
         if result.algorithm == reference:
             continue
-        row = {"reference": reference, "algorithm": result.algorithm}
+        row: dict[str, Any] = {"reference": reference, "algorithm": result.algorithm}
         for name in ("final", "auc"):
             mine, theirs = getattr(by_name[reference], name), getattr(result, name)
-            bound = margin if margin is not None else (0.05 if comparison.metric == "success"
-                                                       else 0.05 * abs(float(np.mean(mine))))
+            bound = (
+                margin
+                if margin is not None
+                else (0.05 if comparison.metric == "success" else 0.05 * abs(float(np.mean(mine))))
+            )
             test = welch(mine, theirs)
             row.update({f"{name}_{key}": value for key, value in test.items()})
             row[f"{name}_verdict"] = verdict(mine, theirs, bound)
@@ -333,10 +406,18 @@ def difference_rows(comparison: Comparison, reference: str = "ftw", margin: floa
 
 def seed_rows(comparison: Comparison) -> list[dict]:
     """One row per (algorithm, seed): final, AUC, env steps."""
-    return [{"algorithm": result.algorithm, "seed": seed, "learning_rate": result.learning_rate,
-             "final": float(final), "auc": float(auc), "env_steps": int(steps)}
-            for result in comparison.results
-            for seed, final, auc, steps in zip(comparison.seeds, result.final, result.auc, result.env_steps[:, -1])]
+    return [
+        {
+            "algorithm": result.algorithm,
+            "seed": seed,
+            "learning_rate": result.learning_rate,
+            "final": float(final),
+            "auc": float(auc),
+            "env_steps": int(steps),
+        }
+        for result in comparison.results
+        for seed, final, auc, steps in zip(comparison.seeds, result.final, result.auc, result.env_steps[:, -1])
+    ]
 
 
 def markdown_table(comparison: Comparison) -> str:
@@ -344,23 +425,39 @@ def markdown_table(comparison: Comparison) -> str:
     interval and IQM of final and AUC; then, with FTW among the algorithms, FTW minus each baseline."""
     scale, unit = (100.0, "%") if comparison.metric == "success" else (1.0, "")
     number = lambda value: f"{scale * value:.1f}" if unit else f"{value:.4g}"  # noqa: E731
-    cell = lambda row, name: (f"{number(row[f'{name}_mean'])}{unit} [{number(row[f'{name}_t_low'])}, "  # noqa: E731
-                              f"{number(row[f'{name}_t_high'])}] [{number(row[f'{name}_ci_low'])}, "
-                              f"{number(row[f'{name}_ci_high'])}] | {number(row[f'{name}_iqm'])}{unit}")
-    lines = [f"| algorithm | learning rate | final {comparison.metric}: mean [95% t-CI] [95% bootstrap CI] | "
-             f"final IQM | AUC: mean [t-CI] [bootstrap CI] | AUC IQM | env steps / seed | seconds |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def cell(row, name):
+        return (
+            f"{number(row[f'{name}_mean'])}{unit} [{number(row[f'{name}_t_low'])}, "
+            f"{number(row[f'{name}_t_high'])}] [{number(row[f'{name}_ci_low'])}, "
+            f"{number(row[f'{name}_ci_high'])}] | {number(row[f'{name}_iqm'])}{unit}"
+        )
+
+    lines = [
+        f"| algorithm | learning rate | final {comparison.metric}: mean [95% t-CI] [95% bootstrap CI] | "
+        f"final IQM | AUC: mean [t-CI] [bootstrap CI] | AUC IQM | env steps / seed | seconds |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for row in summary_rows(comparison):
-        lines.append(f"| {row['algorithm']} | {row['learning_rate']:g} | {cell(row, 'final')} | {cell(row, 'auc')} | "
-                     f"{row['env_steps_mean']:,.0f} | {row['seconds']:.0f} |")
+        lines.append(
+            f"| {row['algorithm']} | {row['learning_rate']:g} | {cell(row, 'final')} | {cell(row, 'auc')} | "
+            f"{row['env_steps_mean']:,.0f} | {row['seconds']:.0f} |"
+        )
     differences = difference_rows(comparison)
     if differences:
-        lines += ["", "| FTW minus | final: difference [95% Welch CI], p | verdict | AUC: difference [95% Welch CI], p "
-                      "| verdict |", "|---|---:|---|---:|---|"]
+        lines += [
+            "",
+            "| FTW minus | final: difference [95% Welch CI], p | verdict | AUC: difference [95% Welch CI], p "
+            "| verdict |",
+            "|---|---:|---|---:|---|",
+        ]
         for row in differences:
-            cells = [f"{number(row[f'{name}_difference'])} [{number(row[f'{name}_low'])}, "
-                     f"{number(row[f'{name}_high'])}], p = {row[f'{name}_p_value']:.3f} | {row[f'{name}_verdict']} "
-                     f"(margin ±{number(row[f'{name}_margin'])})" for name in ("final", "auc")]
+            cells = [
+                f"{number(row[f'{name}_difference'])} [{number(row[f'{name}_low'])}, "
+                f"{number(row[f'{name}_high'])}], p = {row[f'{name}_p_value']:.3f} | {row[f'{name}_verdict']} "
+                f"(margin ±{number(row[f'{name}_margin'])})"
+                for name in ("final", "auc")
+            ]
             lines.append(f"| {row['algorithm']} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines) + "\n"
 
@@ -374,8 +471,12 @@ def tuning_table(comparison: Comparison) -> str:
         if not result.tuning:
             continue
         names = [name for name in result.tuning[0] if name not in ("auc_mean", "final_mean", "auc_per_seed")]
-        lines = [f"{result.algorithm}:", "", "| " + " | ".join([*names, "tuning AUC", "tuning final"]) + " |",
-                 "|" + "---:|" * (len(names) + 2)]
+        lines = [
+            f"{result.algorithm}:",
+            "",
+            "| " + " | ".join([*names, "tuning AUC", "tuning final"]) + " |",
+            "|" + "---:|" * (len(names) + 2),
+        ]
         for row in sorted(result.tuning, key=lambda row: -row["auc_mean"]):
             chosen = all(result.settings.get(name, row[name]) == row[name] for name in names)
             cells = [f"{row[name]:g}" if isinstance(row[name], float) else str(row[name]) for name in names]

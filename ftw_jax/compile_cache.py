@@ -40,7 +40,7 @@ def enable(path: pathlib.Path) -> None:
     from jax.experimental.compilation_cache import compilation_cache
 
     path = pathlib.Path(path)
-    if jax.config.jax_compilation_cache_dir == str(path):
+    if _cache_folder() == str(path):
         return
     path.mkdir(mode=0o700, parents=True, exist_ok=True)  # compiled code runs from it: the user's alone
     compilation_cache.reset_cache()  # a cache already opened in this process keeps its folder otherwise
@@ -50,12 +50,19 @@ def enable(path: pathlib.Path) -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
 
 
+def _cache_folder() -> str | None:
+    """The folder JAX's persistent cache uses now, or None."""
+    import jax
+
+    return jax.config.jax_compilation_cache_dir  # pyright: ignore[reportAttributeAccessIssue] (a flag made at run time)
+
+
 def disable() -> None:
     """No program is read from or written to a persistent cache from now on in this process."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
-    if jax.config.jax_compilation_cache_dir is not None:
+    if _cache_folder() is not None:
         compilation_cache.reset_cache()
         jax.config.update("jax_compilation_cache_dir", None)
 
@@ -72,8 +79,11 @@ def configure(turned_off: bool = False, environ=os.environ) -> pathlib.Path | No
         try:
             enable(path)
         except OSError as error:  # a cache is a saving, never a reason to stop
-            print(f"warning: no compilation cache ({error}); set {ENVIRONMENT_VARIABLE} to a folder you can "
-                  "write, or to off", file=sys.stderr)
+            print(
+                f"warning: no compilation cache ({error}); set {ENVIRONMENT_VARIABLE} to a folder you can "
+                "write, or to off",
+                file=sys.stderr,
+            )
             return None
     elif turned_off or environ.get(ENVIRONMENT_VARIABLE) is not None:
         disable()

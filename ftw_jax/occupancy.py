@@ -223,7 +223,10 @@ def expected_failure_share(pool_size: int, num_successes, batch_size: int, num_e
         raise ValueError(f"num_successes must be integers in [0, N={pool_size}], got {num_successes!r}.")
     m = successes.astype(np.float64)[..., None]
     s = np.arange(min(batch_size, num_elites) + 1, dtype=np.float64)  # only S < K leaves failures
-    log_probability = (_log_binomial(m, s, np) + _log_binomial(pool_size - m, batch_size - s, np)
-                       - _log_binomial(np.float64(pool_size), np.float64(batch_size), np))
+    log_probability = (
+        _log_binomial(m, s, np)
+        + _log_binomial(pool_size - m, batch_size - s, np)
+        - _log_binomial(np.float64(pool_size), np.float64(batch_size), np)
+    )
     shortfall = np.maximum(num_elites - s, 0.0) / num_elites
     return np.sum(np.exp(log_probability) * shortfall, axis=-1)

@@ -29,8 +29,14 @@ def save_learning_curves(
     axes = figure.subplots()
     many = len(curves) > 10
     for x_run, curve, label in zip(x, curves, labels):
-        axes.plot(x_run, curve, lw=0.8, alpha=0.15 if many else 0.7, color="tab:blue" if many else None,
-                  label=None if many else label)
+        axes.plot(
+            x_run,
+            curve,
+            lw=0.8,
+            alpha=0.15 if many else 0.7,
+            color="tab:blue" if many else None,
+            label=None if many else label,
+        )
     if show_mean:
         axes.plot(x.mean(axis=0), curves.mean(axis=0), lw=2.0, color="black", label=f"mean of {len(curves)}")
     axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
@@ -74,8 +80,15 @@ def save_heatmap(path, means, spreads, *, x_values, y_values, x_label: str, y_la
     for row in range(means.shape[0]):
         for column in range(means.shape[1]):
             level = (means[row, column] - np.nanmin(means)) / max(np.nanmax(means) - np.nanmin(means), 1e-12)
-            axes.text(column, row, f"{means[row, column]:.3g}\n± {spreads[row, column]:.2g}", ha="center",
-                      va="center", fontsize=8, color="black" if level > 0.5 else "white")
+            axes.text(
+                column,
+                row,
+                f"{means[row, column]:.3g}\n± {spreads[row, column]:.2g}",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="black" if level > 0.5 else "white",
+            )
     axes.set_xticks(range(len(x_values)), [str(v) for v in x_values])
     axes.set_yticks(range(len(y_values)), [str(v) for v in y_values])
     axes.set(xlabel=x_label, ylabel=y_label, title=title)

@@ -8,13 +8,14 @@ histories (markov = False) is applied to the whole [T, ...] buffer and read at p
 
 from __future__ import annotations
 
-from typing import ClassVar, Sequence
+from collections.abc import Sequence
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ftw_jax.envs.base import WithLegalActions
+from ftw_jax.envs.base import WithLegalActions, split_legal_actions
 
 # Logit of an illegal action: exp() of it is exactly 0, yet p·log p and KL terms stay 0, not NaN as with −inf.
 ILLEGAL_LOGIT = -1e9
@@ -95,12 +96,10 @@ class TransformerPolicy(nn.Module):
 
     @nn.compact
     def __call__(self, tokens: jax.Array | WithLegalActions) -> jax.Array:
-        legal = None
-        if isinstance(tokens, WithLegalActions):
-            tokens, legal = tokens.observation, tokens.legal
-        length = tokens.shape[0]
+        ids, legal = split_legal_actions(tokens)  # ids [T]
+        length = ids.shape[0]
         positions = self.param("positions", nn.initializers.normal(0.02), (self.max_length, self.width))
-        x = nn.Embed(self.vocabulary_size, self.width)(tokens) + positions[:length]  # [T, W]
+        x = nn.Embed(self.vocabulary_size, self.width)(ids) + positions[:length]  # [T, W]
         causal = nn.make_causal_mask(jnp.ones((1, length)))  # [1, 1, T, T]
         for _ in range(self.num_layers):
             y = nn.LayerNorm()(x)[None]
@@ -117,10 +116,12 @@ class TransformerPolicy(nn.Module):
 ARCHITECTURES = {
     "tabular": lambda num_outputs, env, config: TabularPolicy(num_actions=num_outputs),
     "mlp": lambda num_outputs, env, config: MLPPolicy(num_actions=num_outputs, hidden_sizes=config.hidden_sizes),
-    "conv": lambda num_outputs, env, config: ConvPolicy(num_actions=num_outputs, channels=config.conv_channels,
-                                                        hidden_sizes=config.hidden_sizes),
+    "conv": lambda num_outputs, env, config: ConvPolicy(
+        num_actions=num_outputs, channels=config.conv_channels, hidden_sizes=config.hidden_sizes
+    ),
     "transformer": lambda num_outputs, env, config: TransformerPolicy(
-        num_actions=num_outputs, vocabulary_size=env.vocabulary_size, max_length=env.max_steps),
+        num_actions=num_outputs, vocabulary_size=env.vocabulary_size, max_length=env.max_steps
+    ),
     "lm": lambda num_outputs, env, config: _lm_policy(num_outputs, env),
 }
 

@@ -21,8 +21,7 @@ import numpy as np
 from ftw_jax.checks import check_positive_int
 
 
-@flax.struct.dataclass
-class Trajectory:
+class Trajectory(flax.struct.PyTreeNode):
     """One fixed-length trajectory record (leading axes [N] or [B] when stacked).
 
     `observation` is any pytree whose leaves have a leading [T] axis (states, token ids, ...).
@@ -38,8 +37,7 @@ class Trajectory:
     alive: jax.Array  # [T] bool: steps before the episode's end, the policy's and the environment's
 
 
-@flax.struct.dataclass
-class Pool:
+class Pool(flax.struct.PyTreeNode):
     """A ring buffer of N trajectories; the oldest is overwritten first."""
 
     trajectories: Trajectory  # leaves [N, T, ...]

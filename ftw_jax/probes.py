@@ -26,8 +26,16 @@ def informative_probability(success_probability, num_probes: int):
     return 1.0 - p**num_probes - (1.0 - p) ** num_probes
 
 
-def probe(key: jax.Array, env: Environment, env_params: Any, policy: nn.Module, params: Any, version: jax.Array,
-          task_keys: jax.Array, num_probes: int) -> tuple[jax.Array, jax.Array]:
+def probe(
+    key: jax.Array,
+    env: Environment,
+    env_params: Any,
+    policy: nn.Module,
+    params: Any,
+    version: jax.Array,
+    task_keys: jax.Array,
+    num_probes: int,
+) -> tuple[jax.Array, jax.Array]:
     """Plays `num_probes` episodes of each task with the current policy.
 
     Args:

@@ -30,8 +30,15 @@ from ftw_jax.train import TrainConfig
 from ftw_jax.update import make_update
 
 # The training settings the protocol reads (`ftw-jax bandit` takes a flag for each).
-PROTOCOL_SETTINGS = ("num_iterations", "pool_capacity", "num_batches", "batch_size", "num_elites", "kl_coef",
-                     "learning_rate")
+PROTOCOL_SETTINGS = (
+    "num_iterations",
+    "pool_capacity",
+    "num_batches",
+    "batch_size",
+    "num_elites",
+    "kl_coef",
+    "learning_rate",
+)
 
 
 def protocol_config(**settings) -> TrainConfig:
@@ -47,8 +54,11 @@ def protocol_config(**settings) -> TrainConfig:
 def _check(config: TrainConfig, env: GaussianBandit) -> None:
     if not isinstance(env, GaussianBandit):
         raise ValueError(f"the bandit protocol runs on a GaussianBandit, got {type(env).__name__}.")
-    fits = (isinstance(config.algorithm_config, FTWConfig) and config.episodes_per_iteration == 1
-            and config.optimizer == "sgd")
+    fits = (
+        isinstance(config.algorithm_config, FTWConfig)
+        and config.episodes_per_iteration == 1
+        and config.optimizer == "sgd"
+    )
     if not fits:
         raise ValueError("the bandit protocol runs FTW with one pull per iteration and SGD (see protocol_config).")
 
@@ -121,8 +131,12 @@ def make_run(config: TrainConfig, env: GaussianBandit = GaussianBandit(), metric
     return run
 
 
-def run_seeds(config: TrainConfig, seeds: list[int], env: GaussianBandit = GaussianBandit(),
-              metric_names: tuple[str, ...] | None = None) -> dict:
+def run_seeds(
+    config: TrainConfig,
+    seeds: list[int],
+    env: GaussianBandit = GaussianBandit(),
+    metric_names: tuple[str, ...] | None = None,
+) -> dict:
     """Runs every seed in one jit(vmap(run)); returns the curves as arrays with a leading [S] axis."""
     return jax.jit(jax.vmap(make_run(config, env, metric_names)))(seed_keys(seeds))
 

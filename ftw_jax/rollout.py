@@ -1,15 +1,16 @@
 """Rollouts: one whole episode of at most T steps, recorded as a fixed-shape `Trajectory`.
 
 Steps after the episode ends have mask and alive False and reward 0 (never in the loss), so every trajectory
-has the same shape; those after the chunk of steps in which it ended are not played at all (zeros); steps the environment writes itself (`env.forced_action`, e.g.
-tool output) are in the record with mask False too.
+has the same shape; those after the chunk of steps in which it ended are not played at all (zeros); steps
+the environment writes itself (`env.forced_action`, e.g. tool output) are in the record with mask False too.
 The return is the sum of rewards before the end; each step's reward is kept too (0 after the end), with
 `alive` marking the steps before the end (a critic's targets need both).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -69,8 +70,9 @@ def rollout(
             return None
         if cached:
             return policy.init_cache()
-        return jax.tree.map(lambda leaf: jnp.zeros((env.max_steps,) + jnp.shape(leaf), jnp.result_type(leaf)),
-                            observation)
+        return jax.tree.map(
+            lambda leaf: jnp.zeros((env.max_steps,) + jnp.shape(leaf), jnp.result_type(leaf)), observation
+        )
 
     return play(key, env, env_params, act, memory, version, reset_key)
 
@@ -85,8 +87,15 @@ def demonstration(key: jax.Array, env: Environment, env_params: Any) -> tuple[Tr
     return play(key, env, env_params, act, lambda observation: None, jnp.zeros((), jnp.int32))
 
 
-def play(key: jax.Array, env: Environment, env_params: Any, act: Callable, init_memory: Callable, version: jax.Array,
-         reset_key: jax.Array | None = None) -> tuple[Trajectory, jax.Array]:
+def play(
+    key: jax.Array,
+    env: Environment,
+    env_params: Any,
+    act: Callable,
+    init_memory: Callable,
+    version: jax.Array,
+    reset_key: jax.Array | None = None,
+) -> tuple[Trajectory, jax.Array]:
     """The episode loop `rollout` and `demonstration` share: `act(memory, observation, state, t, key) -> (action,
     log-prob, memory)` chooses at every step the environment does not write itself, `init_memory(observation)`
     gives its memory at the start."""
@@ -129,18 +138,30 @@ def play(key: jax.Array, env: Environment, env_params: Any, act: Callable, init_
         write = lambda buffer, values: jax.lax.dynamic_update_slice_in_dim(buffer, values, index * chunk, 0)  # noqa: E731
         return index + 1, carry, jax.tree.map(write, records, chunk_records)
 
-    carry = (state, observation, init_memory(observation), jnp.ones((), bool), jnp.zeros((), jnp.float32),
-             jnp.zeros((), bool))
+    carry = (
+        state,
+        observation,
+        init_memory(observation),
+        jnp.ones((), bool),
+        jnp.zeros((), jnp.float32),
+        jnp.zeros((), bool),
+    )
     record_spec = jax.eval_shape(step, carry, jnp.zeros((), jnp.int32))[1]
     records = jax.tree.map(lambda spec: jnp.zeros((num_steps,) + spec.shape, spec.dtype), record_spec)
-    _, carry, records = jax.lax.while_loop(lambda loop: (loop[0] < num_chunks) & loop[1][3], play_chunk,
-                                           (jnp.zeros((), jnp.int32), carry, records))
+    _, carry, records = jax.lax.while_loop(
+        lambda loop: (loop[0] < num_chunks) & loop[1][3], play_chunk, (jnp.zeros((), jnp.int32), carry, records)
+    )
     if remainder:  # the last steps, fewer than a chunk: played always, zeroed where the episode had ended
         carry, last = play_steps(carry, num_chunks * chunk, remainder)
         played = last[-1]  # alive [remainder]
-        zeroed = lambda values: jnp.where(played.reshape(played.shape + (1,) * (values.ndim - 1)), values,  # noqa: E731
-                                          jnp.zeros((), values.dtype))
-        records = jax.tree.map(lambda buffer, values: buffer.at[num_chunks * chunk:].set(zeroed(values)), records, last)
+
+        def zeroed(values):
+            where = played.reshape(played.shape + (1,) * (values.ndim - 1))  # [remainder, 1, ...]
+            return jnp.where(where, values, jnp.zeros((), values.dtype))
+
+        records = jax.tree.map(
+            lambda buffer, values: buffer.at[num_chunks * chunk :].set(zeroed(values)), records, last
+        )
     episode_return, success = carry[4], carry[5]
     observations, actions, mask, log_probs, rewards, alive = records
     trajectory = Trajectory(
@@ -156,8 +177,17 @@ def play(key: jax.Array, env: Environment, env_params: Any, act: Callable, init_
     return trajectory, success
 
 
-def rollouts(key: jax.Array, env: Environment, env_params: Any, policy: nn.Module, params: Any, version: jax.Array,
-             num_episodes: int, group_size: int = 1, reset_keys: jax.Array | None = None) -> tuple[Trajectory, jax.Array]:
+def rollouts(
+    key: jax.Array,
+    env: Environment,
+    env_params: Any,
+    policy: nn.Module,
+    params: Any,
+    version: jax.Array,
+    num_episodes: int,
+    group_size: int = 1,
+    reset_keys: jax.Array | None = None,
+) -> tuple[Trajectory, jax.Array]:
     """B episodes in parallel (a vmap of `rollout`): trajectories [B, T, ...] and success [B].
 
     `reset_keys` [B], if given, set each episode's start state (episodes sharing a key start alike: the same

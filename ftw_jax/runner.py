@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import jax
 import jax.numpy as jnp
@@ -75,8 +75,9 @@ def memory_available() -> int:
     """Bytes this process's share of the members may take: its devices' memory where JAX reports it (GPUs),
     else the host's RAM."""
     limits = [(device.memory_stats() or {}).get("bytes_limit") for device in jax.local_devices()]
-    if all(limits):
-        return int(sum(limits))
+    known = [limit for limit in limits if limit]
+    if len(known) == len(limits):
+        return int(sum(known))
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
@@ -84,15 +85,20 @@ def check_memory(trainer: Trainer, num_members: int, share: float = 0.5) -> None
     """Refuses, before allocating anything, a run whose members' state (params, optimizer, pool, ...) alone would
     take more than `share` of the memory available (the program needs room for its temporaries too)."""
     spec = jax.eval_shape(trainer.init, jax.random.key(0))
-    per_member = sum(leaf.size * np.dtype(leaf.dtype).itemsize for leaf in jax.tree.leaves(spec)
-                     if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key))
+    per_member = sum(
+        leaf.size * np.dtype(leaf.dtype).itemsize
+        for leaf in jax.tree.leaves(spec)
+        if not jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+    )
     here = jax.local_device_count() / jax.device_count()  # this process holds its devices' share of the members
     needed, available = per_member * num_members * here, memory_available()
     if needed > share * available:
-        raise ValueError(f"the run's state needs {needed / 2**30:,.1f} GiB ({num_members} member(s) x "
-                         f"{per_member / 2**30:,.2f} GiB: params, optimizer state and the pool of N trajectories), "
-                         f"more than {share:.0%} of the {available / 2**30:,.1f} GiB here; use a smaller "
-                         "--pool-capacity or fewer seeds or grid points.")
+        raise ValueError(
+            f"the run's state needs {needed / 2**30:,.1f} GiB ({num_members} member(s) x "
+            f"{per_member / 2**30:,.2f} GiB: params, optimizer state and the pool of N trajectories), "
+            f"more than {share:.0%} of the {available / 2**30:,.1f} GiB here; use a smaller "
+            "--pool-capacity or fewer seeds or grid points."
+        )
 
 
 def check_working_memory(stats, share: float = 0.8) -> None:
@@ -102,9 +108,11 @@ def check_working_memory(stats, share: float = 0.8) -> None:
         return
     needed, available = stats.temp_size_in_bytes + stats.output_size_in_bytes, memory_available()
     if needed > share * available:
-        raise ValueError(f"one evaluation period needs {needed / 2**30:,.1f} GiB of working memory (XLA's count: the "
-                         f"episodes played, the elites gathered per update), more than {share:.0%} of the "
-                         f"{available / 2**30:,.1f} GiB here; use smaller J, K, B or fewer seeds or grid points.")
+        raise ValueError(
+            f"one evaluation period needs {needed / 2**30:,.1f} GiB of working memory (XLA's count: the "
+            f"episodes played, the elites gathered per update), more than {share:.0%} of the "
+            f"{available / 2**30:,.1f} GiB here; use smaller J, K, B or fewer seeds or grid points."
+        )
 
 
 def history_arrays(history: list[dict]) -> dict[str, np.ndarray]:
@@ -151,14 +159,22 @@ class MemberRun:
     process that ran these members: the checkpoints carry the count across a resume).
     """
 
-    def __init__(self, trainer: Trainer, keys: jax.Array, hyperparameters: Hyperparameters | None = None,
-                 checkpointer: Checkpointer | None = None, metric_names: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        trainer: Trainer,
+        keys: jax.Array,
+        hyperparameters: Hyperparameters | None = None,
+        checkpointer: Checkpointer | None = None,
+        metric_names: tuple[str, ...] = (),
+    ):
         self.trainer, self.checkpointer, self.metric_names = trainer, checkpointer, metric_names
         self.num_members = len(keys)
         check_memory(trainer, self.num_members)
         if hyperparameters is None:  # every member the config's own
-            hyperparameters = jax.tree.map(lambda leaf: jnp.stack([leaf] * self.num_members),
-                                           trainer.config.hyperparameters())
+            hyperparameters = jax.tree.map(
+                lambda leaf: jnp.stack([leaf] * self.num_members), trainer.config.hyperparameters()
+            )
+        assert hyperparameters is not None
         self.carry = self._init(keys, hyperparameters)
         self.history: list[dict] = []
         self.seconds_before = 0.0  # compiling and running in the processes this one resumes
@@ -183,18 +199,23 @@ class MemberRun:
             extra = padded - self.num_members
             fillers = jax.random.key_data(jax.random.split(jax.random.key(-1), extra))
             key_data = np.concatenate([key_data, np.asarray(fillers)])
-            hyperparameters = jax.tree.map(lambda leaf: np.concatenate([leaf, np.repeat(leaf[-1:], extra, 0)]),
-                                           hyperparameters)
+            hyperparameters = jax.tree.map(
+                lambda leaf: np.concatenate([leaf, np.repeat(leaf[-1:], extra, 0)]), hyperparameters
+            )
         # Every process holds the same inputs and gives each of its devices that device's members.
         to_devices = lambda leaf: jax.make_array_from_callback(leaf.shape, sharding, lambda index: leaf[index])  # noqa: E731
         # A checkpoint's weights are an argument, shared by the members: as constants they would be compiled in.
-        init = jax.jit(jax.vmap(lambda data, h, start: self.trainer.init(jax.random.wrap_key_data(data), h, start),
-                                in_axes=(0, 0, None)), out_shardings=sharding)
+        init = jax.jit(
+            jax.vmap(
+                lambda data, h, start: self.trainer.init(jax.random.wrap_key_data(data), h, start), in_axes=(0, 0, None)
+            ),
+            out_shardings=sharding,
+        )
         return init(to_devices(key_data), jax.tree.map(to_devices, hyperparameters), self.trainer.start_params)
 
     def env_steps(self) -> np.ndarray:
         """[M] training env steps of every member so far."""
-        return host_array(self.carry.env_steps)[:self.num_members]
+        return host_array(self.carry.env_steps)[: self.num_members]
 
     def periods(self) -> Iterator[tuple[dict, dict]]:
         """Runs the periods left, yielding each one's (metrics {name: [M, eval_every]}, evaluation {name: [M]})."""
@@ -211,15 +232,23 @@ class MemberRun:
         for period in range(len(self.history), config.num_periods):  # one period per call: same result as one scan
             raise_if_stopped()
             self.carry, (metrics, evaluation) = run_period(self.carry)
-            metrics = {name: host_array(value)[:self.num_members, 0] for name, value in metrics.items()}
-            evaluation = {name: host_array(value)[:self.num_members, 0] for name, value in evaluation.items()}
-            self.history.append({**evaluation, "train_return": metrics["return_mean"][:, -1],
-                                 **{f"metrics/{name}": metrics[name] for name in self.metric_names}})
+            metrics = {name: host_array(value)[: self.num_members, 0] for name, value in metrics.items()}
+            evaluation = {name: host_array(value)[: self.num_members, 0] for name, value in evaluation.items()}
+            self.history.append(
+                {
+                    **evaluation,
+                    "train_return": metrics["return_mean"][:, -1],
+                    **{f"metrics/{name}": metrics[name] for name in self.metric_names},
+                }
+            )
             self.clock.append((time.perf_counter() - started, int(self.env_steps().sum())))
             if self.checkpointer:
-                self.checkpointer.save(period + 1, self.carry, {"history": rows_record(self.history),
-                                                                "seconds": self.seconds},
-                                       final=period + 1 == config.num_periods)
+                self.checkpointer.save(
+                    period + 1,
+                    self.carry,
+                    {"history": rows_record(self.history), "seconds": self.seconds},
+                    final=period + 1 == config.num_periods,
+                )
             yield metrics, evaluation
 
     def results(self) -> dict:
@@ -232,12 +261,12 @@ class MemberRun:
 
     def updates_applied(self) -> np.ndarray:
         """[M] optimizer steps applied so far (the policy's version)."""
-        return host_array(self.carry.learner.policy.version)[:self.num_members]
+        return host_array(self.carry.learner.policy.version)[: self.num_members]
 
     def applied_share(self) -> np.ndarray:
         """[M] the share of the steps tried so far that were applied (skipped: not ready, nothing kept, not
         finite)."""
-        tried = host_array(self.carry.iteration)[:self.num_members] * self.trainer.learner.steps_per_batch
+        tried = host_array(self.carry.iteration)[: self.num_members] * self.trainer.learner.steps_per_batch
         return self.updates_applied() / np.maximum(tried, 1)
 
     def throughput(self, steps_before: int) -> float | None:

@@ -8,6 +8,7 @@ import datetime
 import json
 import os
 import pathlib
+from typing import Any
 
 import numpy as np
 
@@ -87,9 +88,17 @@ def keep_rows_up_to(path: pathlib.Path, last_iteration: int) -> None:
     if not path.exists():
         return
     lines = path.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if line.endswith("\n") and (_iteration(line) or 0) <= last_iteration
-            and _iteration(line) is not None]
+    kept = [
+        line
+        for line in lines
+        if line.endswith("\n") and (_iteration(line) or 0) <= last_iteration and _iteration(line) is not None
+    ]
     write_atomically(path, "".join(kept))
+
+
+def write_arrays(path: pathlib.Path, arrays: dict[str, Any]) -> None:
+    """Named arrays as one compressed .npz file (`np.load(path)[name]` reads one back)."""
+    np.savez_compressed(path, **arrays)
 
 
 def write_csv(path: pathlib.Path, rows: list[dict]) -> None:
@@ -126,8 +135,10 @@ def locked(folder: pathlib.Path):
             except (OSError, ValueError):
                 owner = 0
             if owner and owner != os.getpid() and _alive(owner):
-                raise ValueError(f"the run folder {folder} is in use by process {owner} (its lock: {path}); "
-                                 "wait for it to end, or stop it.") from None
+                raise ValueError(
+                    f"the run folder {folder} is in use by process {owner} (its lock: {path}); "
+                    "wait for it to end, or stop it."
+                ) from None
             path.unlink(missing_ok=True)  # its process is gone: take it over
     with os.fdopen(descriptor, "w") as file:
         file.write(f"{os.getpid()}\n")
@@ -147,8 +158,17 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def open_run(out: pathlib.Path, name: str | None, resume: pathlib.Path | None, default_name: str, fingerprint: dict,
-             *, checkpoint_every: int | None = 1, writer: bool = True, cleanup: contextlib.ExitStack | None = None):
+def open_run(
+    out: pathlib.Path,
+    name: str | None,
+    resume: pathlib.Path | None,
+    default_name: str,
+    fingerprint: dict,
+    *,
+    checkpoint_every: int | None = 1,
+    writer: bool = True,
+    cleanup: contextlib.ExitStack | None = None,
+):
     """(run folder, Checkpointer or None): a new folder (`out/name`, or `out/default_name-DATE-TIME`) holding
     config.json, or the `resume` folder after checking that it was started with the same configuration.
     `checkpoint_every=None` writes no checkpoints (refused with `resume`: it would start again and overwrite the
@@ -175,6 +195,7 @@ def open_run(out: pathlib.Path, name: str | None, resume: pathlib.Path | None, d
         if cleanup is not None:
             cleanup.enter_context(locked(folder))
         write_json(folder / "config.json", fingerprint)
-    checkpointer = (None if checkpoint_every is None
-                    else Checkpointer(folder / "checkpoints", fingerprint, every=checkpoint_every))
+    checkpointer = (
+        None if checkpoint_every is None else Checkpointer(folder / "checkpoints", fingerprint, every=checkpoint_every)
+    )
     return folder, checkpointer

@@ -53,8 +53,14 @@ def select_elites(
       int32 [J, K] pool indices, best first within each minibatch.
     """
     return select_elites_masked(
-        key, returns, valid, (num_batches, batch_size, num_elites),
-        max_batches=num_batches, max_batch_size=batch_size, max_elites=num_elites, rule=rule,
+        key,
+        returns,
+        valid,
+        (num_batches, batch_size, num_elites),
+        max_batches=num_batches,
+        max_batch_size=batch_size,
+        max_elites=num_elites,
+        rule=rule,
     )
 
 
@@ -62,7 +68,7 @@ def select_elites_masked(
     key: jax.Array,
     returns: jax.Array,
     valid: jax.Array,
-    sizes: tuple[jax.Array, jax.Array, jax.Array],
+    sizes: tuple[int | jax.Array, int | jax.Array, int | jax.Array],
     *,
     max_batches: int,
     max_batch_size: int,
@@ -106,7 +112,10 @@ def select_elites_masked(
         (valid_index,) = jnp.nonzero(valid, size=pool_size, fill_value=0)
         num_valid = jnp.sum(valid, dtype=jnp.int32)
         draw_subset = functools.partial(
-            _subset_by_floyd, valid_index=valid_index, num_valid=num_valid, batch_size=batch_size,
+            _subset_by_floyd,
+            valid_index=valid_index,
+            num_valid=num_valid,
+            batch_size=batch_size,
             max_batch_size=max_batch_size,
         )
     else:

@@ -19,8 +19,15 @@ import typing
 from typing import Any
 
 
-def setting(default: Any, help: str, *, flag: str | None = None, short: str | None = None,
-            axis: str | None = None, choices: tuple | None = None) -> Any:
+def setting(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    short: str | None = None,
+    axis: str | None = None,
+    choices: tuple | None = None,
+) -> Any:
     """A dataclass field with its help text; `flag` names the option when it is not the field's name
     (`--iterations` for `num_iterations`), `short` adds a one-letter one, `axis` makes it a sweep axis,
     `choices` lists the values a `str` field takes (a `Literal` annotation says it by itself)."""
@@ -62,10 +69,19 @@ def describe(cls: type) -> list[Setting]:
     """The fields of a config dataclass declared with `setting`, in order."""
     hints = typing.get_type_hints(cls)
     return [
-        Setting(name=field.name, owner=cls, type=hints[field.name], default=field.default,
-                help=field.metadata["help"], flag="--" + (field.metadata["flag"] or field.name).replace("_", "-"),
-                short=field.metadata["short"], axis=field.metadata["axis"], listed_choices=field.metadata["choices"])
-        for field in dataclasses.fields(cls) if "help" in field.metadata
+        Setting(
+            name=field.name,
+            owner=cls,
+            type=hints[field.name],
+            default=field.default,
+            help=field.metadata["help"],
+            flag="--" + (field.metadata["flag"] or field.name).replace("_", "-"),
+            short=field.metadata["short"],
+            axis=field.metadata["axis"],
+            listed_choices=field.metadata["choices"],
+        )
+        for field in dataclasses.fields(cls)
+        if "help" in field.metadata
     ]
 
 
@@ -75,9 +91,10 @@ def check_field_types(instance: Any) -> None:
     hints = typing.get_type_hints(type(instance))
     for field in dataclasses.fields(instance):
         expected, value = hints.get(field.name), getattr(instance, field.name)
-        expected = {float: (int, float)}.get(expected, expected)
+        expected = (int, float) if expected is float else expected  # an int passes for a float
         if expected in (int, float, bool, str, (int, float)) and (
-                not isinstance(value, expected) or (expected is not bool and isinstance(value, bool))):
+            not isinstance(value, expected) or (expected is not bool and isinstance(value, bool))
+        ):
             names = " or ".join(kind.__name__ for kind in (expected if isinstance(expected, tuple) else (expected,)))
             raise ValueError(f"{field.name} must be {names}, got {value!r}.")
 

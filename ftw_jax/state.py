@@ -10,8 +10,7 @@ import jax.numpy as jnp
 import optax
 
 
-@flax.struct.dataclass
-class PolicyState:
+class PolicyState(flax.struct.PyTreeNode):
     """The policy's params and optimizer state, its KL reference, β and version (the optimizer is static)."""
 
     params: Any
@@ -22,7 +21,9 @@ class PolicyState:
     optimizer: optax.GradientTransformation = flax.struct.field(pytree_node=False)
 
     @classmethod
-    def create(cls, params: Any, optimizer: optax.GradientTransformation, *, kl_coef: float = 0.0) -> "PolicyState":
+    def create(
+        cls, params: Any, optimizer: optax.GradientTransformation, *, kl_coef: float | jax.Array = 0.0
+    ) -> PolicyState:
         return cls(
             params=params,
             opt_state=optimizer.init(params),
@@ -32,11 +33,12 @@ class PolicyState:
             optimizer=optimizer,
         )
 
-    def apply_if_finite(self, grads: Any, loss: jax.Array, ready: jax.Array = True):
+    def apply_if_finite(self, grads: Any, loss: jax.Array, ready: jax.Array | bool = True):
         """(state after one step, applied [] bool, finite [] bool); see `apply_if_finite`. Applied steps count
         as versions."""
-        params, opt_state, applied, finite = apply_if_finite(self.optimizer, self.params, self.opt_state, grads,
-                                                             loss, ready)
+        params, opt_state, applied, finite = apply_if_finite(
+            self.optimizer, self.params, self.opt_state, grads, loss, ready
+        )
         state = self.replace(params=params, opt_state=opt_state, version=self.version + applied.astype(jnp.int32))
         return state, applied, finite
 
@@ -51,8 +53,14 @@ def select_tree(condition: jax.Array, on_true, on_false):
     return jax.tree.map(lambda a, b: jnp.where(condition, a, b), on_true, on_false)
 
 
-def apply_if_finite(optimizer: optax.GradientTransformation, params: Any, opt_state: optax.OptState, grads: Any,
-                    loss: jax.Array, ready: jax.Array = True):
+def apply_if_finite(
+    optimizer: optax.GradientTransformation,
+    params: Any,
+    opt_state: optax.OptState,
+    grads: Any,
+    loss: jax.Array,
+    ready: jax.Array | bool = True,
+):
     """One Optax step, taken only where `ready` and the loss, gradients and updates are all finite.
 
     Otherwise params and optimizer state stay as they were (a NaN must not reach Adam's moments either).
@@ -63,5 +71,9 @@ def apply_if_finite(optimizer: optax.GradientTransformation, params: Any, opt_st
     updates, new_opt_state = optimizer.update(grads, opt_state, params)
     finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(updates)
     applied = finite & ready
-    return (select_tree(applied, optax.apply_updates(params, updates), params),
-            select_tree(applied, new_opt_state, opt_state), applied, finite)
+    return (
+        select_tree(applied, optax.apply_updates(params, updates), params),
+        select_tree(applied, new_opt_state, opt_state),
+        applied,
+        finite,
+    )

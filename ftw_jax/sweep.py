@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Callable
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -79,7 +79,9 @@ class Sweep:
         return seed_keys([m["seed"] for m in self.members])
 
 
-def make_sweep(env: str, grid: dict[str, list], seeds: list[int], env_options: dict | None = None, **overrides) -> Sweep:
+def make_sweep(
+    env: str, grid: dict[str, list], seeds: list[int], env_options: dict | None = None, **overrides
+) -> Sweep:
     """Members = every combination of the grid's values × seeds; axes not in the grid keep the env's defaults."""
     base = TrainConfig.for_env(env, **overrides)
     fields = {axis: item.name for axis, item in axes(base.algorithm).items()}
@@ -96,8 +98,9 @@ def make_sweep(env: str, grid: dict[str, list], seeds: list[int], env_options: d
     return sweep_of(configs, seeds, env_options, grid)
 
 
-def sweep_of(configs: list[TrainConfig], seeds: list[int], env_options: dict | None = None,
-             grid: dict[str, list] | None = None) -> Sweep:
+def sweep_of(
+    configs: list[TrainConfig], seeds: list[int], env_options: dict | None = None, grid: dict[str, list] | None = None
+) -> Sweep:
     """Members = each config × seeds, in one program: the configs may differ only in their sweep axes."""
     if not seeds:
         raise ValueError("a sweep needs at least one seed.")
@@ -106,14 +109,24 @@ def sweep_of(configs: list[TrainConfig], seeds: list[int], env_options: dict | N
     fields = {axis: item.name for axis, item in axes(configs[0].algorithm).items()}
     for config in configs[1:]:
         if program_key(config) != program_key(configs[0]):
-            raise ValueError(f"configs of one sweep may differ only in {list(fields)}: {program_key(config)} vs "
-                             f"{program_key(configs[0])}.")
-    members = [{axis: _value(config, name) for axis, name in fields.items()} | {"seed": seed}
-               for config in configs for seed in seeds]
+            raise ValueError(
+                f"configs of one sweep may differ only in {list(fields)}: {program_key(config)} vs "
+                f"{program_key(configs[0])}."
+            )
+    members = [
+        {axis: _value(config, name) for axis, name in fields.items()} | {"seed": seed}
+        for config in configs
+        for seed in seeds
+    ]
     integer_axes = [axis for axis, item in axes(configs[0].algorithm).items() if item.base_type is int]
     maxima = {fields[axis]: max(member[axis] for member in members) for axis in integer_axes}
-    return Sweep(config=configs[0].replace(**maxima), env_options=dict(env_options or {}), members=members,
-                 member_configs=[config for config in configs for _ in seeds], grid=dict(grid or {}))
+    return Sweep(
+        config=configs[0].replace(**maxima),
+        env_options=dict(env_options or {}),
+        members=members,
+        member_configs=[config for config in configs for _ in seeds],
+        grid=dict(grid or {}),
+    )
 
 
 def program_key(config: TrainConfig) -> dict:
@@ -129,8 +142,13 @@ def _value(config: TrainConfig, name: str):
     return getattr(config, name) if hasattr(config, name) else getattr(config.algorithm_config, name)
 
 
-def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None, trainer: Trainer | None = None,
-              checkpointer: Checkpointer | None = None, metric_names: tuple[str, ...] = ()) -> dict:
+def run_sweep(
+    sweep: Sweep,
+    on_period: Callable[[int, dict], None] | None = None,
+    trainer: Trainer | None = None,
+    checkpointer: Checkpointer | None = None,
+    metric_names: tuple[str, ...] = (),
+) -> dict:
     """Runs every member in one compiled program, one evaluation period per call (progress via `on_period`).
 
     The members are split over every device of every process (`ftw_jax.runner`); each process gets all the
@@ -152,10 +170,14 @@ def run_sweep(sweep: Sweep, on_period: Callable[[int, dict], None] | None = None
 def tidy_rows(sweep: Sweep, results: dict) -> list[dict]:
     """One row per member: its grid values and seed, final and best evaluation return and success, env steps."""
     return [
-        {**member,
-         "final_return": float(results["return"][i, -1]), "best_return": float(results["return"][i].max()),
-         "final_success": float(results["success"][i, -1]), "best_success": float(results["success"][i].max()),
-         "env_steps": int(results["env_steps"][i, -1])}
+        {
+            **member,
+            "final_return": float(results["return"][i, -1]),
+            "best_return": float(results["return"][i].max()),
+            "final_success": float(results["success"][i, -1]),
+            "best_success": float(results["success"][i].max()),
+            "env_steps": int(results["env_steps"][i, -1]),
+        }
         for i, member in enumerate(sweep.members)
     ]
 
@@ -178,7 +200,9 @@ def heatmap_cells(sweep: Sweep, values: np.ndarray, x_axis: str, y_axis: str | N
     for row, y in enumerate(y_values):
         for column, x in enumerate(sweep.grid[x_axis]):
             in_cell = [m[x_axis] == x and (y_axis is None or m[y_axis] == y) for m in sweep.members]
-            per_seed = [np.mean([v for m, v, inside in zip(sweep.members, values, in_cell) if inside and m["seed"] == s])
-                        for s in seeds]
+            per_seed = [
+                np.mean([v for m, v, inside in zip(sweep.members, values, in_cell) if inside and m["seed"] == s])
+                for s in seeds
+            ]
             means[row, column], spreads[row, column] = np.mean(per_seed), np.std(per_seed)
     return means, spreads

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import flax.struct
@@ -40,8 +41,10 @@ class LearnerSettings:
     optimizer: Literal["adam", "sgd"] = setting("adam", "the Optax optimizer")
     learning_rate: float = setting(3e-3, "the optimizer's learning rate", axis="lr")
     max_grad_norm: float | None = setting(
-        None, "clip every gradient to this global norm before the optimizer, for every algorithm (None: no clipping; "
-              "PPO's references: 0.5)")
+        None,
+        "clip every gradient to this global norm before the optimizer, for every algorithm (None: no clipping; "
+        "PPO's references: 0.5)",
+    )
 
     def check_learner_settings(self) -> None:
         check_positive_int("episodes_per_iteration", self.episodes_per_iteration)
@@ -67,12 +70,16 @@ class TrainConfig(LearnerSettings):
     num_iterations: int = setting(120, "training iterations (a multiple of --eval-every)", flag="iterations")
     kl_coef_final: float | None = setting(None, "beta decays linearly to this by the last iteration (None: constant)")
     kl_decay_iterations: int | None = setting(
-        None, "beta reaches kl_coef_final after this many iterations and stays there (None: at the last one)")
+        None, "beta reaches kl_coef_final after this many iterations and stays there (None: at the last one)"
+    )
     anneal_learning_rate: bool = setting(
-        False, "decay the learning rate linearly, lr·(1 − i/iterations) at iteration i, for every algorithm "
-               "(CleanRL's PPO schedule)")
-    policy: str | None = setting(None, "the policy network (default: the environment's; sokoban: conv or mlp)",
-                                 choices=tuple(ARCHITECTURES))
+        False,
+        "decay the learning rate linearly, lr·(1 − i/iterations) at iteration i, for every algorithm "
+        "(CleanRL's PPO schedule)",
+    )
+    policy: str | None = setting(
+        None, "the policy network (default: the environment's; sokoban: conv or mlp)", choices=tuple(ARCHITECTURES)
+    )
     hidden_sizes: tuple[int, ...] = setting((64, 64), "hidden layer widths of the MLP (and the conv policy's head)")
     conv_channels: tuple[int, ...] = setting((16, 16), "the conv policy's channels")
     eval_every: int = setting(10, "iterations between evaluations")
@@ -83,14 +90,16 @@ class TrainConfig(LearnerSettings):
     probes_per_task: int = setting(4, "task filtering: n probes per task; kept if 0 < successes < n")
     # A supervised warm start (ftw_jax.warm_start), as LLM-agent pipelines fine-tune on demonstrations before RL.
     warm_start_demonstrations: int = setting(
-        0, "warm start: fit the fresh policy to this many of the environment's demonstrations before training, and "
-           "take it as the KL's reference (0: off)")
+        0,
+        "warm start: fit the fresh policy to this many of the environment's demonstrations before training, and "
+        "take it as the KL's reference (0: off)",
+    )
     warm_start_steps: int = setting(300, "warm start: Adam steps on the demonstrations' cross-entropy")
     warm_start_learning_rate: float = setting(1e-3, "warm start: Adam's learning rate")
     algorithm_config: Any = None
 
     @classmethod
-    def for_env(cls, env: str, **overrides) -> "TrainConfig":
+    def for_env(cls, env: str, **overrides) -> TrainConfig:
         """The environment's defaults (`envs.ENVIRONMENTS`) with `overrides`, each a field of this class or of the
         algorithm's config; a field of another algorithm's config is refused (`split_overrides` sorts them)."""
         algorithm = algos.get(overrides.get("algorithm", "ftw"))
@@ -108,8 +117,10 @@ class TrainConfig(LearnerSettings):
         if self.algorithm_config is None:
             object.__setattr__(self, "algorithm_config", algorithm.config())
         if not isinstance(self.algorithm_config, algorithm.config):
-            raise ValueError(f"algorithm_config must be a {algorithm.config.__name__} for {self.algorithm}, got "
-                             f"{type(self.algorithm_config).__name__}.")
+            raise ValueError(
+                f"algorithm_config must be a {algorithm.config.__name__} for {self.algorithm}, got "
+                f"{type(self.algorithm_config).__name__}."
+            )
         entry = envs.entry(self.env)
         if self.policy is None:
             object.__setattr__(self, "policy", entry.policies[0])
@@ -128,11 +139,15 @@ class TrainConfig(LearnerSettings):
         if self.kl_decay_iterations is not None:
             check_positive_int("kl_decay_iterations", self.kl_decay_iterations)
             if self.kl_coef_final is None:
-                raise ValueError(f"kl_decay_iterations={self.kl_decay_iterations} needs kl_coef_final (what beta decays to).")
+                raise ValueError(
+                    f"kl_decay_iterations={self.kl_decay_iterations} needs kl_coef_final (what beta decays to)."
+                )
         if not (isinstance(self.probe_tasks, int) and self.probe_tasks >= 0):
             raise ValueError(f"probe_tasks must be an int >= 0, got {self.probe_tasks!r}.")
         if not (isinstance(self.probes_per_task, int) and self.probes_per_task >= 2):
-            raise ValueError(f"probes_per_task must be an int >= 2 (one probe cannot tell), got {self.probes_per_task!r}.")
+            raise ValueError(
+                f"probes_per_task must be an int >= 2 (one probe cannot tell), got {self.probes_per_task!r}."
+            )
         if not (isinstance(self.warm_start_demonstrations, int) and self.warm_start_demonstrations >= 0):
             raise ValueError(f"warm_start_demonstrations must be an int >= 0, got {self.warm_start_demonstrations!r}.")
         check_positive_int("warm_start_steps", self.warm_start_steps)
@@ -144,7 +159,7 @@ class TrainConfig(LearnerSettings):
     def num_periods(self) -> int:
         return self.num_iterations // self.eval_every
 
-    def replace(self, **changes) -> "TrainConfig":
+    def replace(self, **changes) -> TrainConfig:
         """A copy with `changes` to fields of this class or of the algorithm's config (validated again)."""
         own = {name: value for name, value in changes.items() if name in RUN_FIELDS}
         others = {name: value for name, value in changes.items() if name not in own}
@@ -164,7 +179,7 @@ class TrainConfig(LearnerSettings):
 RUN_FIELDS = {field.name for field in dataclasses.fields(TrainConfig)}
 
 
-def split_overrides(algorithm: str, overrides: dict) -> tuple[dict, dict]:
+def split_overrides(algorithm: str, overrides: Mapping[str, Any]) -> tuple[dict, dict]:
     """(settings that apply to a run of `algorithm`, those that belong only to other algorithms' configs).
 
     A name that no config declares raises ValueError.
@@ -178,8 +193,7 @@ def split_overrides(algorithm: str, overrides: dict) -> tuple[dict, dict]:
     return applicable, {name: value for name, value in overrides.items() if name not in own}
 
 
-@flax.struct.dataclass
-class TrainCarry:
+class TrainCarry(flax.struct.PyTreeNode):
     """What one seed's program carries from iteration to iteration."""
 
     learner: Any  # the algorithm's state; `learner.policy` is the policy that plays
@@ -216,6 +230,7 @@ class Trainer:
 
 def make_policy(config: TrainConfig, env: envs.Environment, num_outputs: int | None = None):
     """The config's policy network; with `num_outputs` (1 for a critic) the same architecture with that many outputs."""
+    assert config.policy is not None  # the environment's default, set when the config was made
     return ARCHITECTURES[config.policy](num_outputs or env.num_actions, env, config)
 
 
@@ -248,10 +263,14 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
     env_params = env.default_params()
     policy = make_policy(config, env)
     optimizer = make_optimizer(config)
-    context = Context(policy=policy, make_network=functools.partial(make_policy, config, env), optimizer=optimizer,
-                      example=example_trajectory(env, env_params, policy),
-                      episodes_per_iteration=config.episodes_per_iteration,
-                      init_params=make_init_params(config, env, env_params, policy))
+    context = Context(
+        policy=policy,
+        make_network=functools.partial(make_policy, config, env),
+        optimizer=optimizer,
+        example=example_trajectory(env, env_params, policy),
+        episodes_per_iteration=config.episodes_per_iteration,
+        init_params=make_init_params(config, env, env_params, policy),
+    )
     start_params = None
     if getattr(policy, "pretrained", ""):  # a checkpoint's weights, read once
         from ftw_jax.lm.policy import pretrained_params
@@ -269,13 +288,25 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
         observation = jax.tree.map(lambda leaf: jnp.asarray(leaf)[None], observation)
         # An algorithm written before `start` existed still runs every policy but a pretrained one.
         starting = () if start is None else (start,)
-        return TrainCarry(learner=learner.init(params_key, observation, hyperparameters, *starting), key=key,
-                          iteration=jnp.zeros((), jnp.int32), env_steps=jnp.zeros((), jnp.int32),
-                          hyperparameters=hyperparameters)
+        return TrainCarry(
+            learner=learner.init(params_key, observation, hyperparameters, *starting),
+            key=key,
+            iteration=jnp.zeros((), jnp.int32),
+            env_steps=jnp.zeros((), jnp.int32),
+            hyperparameters=hyperparameters,
+        )
 
     run = make_periods(config, env, env_params, policy, learner)
-    return Trainer(config=config, env=env, policy=policy, learner=learner, init=init, run=run,
-                   evaluate=make_evaluation(config, env, env_params, policy), start_params=start_params)
+    return Trainer(
+        config=config,
+        env=env,
+        policy=policy,
+        learner=learner,
+        init=init,
+        run=run,
+        evaluate=make_evaluation(config, env, env_params, policy),
+        start_params=start_params,
+    )
 
 
 def make_init_params(config: TrainConfig, env: envs.Environment, env_params, policy):
@@ -285,8 +316,9 @@ def make_init_params(config: TrainConfig, env: envs.Environment, env_params, pol
         return None
     if not env.has_expert:
         raise ValueError(f"warm_start_demonstrations needs an environment with a demonstrator; {config.env} has none.")
-    settings = warm_start.WarmStart(config.warm_start_demonstrations, steps=config.warm_start_steps,
-                                    learning_rate=config.warm_start_learning_rate)
+    settings = warm_start.WarmStart(
+        config.warm_start_demonstrations, steps=config.warm_start_steps, learning_rate=config.warm_start_learning_rate
+    )
 
     def init_params(key, observation, start):
         init_key, fit_key = jax.random.split(key)
@@ -304,19 +336,30 @@ def make_iteration(config: TrainConfig, env: envs.Environment, env_params, polic
         `kl_decay_iterations` − 1 (default: the last one), then constant."""
         horizon = config.kl_decay_iterations or config.num_iterations
         progress = jnp.minimum(carry.iteration / max(horizon - 1, 1), 1.0)
-        start = carry.hyperparameters.kl_coef
-        return ((start - config.kl_coef_final) * (1 - progress) + config.kl_coef_final).astype(jnp.float32)
+        start, final = carry.hyperparameters.kl_coef, config.kl_coef_final
+        assert final is not None  # only called with a decay
+        return ((start - final) * (1 - progress) + final).astype(jnp.float32)
 
     def iteration(carry: TrainCarry, tasks):
         key, play_key, update_key = jax.random.split(carry.key, 3)
         group_size, reset_keys = learner.group_size, None
         if tasks is not None:  # start states from the kept tasks (a group shares one)
             play_key, task_key = jax.random.split(play_key)
-            groups = probes.draw_tasks(task_key, *tasks, config.episodes_per_iteration // group_size)
+            task_keys, kept = tasks
+            groups = probes.draw_tasks(task_key, task_keys, kept, config.episodes_per_iteration // group_size)
             reset_keys = jnp.repeat(groups, group_size, axis=0)
         state = carry.learner
-        batch, success = rollouts(play_key, env, env_params, policy, state.policy.params, state.policy.version,
-                                  config.episodes_per_iteration, group_size, reset_keys)
+        batch, success = rollouts(
+            play_key,
+            env,
+            env_params,
+            policy,
+            state.policy.params,
+            state.policy.version,
+            config.episodes_per_iteration,
+            group_size,
+            reset_keys,
+        )
         if config.kl_coef_final is not None:
             state = state.replace(policy=state.policy.replace(kl_coef=kl_coef_at(carry)))
         learning_rate = carry.hyperparameters.learning_rate
@@ -347,8 +390,9 @@ def make_evaluation(config: TrainConfig, env: envs.Environment, env_params, poli
 
     def evaluate(key: jax.Array, carry: TrainCarry) -> dict:
         policy_state = carry.learner.policy
-        episodes, success = rollouts(key, env, eval_params, policy, policy_state.params, policy_state.version,
-                                     config.eval_episodes)
+        episodes, success = rollouts(
+            key, env, eval_params, policy, policy_state.params, policy_state.version, config.eval_episodes
+        )
         return {
             "return": jnp.mean(episodes.episode_return),
             "success": jnp.mean(success),
@@ -371,8 +415,16 @@ def make_periods(config: TrainConfig, env: envs.Environment, env_params, policy,
         key, candidates_key, probe_key = jax.random.split(carry.key, 3)
         task_keys = jax.random.split(candidates_key, config.probe_tasks)
         policy_state = carry.learner.policy
-        successes, probe_steps = probes.probe(probe_key, env, env_params, policy, policy_state.params,
-                                              policy_state.version, task_keys, config.probes_per_task)
+        successes, probe_steps = probes.probe(
+            probe_key,
+            env,
+            env_params,
+            policy,
+            policy_state.params,
+            policy_state.version,
+            task_keys,
+            config.probes_per_task,
+        )
         kept = probes.keep_informative(successes, config.probes_per_task)
         return carry.replace(key=key, env_steps=carry.env_steps + probe_steps), (task_keys, kept)
 

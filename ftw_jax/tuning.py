@@ -25,8 +25,12 @@ KL_DECAY_FRACTIONS = (0.25, 0.5, 1.0)  # β reaches 0 after this share of the ru
 SHARED = {"learning_rate": LEARNING_RATES, "kl_coef": KL_COEFS, "kl_decay_fraction": KL_DECAY_FRACTIONS}
 ENTROPY_COEFS = (0.0, 0.01)
 SPACES: dict[str, dict[str, tuple]] = {
-    "ftw": {"pool_capacity": (256, 512, 1024), "num_batches": (32, 64, 128), "batch_size": (4, 8, 16, 32),
-            "num_elites": (1, 2, 4)},
+    "ftw": {
+        "pool_capacity": (256, 512, 1024),
+        "num_batches": (32, 64, 128),
+        "batch_size": (4, 8, 16, 32),
+        "num_elites": (1, 2, 4),
+    },
     "ppo": {"num_minibatches": (1, 4), "entropy_coef": ENTROPY_COEFS},
     "grpo": {"group_size": (4, 8, 16), "entropy_coef": ENTROPY_COEFS},
     "reinforce": {"updates_per_iteration": (1, 4), "entropy_coef": ENTROPY_COEFS},
@@ -72,8 +76,9 @@ def as_overrides(point: dict, num_iterations: int) -> dict:
     return overrides
 
 
-def group_sweeps(env: str, configurations: list[dict], seeds: list[int], env_options: dict | None = None,
-                 **overrides) -> list[tuple[Sweep, list[int]]]:
+def group_sweeps(
+    env: str, configurations: list[dict], seeds: list[int], env_options: dict | None = None, **overrides
+) -> list[tuple[Sweep, list[int]]]:
     """One sweep per compiled program: (sweep, the indices of `configurations` it runs), in first-seen order.
 
     `overrides` (the algorithm and run settings every configuration shares) come first, each configuration's

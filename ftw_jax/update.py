@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import chex
 import flax.struct
 import jax
+import jax.core
 import jax.numpy as jnp
 import optax
 
@@ -25,7 +27,8 @@ from ftw_jax.settings import check_settings, setting
 from ftw_jax.state import PolicyState, select_tree
 
 # apply_fn(params, observation) -> [T, A] logits for one trajectory's observation pytree (leaves [T, ...]).
-ApplyFn = Callable[[Any, Any], jax.Array]
+ApplyFn = Callable[[Any, Any], Any]
+
 
 @dataclasses.dataclass(frozen=True)
 class UpdateConfig:
@@ -69,13 +72,16 @@ class UpdateConfig:
     num_elites: int = setting(2, "K, entries kept per minibatch", axis="K", short="-K")
     reference: Literal["initial", "previous"] = setting("initial", "the KL's reference policy")
     kl_direction: Literal["policy_to_reference", "reference_to_policy"] = setting(
-        "policy_to_reference", "KL(pi || pi_ref) or KL(pi_ref || pi)")
+        "policy_to_reference", "KL(pi || pi_ref) or KL(pi_ref || pi)"
+    )
     normalisation: Literal["token", "trajectory"] = setting("token", "average over kept steps, or per trajectory first")
     elite_path: Literal["auto", "gather", "counts"] = setting("auto", "how repeated elites are paid for")
     elite_rule: Literal["top_k", "beat_minimum"] = setting(
-        "top_k", "top_k, or beat_minimum: only elites above their minibatch's lowest return")
-    max_staleness: int | None = setting(None, "evict pool entries played more than V policy versions ago "
-                                        "(default: FIFO only)")
+        "top_k", "top_k, or beat_minimum: only elites above their minibatch's lowest return"
+    )
+    max_staleness: int | None = setting(
+        None, "evict pool entries played more than V policy versions ago (default: FIFO only)"
+    )
     importance_weight_cap: float | None = setting(None, "weight elites by min(w, c), w = pi(traj)/q(traj) (experiment)")
     monitor_entries: int = setting(16, "pool entries for the per-update KL / TV monitor (0: off)")
     monitor_discount: float = setting(0.99, "gamma of the logged TRPO penalty term")
@@ -106,8 +112,7 @@ class UpdateConfig:
         return self.elite_path == "counts"
 
 
-@flax.struct.dataclass
-class Sizes:
+class Sizes(flax.struct.PyTreeNode):
     """J, C, K of an update: Python ints, or int32 arrays inside the config's sizes, which are then maxima (a
     sweep vmaps over them; `select_elites_masked`)."""
 
@@ -116,10 +121,10 @@ class Sizes:
     num_elites: Any  # K
 
     @classmethod
-    def of(cls, config: "UpdateConfig") -> "Sizes":
+    def of(cls, config: UpdateConfig) -> Sizes:
         return cls(config.num_batches, config.batch_size, config.num_elites)
 
-    def check(self, config: "UpdateConfig") -> None:
+    def check(self, config: UpdateConfig) -> None:
         """Raises ValueError if these sizes, where they are concrete numbers, lie outside the config's maxima or
         have K > C."""
         values = (self.num_batches, self.batch_size, self.num_elites)
@@ -127,12 +132,15 @@ class Sizes:
             return
         num_batches, batch_size, num_elites = (int(value) for value in values)
         maxima = (config.num_batches, config.batch_size, config.num_elites)
-        if not (1 <= num_batches <= maxima[0] and 1 <= num_elites <= batch_size <= maxima[1]
-                and num_elites <= maxima[2]):
-            raise ValueError(f"sizes (J, C, K) = {(num_batches, batch_size, num_elites)} must lie within the "
-                             f"config's {maxima}, with 1 <= K <= C.")
+        if not (
+            1 <= num_batches <= maxima[0] and 1 <= num_elites <= batch_size <= maxima[1] and num_elites <= maxima[2]
+        ):
+            raise ValueError(
+                f"sizes (J, C, K) = {(num_batches, batch_size, num_elites)} must lie within the "
+                f"config's {maxima}, with 1 <= K <= C."
+            )
 
-    def within(self, config: "UpdateConfig") -> tuple["Sizes", jax.Array]:
+    def within(self, config: UpdateConfig) -> tuple[Sizes, jax.Array]:
         """(these sizes inside the config's maxima with 1 <= K <= C, whether any had to be clamped): traced
         sizes cannot be refused, so they are clamped and the flag (a metric) says so."""
         values = (self.num_batches, self.batch_size, self.num_elites)
@@ -140,12 +148,13 @@ class Sizes:
         batch_size = jnp.clip(self.batch_size, 1, config.batch_size)
         num_elites = jnp.clip(self.num_elites, 1, jnp.minimum(batch_size, config.num_elites))
         clamped = Sizes(num_batches, batch_size, num_elites)
-        changed = jnp.any(jnp.stack([jnp.asarray(a) != b for a, b in zip(values, (num_batches, batch_size, num_elites))]))
+        changed = jnp.any(
+            jnp.stack([jnp.asarray(a) != b for a, b in zip(values, (num_batches, batch_size, num_elites))])
+        )
         return clamped, changed
 
 
-@flax.struct.dataclass
-class Selection:
+class Selection(flax.struct.PyTreeNode):
     """What the select phase hands the loss: the trajectories and their weights, and what the diagnostics read."""
 
     trajectories: pool_lib.Trajectory  # [M, T, ...]: the kept ones (gathered), or the whole pool (counts path)
@@ -163,8 +172,13 @@ def select(config: UpdateConfig, pool: pool_lib.Pool, version: jax.Array, key: j
     if config.max_staleness is not None:  # the only use of every entry's staleness (a pass over [N, T])
         valid = valid & (pool_staleness(pool, version) <= config.max_staleness)
     elites = select_elites_masked(
-        key, pool.trajectories.episode_return, valid, (sizes.num_batches, sizes.batch_size, sizes.num_elites),
-        max_batches=config.num_batches, max_batch_size=config.batch_size, max_elites=config.num_elites,
+        key,
+        pool.trajectories.episode_return,
+        valid,
+        (sizes.num_batches, sizes.batch_size, sizes.num_elites),
+        max_batches=config.num_batches,
+        max_batch_size=config.batch_size,
+        max_elites=config.num_elites,
         rule=config.elite_rule,
     ).reshape(config.num_batches * config.num_elites)
     filled = elites >= 0
@@ -176,8 +190,15 @@ def select(config: UpdateConfig, pool: pool_lib.Pool, version: jax.Array, key: j
     else:
         trajectories = jax.tree.map(lambda leaf: leaf[elites], pool.trajectories)
         weights = filled.astype(jnp.float32)
-    return Selection(trajectories=trajectories, weights=weights, elites=elites, filled=filled, counts=counts,
-                     valid=valid, elite_staleness=diagnostics.staleness(version, *kept_versions))
+    return Selection(
+        trajectories=trajectories,
+        weights=weights,
+        elites=elites,
+        filled=filled,
+        counts=counts,
+        valid=valid,
+        elite_staleness=diagnostics.staleness(version, *kept_versions),
+    )
 
 
 def pool_staleness(pool: pool_lib.Pool, version: jax.Array) -> jax.Array:
@@ -211,8 +232,11 @@ def make_step_losses(apply_fn: ApplyFn, config: UpdateConfig):
             kl = losses.categorical_kl(logits, reference_logits, mask)
         else:
             kl = losses.categorical_kl(reference_logits, logits, mask)
-        return {"cross_entropy": -losses.log_likelihood(logits, action, mask), "kl": kl,
-                "entropy": losses.entropy(logits, mask)}
+        return {
+            "cross_entropy": -losses.log_likelihood(logits, action, mask),
+            "kl": kl,
+            "entropy": losses.entropy(logits, mask),
+        }
 
     return step_losses
 
@@ -223,7 +247,9 @@ def step_coefficients(config: UpdateConfig, step_weights: jax.Array) -> jax.Arra
         return step_weights / jnp.maximum(jnp.sum(step_weights), 1e-12)
     steps = jnp.sum(step_weights, axis=1, keepdims=True)
     trajectory_weights = jnp.where(steps > 0, jnp.max(step_weights, axis=1, keepdims=True), 0.0)
-    return step_weights / jnp.maximum(steps, 1e-12) * trajectory_weights / jnp.maximum(jnp.sum(trajectory_weights), 1e-12)
+    return (
+        step_weights / jnp.maximum(steps, 1e-12) * trajectory_weights / jnp.maximum(jnp.sum(trajectory_weights), 1e-12)
+    )
 
 
 def make_loss(apply_fn: ApplyFn, config: UpdateConfig):
@@ -245,9 +271,11 @@ def make_loss(apply_fn: ApplyFn, config: UpdateConfig):
     def loss(params, reference_params, kl_coef, trajectories, weights):
         trajectories = without_unused_observations(trajectories, weights)
         per_step = jax.vmap(step_losses, in_axes=(None, None, 0, 0, 0))(
-            params, reference_params, trajectories.observation, trajectories.action, trajectories.mask)
+            params, reference_params, trajectories.observation, trajectories.action, trajectories.mask
+        )
         log_weights = diagnostics.log_importance_ratio(  # [M] log π_θ(τ) / q(τ), no gradient through it
-            jax.lax.stop_gradient(-per_step["cross_entropy"]), trajectories.behaviour_logp, trajectories.mask)
+            jax.lax.stop_gradient(-per_step["cross_entropy"]), trajectories.behaviour_logp, trajectories.mask
+        )
         if config.importance_weight_cap is not None:
             weights = weights * jnp.minimum(jnp.exp(log_weights), config.importance_weight_cap)
         step_weights = weights[:, None] * trajectories.mask
@@ -298,16 +326,22 @@ def make_stepwise_loss_and_grad(apply_fn: ApplyFn, config: UpdateConfig):
             steps = jax.lax.dynamic_slice(order, (start,), (chunk,))
             in_chunk = start + jnp.arange(chunk) < num_kept
             (_, (chunk_terms, chunk_log_probs)), chunk_grads = jax.value_and_grad(chunk_loss, has_aux=True)(
-                params, steps, in_chunk)
+                params, steps, in_chunk
+            )
             log_probs = log_probs.at[steps].add(jnp.where(in_chunk, chunk_log_probs, 0.0))
-            return (index + 1, jax.tree.map(jnp.add, grads, chunk_grads),
-                    jax.tree.map(jnp.add, terms, chunk_terms), log_probs)
+            return (
+                index + 1,
+                jax.tree.map(jnp.add, grads, chunk_grads),
+                jax.tree.map(jnp.add, terms, chunk_terms),
+                log_probs,
+            )
 
         zero_terms = {name: jnp.zeros((), jnp.float32) for name in ("cross_entropy", "kl", "entropy")}
         start = (jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, params), zero_terms, jnp.zeros(kept.shape))
         _, grads, terms, log_probs = jax.lax.while_loop(lambda carry: carry[0] * chunk < num_kept, body, start)
         log_weights = diagnostics.log_importance_ratio(  # [M]; 0 for an entry of weight 0 (its steps not run)
-            log_probs.reshape(num_trajectories, num_steps), trajectories.behaviour_logp, step_weights > 0)
+            log_probs.reshape(num_trajectories, num_steps), trajectories.behaviour_logp, step_weights > 0
+        )
         loss = terms["cross_entropy"] + kl_coef * terms["kl"]
         return (loss, (terms, log_weights, num_kept)), grads
 
@@ -343,7 +377,8 @@ def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: ja
         "usable_fraction": jnp.sum(selection.valid) / pool_entries,  # < 1 only with max_staleness
         # Importance ratios π_θ(τ) / q(τ) of the kept trajectories (θ before this step), repeats counted.
         "elite_log_weight_mean": jnp.sum(weights * log_weights) / jnp.maximum(jnp.sum(weights), 1),
-        "elite_ess_fraction": diagnostics.effective_sample_size(log_weights, weights) / jnp.maximum(jnp.sum(weights), 1),
+        "elite_ess_fraction": diagnostics.effective_sample_size(log_weights, weights)
+        / jnp.maximum(jnp.sum(weights), 1),
         # Behaviour log-probs that are not finite make the two above NaN; the step itself does not use them.
         "behaviour_logp_nonfinite": jnp.any((weights > 0) & ~jnp.isfinite(log_weights)),
     }
@@ -363,9 +398,13 @@ def make_trust_region(apply_fn: ApplyFn, config: UpdateConfig):
         tv = jnp.where(mask, diagnostics.total_variation(old, new), 0.0)
         steps = jnp.maximum(jnp.sum(mask), 1)
         largest_return = jnp.max(jnp.where(pool_lib.valid_mask(pool), jnp.abs(pool.trajectories.episode_return), 0.0))
-        return {"policy_kl_mean": jnp.sum(kl) / steps, "policy_kl_max": jnp.max(kl),
-                "policy_tv_mean": jnp.sum(tv) / steps, "policy_tv_max": jnp.max(tv),
-                "trpo_penalty": diagnostics.trpo_penalty(jnp.max(tv), largest_return, config.monitor_discount)}
+        return {
+            "policy_kl_mean": jnp.sum(kl) / steps,
+            "policy_kl_max": jnp.max(kl),
+            "policy_tv_mean": jnp.sum(tv) / steps,
+            "policy_tv_max": jnp.max(tv),
+            "trpo_penalty": diagnostics.trpo_penalty(jnp.max(tv), largest_return, config.monitor_discount),
+        }
 
     return monitor
 
@@ -383,8 +422,10 @@ def make_pool_diagnostics(apply_fn: ApplyFn, config: UpdateConfig):
 
     def diagnose(old_params, new_params, pool: pool_lib.Pool, version: jax.Array) -> dict:
         staleness, filled = pool_staleness(pool, version), pool_lib.valid_mask(pool)
-        metrics = {"pool_staleness_mean": jnp.sum(jnp.where(filled, staleness, 0)) / jnp.maximum(pool.size, 1),
-                   "pool_staleness_max": jnp.max(jnp.where(filled, staleness, 0))}
+        metrics = {
+            "pool_staleness_mean": jnp.sum(jnp.where(filled, staleness, 0)) / jnp.maximum(pool.size, 1),
+            "pool_staleness_max": jnp.max(jnp.where(filled, staleness, 0)),
+        }
         if config.staleness_histogram_bins:
             metrics["pool_staleness_histogram"] = staleness_histogram(pool, staleness, config.staleness_histogram_bins)
         if config.monitor_entries:
@@ -396,14 +437,17 @@ def make_pool_diagnostics(apply_fn: ApplyFn, config: UpdateConfig):
 
 def not_measured(metrics: dict) -> dict:
     """Stand-ins of the diagnostics' shapes for an update that skips them: NaN, or -1 for integers."""
-    missing = lambda leaf: jnp.full(leaf.shape, jnp.nan if jnp.issubdtype(leaf.dtype, jnp.floating) else -1,  # noqa: E731
-                                    leaf.dtype)
+
+    def missing(leaf):
+        return jnp.full(leaf.shape, jnp.nan if jnp.issubdtype(leaf.dtype, jnp.floating) else -1, leaf.dtype)
+
     return jax.tree.map(missing, metrics)
 
 
-def make_update(apply_fn: ApplyFn, config: UpdateConfig, *, markov: bool = False
-                ) -> Callable[[PolicyState, pool_lib.Pool, jax.Array], tuple]:
-    """Builds the jitted FTW update `(state, pool, key[, sizes]) -> (state, metrics)`.
+def make_update(
+    apply_fn: ApplyFn, config: UpdateConfig, *, markov: bool = False
+) -> Callable[..., tuple[PolicyState, dict[str, jax.Array]]]:
+    """Builds the jitted FTW update `(state, pool, key[, sizes[, diagnose]]) -> (state, metrics)`.
 
     One call selects J·K elites (`select_elites`), computes
 
@@ -443,8 +487,13 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig, *, markov: bool = False
         loss_and_grad = jax.value_and_grad(make_loss(apply_fn, config), has_aux=True)
     pool_diagnostics = make_pool_diagnostics(apply_fn, config)
 
-    def update(state: PolicyState, pool: pool_lib.Pool, key: jax.Array, sizes: Sizes | None = None,
-               diagnose: bool | jax.Array = True):
+    def update(
+        state: PolicyState,
+        pool: pool_lib.Pool,
+        key: jax.Array,
+        sizes: Sizes | None = None,
+        diagnose: bool | jax.Array = True,
+    ):
         # Runs while tracing, so a mismatch fails before any work.
         if not isinstance(pool, pool_lib.Pool) or pool.capacity != config.pool_capacity:
             capacity = pool.capacity if isinstance(pool, pool_lib.Pool) else type(pool).__name__
@@ -457,9 +506,17 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig, *, markov: bool = False
         ready = jnp.sum(selection.valid) >= sizes.batch_size
         # Nothing to learn from (no kept step of the policy's own): no step, as Adam's momentum would still move.
         new_state, applied, finite = apply_step(config, state, grads, loss, ready & (kept_steps > 0))
-        metrics = {"loss": loss, **terms, **selection_metrics(pool, selection, log_weights, sizes),
-                   "grad_norm": optax.tree_utils.tree_norm(grads), "ready": ready, "nonfinite": ~finite,
-                   "applied": applied, "version": new_state.version, "sizes_clamped": sizes_clamped}
+        metrics = {
+            "loss": loss,
+            **terms,
+            **selection_metrics(pool, selection, log_weights, sizes),
+            "grad_norm": optax.tree_utils.tree_norm(grads),
+            "ready": ready,
+            "nonfinite": ~finite,
+            "applied": applied,
+            "version": new_state.version,
+            "sizes_clamped": sizes_clamped,
+        }
         arguments = (state.params, new_state.params, pool, state.version)
         if isinstance(diagnose, bool):  # known while tracing: no branch in the program
             measured = pool_diagnostics(*arguments)
@@ -473,8 +530,13 @@ def make_update(apply_fn: ApplyFn, config: UpdateConfig, *, markov: bool = False
     jitted_traced_flag = jax.jit(update)
 
     @functools.wraps(update)
-    def checked_update(state: PolicyState, pool: pool_lib.Pool, key: jax.Array, sizes: Sizes | None = None,
-                       diagnose: bool | jax.Array = True):
+    def checked_update(
+        state: PolicyState,
+        pool: pool_lib.Pool,
+        key: jax.Array,
+        sizes: Sizes | None = None,
+        diagnose: bool | jax.Array = True,
+    ):
         if sizes is not None:  # concrete sizes outside the maxima are refused before tracing
             sizes.check(config)
         if isinstance(diagnose, bool):

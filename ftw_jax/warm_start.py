@@ -16,12 +16,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
 
 from ftw_jax import losses
+from ftw_jax.algos.base import Policy
 from ftw_jax.envs.base import Environment
 from ftw_jax.rollout import demonstration
 
@@ -43,15 +43,19 @@ def demonstrations(key: jax.Array, env: Environment, env_params: Any, num_episod
     return jax.vmap(demonstration, in_axes=(0, None, None))(jax.random.split(key, num_episodes), env, env_params)
 
 
-def imitation_loss(policy: nn.Module, params: Any, trajectories) -> jax.Array:
+def imitation_loss(policy: Policy, params: Any, trajectories) -> jax.Array:
     """Mean cross-entropy over the model-written steps of trajectories [M, T, ...]."""
-    log_likelihood = jax.vmap(lambda trajectory: losses.log_likelihood(
-        policy.apply(params, trajectory.observation), trajectory.action, trajectory.mask))(trajectories)
+    log_likelihood = jax.vmap(
+        lambda trajectory: losses.log_likelihood(
+            policy.apply(params, trajectory.observation), trajectory.action, trajectory.mask
+        )
+    )(trajectories)
     return -jnp.sum(log_likelihood) / jnp.maximum(jnp.sum(trajectories.mask), 1)
 
 
-def fit_demonstrations(key: jax.Array, env: Environment, env_params: Any, policy: nn.Module, params: Any,
-                       config: WarmStart) -> tuple[Any, jax.Array]:
+def fit_demonstrations(
+    key: jax.Array, env: Environment, env_params: Any, policy: Policy, params: Any, config: WarmStart
+) -> tuple[Any, jax.Array]:
     """(params fitted to D fresh demonstrations, the imitation loss of each step [steps])."""
     demo_key, fit_key = jax.random.split(key)
     demos, _ = demonstrations(demo_key, env, env_params, config.demonstrations)
@@ -59,12 +63,14 @@ def fit_demonstrations(key: jax.Array, env: Environment, env_params: Any, policy
 
     def step(carry, key):
         params, opt_state = carry
-        batch = jax.tree.map(lambda leaf: leaf[jax.random.randint(key, (config.batch_size,), 0, config.demonstrations)],
-                             demos)
+        batch = jax.tree.map(
+            lambda leaf: leaf[jax.random.randint(key, (config.batch_size,), 0, config.demonstrations)], demos
+        )
         loss, grads = jax.value_and_grad(lambda p: imitation_loss(policy, p, batch))(params)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), loss
 
-    (params, _), step_losses = jax.lax.scan(step, (params, optimizer.init(params)),
-                                            jax.random.split(fit_key, config.steps))
+    (params, _), step_losses = jax.lax.scan(
+        step, (params, optimizer.init(params)), jax.random.split(fit_key, config.steps)
+    )
     return params, step_losses

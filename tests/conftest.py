@@ -56,8 +56,10 @@ def unchecked_key_reuse():
         yield
 
 
-CHAT_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def write_tiny_bpe_checkpoint(folder, vocab_size: int = 320):
@@ -79,13 +81,15 @@ def write_tiny_bpe_checkpoint(folder, vocab_size: int = 320):
     backend = tokenizers.Tokenizer(tokenizers.models.BPE())
     backend.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = tokenizers.decoders.ByteLevel()
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
-                                             initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    )
     backend.train_from_iterator([INSTRUCTIONS, " ".join(WORDS[3:])] * 3, trainer=trainer)
     vocab = backend.get_vocab_size()
     params = CausalLM(tiny_config(vocab)).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
     save(folder, tiny_config(vocab), params)
     backend.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(json.dumps(
-        {"chat_template": CHAT_TEMPLATE, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps({"chat_template": CHAT_TEMPLATE, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})
+    )
     return folder

@@ -26,8 +26,11 @@ CASES = [
     (["train", "--env", "bandit", "--pool-capacity", "0"], "pool_capacity (N) must be an int >= 1"),
     (["train", "--env", "bandit", "--pool-capacity", "3000000000"], "pool_capacity must be < 2**31"),
     (["train", "--env", "bandit", "--pool-capacity", "1000000000"], "GiB"),  # checked against memory, not allocated
-    pytest.param(["train", "--env", "bandit", "--num-batches", "100000000"], "of working memory",  # XLA's count
-                 marks=pytest.mark.slow),
+    pytest.param(
+        ["train", "--env", "bandit", "--num-batches", "100000000"],
+        "of working memory",  # XLA's count
+        marks=pytest.mark.slow,
+    ),
     (["train", "--env", "bandit", "--seeds", "99999999999999999999"], "seeds must be integers in [0, 2147483647]"),
     (["train", "--env", "bandit", "--seeds", "0,0"], "seeds must be distinct"),
     (["train", "--env", "bandit", "--seeds", "1,,2"], "expected comma-separated integers"),
@@ -37,15 +40,27 @@ CASES = [
     (["compare", "--env", "bandit"], "reinforce: REINFORCE's mean baseline needs episodes_per_iteration (B) >= 2"),
     (["compare", "--env", "bandit", "--algos", "ftw,grpo"], "grpo: episodes_per_iteration (B=1) must be a multiple"),
     # The reference options and the random search (issue 16).
-    (["train", "--env", "sokoban", "--algorithm", "ppo", "--num-minibatches", "3"],
-     "episodes_per_iteration (B=64) must be a multiple of num_minibatches (M=3)"),
-    (["train", "--env", "bandit", "--algorithm", "ppo", "--entropy-coef", "-0.1"], "entropy_coef must be a number >= 0"),
+    (
+        ["train", "--env", "sokoban", "--algorithm", "ppo", "--num-minibatches", "3"],
+        "episodes_per_iteration (B=64) must be a multiple of num_minibatches (M=3)",
+    ),
+    (
+        ["train", "--env", "bandit", "--algorithm", "ppo", "--entropy-coef", "-0.1"],
+        "entropy_coef must be a number >= 0",
+    ),
     (["train", "--env", "bandit", "--max-grad-norm", "0"], "max_grad_norm must be > 0"),
-    (["train", "--env", "bandit", "--kl-decay-iterations", "10", "--kl-coef-final", "nan"], "kl_coef_final must be finite"),
-    (["compare", "--env", "bandit", "--algos", "ftw", "--search", "2", "--learning-rates", "0.1,0.2"],
-     "either a learning-rate grid or a random search"),
-    (["compare", "--env", "bandit", "--algos", "ftw", "--search", "2", "--kl-coef", "0.1"],
-     "kl_coef is/are searched for ftw"),
+    (
+        ["train", "--env", "bandit", "--kl-decay-iterations", "10", "--kl-coef-final", "nan"],
+        "kl_coef_final must be finite",
+    ),
+    (
+        ["compare", "--env", "bandit", "--algos", "ftw", "--search", "2", "--learning-rates", "0.1,0.2"],
+        "either a learning-rate grid or a random search",
+    ),
+    (
+        ["compare", "--env", "bandit", "--algos", "ftw", "--search", "2", "--kl-coef", "0.1"],
+        "kl_coef is/are searched for ftw",
+    ),
     (["compare", "--env", "bandit", "--algos", "ppo", "--search", "100000"], "count must be in [1, "),
     # Environment options.
     (["train", "--env", "sokoban", "--env-options", "height=6.5"], "height must be int"),
@@ -65,8 +80,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("argv", "message"), CASES, ids=[" ".join(case.values[0] if hasattr(case, "values") else case[0])
-                                                         for case in CASES])
+@pytest.mark.parametrize(
+    ("argv", "message"), CASES, ids=[" ".join(case.values[0] if hasattr(case, "values") else case[0]) for case in CASES]
+)
 def test_bad_input_gets_one_line_and_exit_2(argv, message, tmp_path, capsys):
     file = tmp_path / "a-file"
     file.write_text("not a folder")
@@ -96,8 +112,23 @@ def test_a_run_folder_name_must_stay_inside_out(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_run_that_applies_no_update_says_so(tmp_path, capsys):
     # C = 5 of a pool that 4 pulls never fill: not one update, and the result is the untrained policy's.
-    argv = ["train", "--env", "bandit", "--iterations", "4", "--eval-every", "4", "--seeds", "0,1", "--out",
-            str(tmp_path), "--name", "run", "--no-plot", "--json"]
+    argv = [
+        "train",
+        "--env",
+        "bandit",
+        "--iterations",
+        "4",
+        "--eval-every",
+        "4",
+        "--seeds",
+        "0,1",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "run",
+        "--no-plot",
+        "--json",
+    ]
     assert cli.main(argv) == 0
     captured = capsys.readouterr()
     summary = json.loads(captured.out)

@@ -8,9 +8,13 @@ import pytest
 
 from ftw_jax import cli
 from ftw_jax.envs import GaussianBandit
-from ftw_jax.reproduction import (kl_fixed_point_probability, make_run, protocol_config, run_seeds,
-                                  winners_only_probability)
-
+from ftw_jax.reproduction import (
+    kl_fixed_point_probability,
+    make_run,
+    protocol_config,
+    run_seeds,
+    winners_only_probability,
+)
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 
@@ -19,6 +23,7 @@ def test_one_seed_reuses_no_key():
     with jax.debug_key_reuse(True):
         curves = jax.jit(make_run(protocol_config(num_iterations=12)))(jax.random.key(0))
     assert curves["best_arm_probability"].shape == (13,)
+
 
 SHORT = ["--iterations", "60", "--no-plot"]
 

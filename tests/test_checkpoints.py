@@ -1,4 +1,4 @@
-"""Checkpoints: a killed run resumes to exactly the uninterrupted result; partial writes and other configs are refused."""
+"""Checkpoints: a killed run resumes to exactly the uninterrupted result; partial writes, other configs refused."""
 
 import json
 import pathlib
@@ -21,8 +21,21 @@ pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 
 # 30 evaluation periods, each checkpointed: long enough to be killed in the middle. Adam, whose moments and step
 # count are state that a resume must restore (SGD has none).
-TRAIN = ["train", "--env", "bandit", "--seeds", "0,1", "--iterations", "60", "--eval-every", "2", "--optimizer", "adam",
-         "--no-plot", "--json"]
+TRAIN = [
+    "train",
+    "--env",
+    "bandit",
+    "--seeds",
+    "0,1",
+    "--iterations",
+    "60",
+    "--eval-every",
+    "2",
+    "--optimizer",
+    "adam",
+    "--no-plot",
+    "--json",
+]
 
 
 def _leaves(tree):
@@ -33,8 +46,11 @@ def _leaves(tree):
 def _kill_while_writing(folder: pathlib.Path, after: int) -> list[pathlib.Path]:
     """Runs TRAIN into `folder` and SIGKILLs it while Orbax writes a checkpoint later than `after`; returns
     the partial checkpoint folders the kill left."""
-    process = subprocess.Popen([sys.executable, "-m", "ftw_jax.cli", *TRAIN, "--out", str(folder.parent), "--name",
-                                folder.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ftw_jax.cli", *TRAIN, "--out", str(folder.parent), "--name", folder.name],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     checkpoints, deadline = folder / "checkpoints", time.monotonic() + 300
     # A checkpoint is written into a temporary folder and renamed into place when complete.
     while not ((checkpoints / str(after)).exists() and list(checkpoints.glob("*orbax-checkpoint-tmp*"))):
@@ -117,8 +133,20 @@ def test_checkpointer_round_trip_ignores_partial_writes_and_checks_the_fingerpri
 
 @pytest.mark.slow
 def test_checkpoint_every_saves_every_pth_period_and_the_last(tmp_path):
-    argv = ["train", "--env", "bandit", "--seeds", "0", "--iterations", "10", "--eval-every", "2", "--no-plot",
-            "--out", str(tmp_path)]
+    argv = [
+        "train",
+        "--env",
+        "bandit",
+        "--seeds",
+        "0",
+        "--iterations",
+        "10",
+        "--eval-every",
+        "2",
+        "--no-plot",
+        "--out",
+        str(tmp_path),
+    ]
     assert cli.main([*argv, "--name", "every3", "--checkpoint-every", "3"]) == 0
     assert sorted(path.name for path in (tmp_path / "every3" / "checkpoints").iterdir()) == ["3", "5"]  # 3, and the end
     assert cli.main([*argv, "--name", "none", "--no-checkpoint"]) == 0

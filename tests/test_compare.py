@@ -27,8 +27,14 @@ def test_statistics_by_hand():
     # The percentile interval of the mean: about mean ± 1.96 standard errors for a sample this size.
     standard_error = values.std() / np.sqrt(len(values))
     assert high - low == pytest.approx(2 * 1.96 * standard_error, rel=0.25)
-    assert describe(np.full(5, 0.75)) == {"mean": 0.75, "t_low": 0.75, "t_high": 0.75, "ci_low": 0.75,
-                                          "ci_high": 0.75, "iqm": 0.75}
+    assert describe(np.full(5, 0.75)) == {
+        "mean": 0.75,
+        "t_low": 0.75,
+        "t_high": 0.75,
+        "ci_low": 0.75,
+        "ci_high": 0.75,
+        "iqm": 0.75,
+    }
     # The t-interval: mean ± t(0.975, n − 1)·sd/√n, t(0.975, 7) = 2.3646; wider than the bootstrap's at 8 seeds.
     t_low, t_high = t_interval(values)
     half = 2.364624 * values.std(ddof=1) / np.sqrt(8)
@@ -40,7 +46,7 @@ def test_welch_difference_and_verdicts_by_hand():
     a, b = np.array([3.0, 4.0, 5.0, 6.0]), np.array([1.0, 1.5, 2.0, 2.5, 3.0])
     # var(a)/4 = 1.6667/4, var(b)/5 = 0.625/5; dof by Welch–Satterthwaite 4.749; t(0.975, 4.749) = 2.6119.
     variance = 1.666667 / 4 + 0.625 / 5
-    dof = variance ** 2 / ((1.666667 / 4) ** 2 / 3 + (0.625 / 5) ** 2 / 4)
+    dof = variance**2 / ((1.666667 / 4) ** 2 / 3 + (0.625 / 5) ** 2 / 4)
     assert dof == pytest.approx(4.7494, rel=1e-4)
     test = welch(a, b)
     half = 2.6119 * np.sqrt(variance)
@@ -55,8 +61,9 @@ def test_welch_difference_and_verdicts_by_hand():
 
 @pytest.mark.slow
 def test_compare_tunes_on_its_own_seeds_and_reports_what_a_plain_run_gives():
-    comparison = compare("bandit", ["reinforce"], seeds=[3, 4], learning_rates=[0.001, 0.1], tuning_seeds=[7],
-                         overrides=BUDGET)
+    comparison = compare(
+        "bandit", ["reinforce"], seeds=[3, 4], learning_rates=[0.001, 0.1], tuning_seeds=[7], overrides=BUDGET
+    )
     assert comparison.metric == "return"  # the bandit has no success
     np.testing.assert_array_equal(comparison.episodes, [96, 192])
     [result] = comparison.results
@@ -82,9 +89,28 @@ def test_compare_refuses_unfair_or_impossible_protocols():
 
 @pytest.mark.slow
 def test_cli_writes_the_table_the_csvs_and_the_plot(tmp_path, capsys):
-    arguments = ["compare", "--env", "bandit", "--algos", "ftw,ppo", "--seeds", "0,1,2", "--iterations", "24",
-                 "--episodes-per-iteration", "8", "--eval-every", "12", "--eval-episodes", "32",
-                 "--out", str(tmp_path), "--name", "run", "--json"]
+    arguments = [
+        "compare",
+        "--env",
+        "bandit",
+        "--algos",
+        "ftw,ppo",
+        "--seeds",
+        "0,1,2",
+        "--iterations",
+        "24",
+        "--episodes-per-iteration",
+        "8",
+        "--eval-every",
+        "12",
+        "--eval-episodes",
+        "32",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "run",
+        "--json",
+    ]
     assert main(arguments) == 0
     summary = json.loads(capsys.readouterr().out)
     folder = tmp_path / "run"
@@ -99,7 +125,8 @@ def test_cli_writes_the_table_the_csvs_and_the_plot(tmp_path, capsys):
     assert table.count("\n") == 8 and "| ppo | 0.08 |" in table and "\n| ppo | " in table.split("FTW minus")[1]
     differences = summary["differences"][0]
     assert differences["algorithm"] == "ppo" and differences["final_difference"] == pytest.approx(
-        summary["algorithms"][0]["final_mean"] - summary["algorithms"][1]["final_mean"], rel=1e-4)
+        summary["algorithms"][0]["final_mean"] - summary["algorithms"][1]["final_mean"], rel=1e-4
+    )
     curves = np.load(folder / "curves.npz")
     assert curves["ppo_return"].shape == (3, 2) and curves["ppo_updates"].shape == (3, 2)
     for name in ("curves", "curves_env_steps", "curves_updates"):
@@ -108,9 +135,28 @@ def test_cli_writes_the_table_the_csvs_and_the_plot(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_cli_resume_runs_only_the_missing_periods_and_gives_the_same_results(tmp_path, capsys):
-    arguments = ["compare", "--env", "bandit", "--algos", "ftw,reinforce", "--seeds", "0,1", "--learning-rates",
-                 "0.01,0.1", "--tuning-seeds", "7", "--iterations", "24", "--episodes-per-iteration", "8",
-                 "--eval-every", "12", "--eval-episodes", "32", "--json"]
+    arguments = [
+        "compare",
+        "--env",
+        "bandit",
+        "--algos",
+        "ftw,reinforce",
+        "--seeds",
+        "0,1",
+        "--learning-rates",
+        "0.01,0.1",
+        "--tuning-seeds",
+        "7",
+        "--iterations",
+        "24",
+        "--episodes-per-iteration",
+        "8",
+        "--eval-every",
+        "12",
+        "--eval-episodes",
+        "32",
+        "--json",
+    ]
     assert main([*arguments, "--out", str(tmp_path), "--name", "run"]) == 0
     first = json.loads(capsys.readouterr().out)
     checkpoints = tmp_path / "run" / "checkpoints"

@@ -11,19 +11,32 @@ import pytest
 
 from ftw_jax import compile_cache
 
-BANDIT = [sys.executable, "-m", "ftw_jax.cli", "bandit", "--num-seeds", "2", "--iterations", "30", "--no-plot",
-          "--json"]
+BANDIT = [
+    sys.executable,
+    "-m",
+    "ftw_jax.cli",
+    "bandit",
+    "--num-seeds",
+    "2",
+    "--iterations",
+    "30",
+    "--no-plot",
+    "--json",
+]
 
 
-@pytest.mark.parametrize("environ, expected", [
-    ({"HOME": "/home/u"}, "/home/u/.cache/ftw_jax/jax"),
-    ({"HOME": "/home/u", "XDG_CACHE_HOME": "/cache"}, "/cache/ftw_jax/jax"),
-    ({"HOME": "/home/u", "FTW_JAX_COMPILE_CACHE": "~/elsewhere"}, "/home/u/elsewhere"),
-    ({"HOME": "/home/u", "FTW_JAX_COMPILE_CACHE": "off"}, None),
-    ({"HOME": "/home/u", "FTW_JAX_COMPILE_CACHE": "0"}, None),
-    ({"HOME": "/home/u", "FTW_JAX_COMPILE_CACHE": ""}, None),
-    ({"HOME": "/home/u", "JAX_COMPILATION_CACHE_DIR": "/jax"}, None),  # JAX's own setting rules
-])
+@pytest.mark.parametrize(
+    "environ, expected",
+    [
+        ({"HOME": "/home/u"}, "/home/u/.cache/ftw_jax/jax"),
+        ({"HOME": "/home/u", "XDG_CACHE_HOME": "/cache"}, "/cache/ftw_jax/jax"),
+        ({"HOME": "/home/u", "FTW_JAX_COMPILE_CACHE": "~/elsewhere"}, "/home/u/elsewhere"),
+        ({"HOME": "/home/u", "FTW_JAX_COMPILE_CACHE": "off"}, None),
+        ({"HOME": "/home/u", "FTW_JAX_COMPILE_CACHE": "0"}, None),
+        ({"HOME": "/home/u", "FTW_JAX_COMPILE_CACHE": ""}, None),
+        ({"HOME": "/home/u", "JAX_COMPILATION_CACHE_DIR": "/jax"}, None),  # JAX's own setting rules
+    ],
+)
 def test_the_cache_folder_follows_the_environment(environ, expected, monkeypatch):
     monkeypatch.setenv("HOME", environ["HOME"])  # `~` expands from the process's HOME
     found = compile_cache.folder(environ)
@@ -33,8 +46,11 @@ def test_the_cache_folder_follows_the_environment(environ, expected, monkeypatch
 def run(cache, *flags):
     """The bandit command as a process with `cache` as its cache folder: (its summary, the files in the cache)."""
     # Every program written, however fast it compiled: the files then do not depend on the machine's load.
-    environ = {**os.environ, compile_cache.ENVIRONMENT_VARIABLE: str(cache),
-               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+    environ = {
+        **os.environ,
+        compile_cache.ENVIRONMENT_VARIABLE: str(cache),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
     done = subprocess.run([*BANDIT, *flags], env=environ, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout), sorted(path.name for path in pathlib.Path(cache).glob("*"))

@@ -10,7 +10,9 @@ from ftw_jax.diagnostics import effective_sample_size, log_importance_ratio, sta
 def test_staleness_counts_from_the_oldest_policy_step():
     versions = jnp.array([[3, 3, 3], [1, 2, 2], [0, 5, 5], [4, 4, 4]])
     mask = jnp.array([[True, True, False], [True, True, True], [False, True, True], [False, False, False]])
-    np.testing.assert_array_equal(staleness(jnp.int32(6), versions, mask), [3, 5, 1, 0])  # step 0 of row 2 is not the policy's
+    np.testing.assert_array_equal(
+        staleness(jnp.int32(6), versions, mask), [3, 5, 1, 0]
+    )  # step 0 of row 2 is not the policy's
 
 
 def test_log_importance_ratio_sums_the_policy_steps():

@@ -12,8 +12,9 @@ DOCS = pathlib.Path(__file__).parents[1] / "docs"
 
 
 def python_block(page: str, marker: str) -> str:
-    (block,) = [block for block in re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S)
-                if marker in block]
+    (block,) = [
+        block for block in re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), re.S) if marker in block
+    ]
     return block
 
 
@@ -25,8 +26,9 @@ def test_api_tour_runs():
 @pytest.mark.slow
 def test_a_new_algorithm_and_environment_train_from_the_command_line():
     # A fresh process: the example adds to the registries, which other tests must not see.
-    done = subprocess.run([sys.executable, "-c", python_block("extending.md", "ALGORITHMS")], capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", python_block("extending.md", "ALGORITHMS")], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["config"]["algorithm"] == "top_half" and summary["config"]["algorithm_config"] == {"quantile": 0.75}

@@ -73,8 +73,9 @@ def test_unknown_env_and_bad_options():
 
 
 def test_conv_policy_matches_flax_conv_with_the_same_weights():
-    from ftw_jax.policies import ConvPolicy
     import flax.linen as nn
+
+    from ftw_jax.policies import ConvPolicy
 
     policy = ConvPolicy(num_actions=4, channels=(5,), hidden_sizes=())
     observation = jax.random.normal(jax.random.key(0), (3, 6, 6, 4))
@@ -90,8 +91,11 @@ def test_conv_policy_matches_flax_conv_with_the_same_weights():
 def test_gymnax_episodes_end_at_the_time_limit_though_not_terminated():
     cartpole = envs.make("cartpole")
     limit = 3  # far too few steps to drop the pole from a near-upright start
-    env = envs.GymnaxEnvironment("CartPole-v1", gymnax_env=cartpole.gymnax_env,
-                                 gymnax_params=cartpole.gymnax_params.replace(max_steps_in_episode=limit))
+    env = envs.GymnaxEnvironment(
+        "CartPole-v1",
+        gymnax_env=cartpole.gymnax_env,
+        gymnax_params=cartpole.gymnax_params.replace(max_steps_in_episode=limit),
+    )
     params = env.default_params()
     _, state = env.reset(jax.random.key(0), params)
     done = []

@@ -17,8 +17,21 @@ from ftw_jax import cli
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("unchecked_key_reuse")]
 
 # 30 checkpointed evaluation periods of a tiny run with Adam (as in test_checkpoints.py).
-TRAIN = ["train", "--env", "bandit", "--seeds", "0,1", "--iterations", "60", "--eval-every", "2", "--optimizer", "adam",
-         "--no-plot", "--json"]
+TRAIN = [
+    "train",
+    "--env",
+    "bandit",
+    "--seeds",
+    "0,1",
+    "--iterations",
+    "60",
+    "--eval-every",
+    "2",
+    "--optimizer",
+    "adam",
+    "--no-plot",
+    "--json",
+]
 LOGS = ("metrics.jsonl", "evaluation.jsonl")
 
 
@@ -28,8 +41,12 @@ def whole(tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
     stdout = tmp_path_factory.mktemp("stdout") / "summary.json"
     with open(stdout, "w") as file:
-        done = subprocess.run([sys.executable, "-m", "ftw_jax.cli", *TRAIN, "--out", str(out), "--name", "whole"],
-                              stdout=file, stderr=subprocess.DEVNULL, timeout=600)
+        done = subprocess.run(
+            [sys.executable, "-m", "ftw_jax.cli", *TRAIN, "--out", str(out), "--name", "whole"],
+            stdout=file,
+            stderr=subprocess.DEVNULL,
+            timeout=600,
+        )
     assert done.returncode == 0
     return out / "whole", json.loads(stdout.read_text())
 
@@ -72,8 +89,12 @@ def test_a_damaged_newest_checkpoint_or_log_resumes_from_the_one_before(damage, 
 
 
 def start(folder):
-    return subprocess.Popen([sys.executable, "-m", "ftw_jax.cli", *TRAIN, "--out", str(folder.parent), "--name",
-                             folder.name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ftw_jax.cli", *TRAIN, "--out", str(folder.parent), "--name", folder.name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def wait_for(path, process, seconds=300):

@@ -9,8 +9,8 @@ program (a carry without a pool, another fusion) changes the order in which XLA 
 loss or KL moves by a few ulps at first and by ~1e-6 of its scale after some Adam steps, and a sum of O(1)
 terms that cancels to nearly 0 (a KL at params = reference, a surrogate on normalised advantages) keeps
 rounding of the terms' size, ~1e-7, whatever its own. A real change of behaviour moves these numbers far
-more: a different sampled action changes returns, env steps and everything after it. After an intended change, rewrite them with
-`python tests/test_golden.py` and say in the commit which numbers changed and why.
+more: a different sampled action changes returns, env steps and everything after it. After an intended change,
+rewrite them with `python tests/test_golden.py` and say in the commit which numbers changed and why.
 The numbers are those of jax's CPU build at the versions `pip install -e .` takes today; another XLA version
 or a GPU may sample differently, and then the golden files are rewritten, not the tests loosened.
 """
@@ -31,22 +31,86 @@ from ftw_jax.algos import ALGORITHMS
 from ftw_jax.envs import ENVIRONMENTS
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
-SMALL = ["--seeds", "0,1", "--iterations", "4", "--eval-every", "2", "--episodes-per-iteration", "8",
-         "--eval-episodes", "8", "--pool-capacity", "16", "--num-batches", "4", "--batch-size", "4",
-         "--num-elites", "1", "--group-size", "4", "--kl-coef", "0.1", "--no-plot"]
+SMALL = [
+    "--seeds",
+    "0,1",
+    "--iterations",
+    "4",
+    "--eval-every",
+    "2",
+    "--episodes-per-iteration",
+    "8",
+    "--eval-episodes",
+    "8",
+    "--pool-capacity",
+    "16",
+    "--num-batches",
+    "4",
+    "--batch-size",
+    "4",
+    "--num-elites",
+    "1",
+    "--group-size",
+    "4",
+    "--kl-coef",
+    "0.1",
+    "--no-plot",
+]
 SMALL_EXTRA = {"text-search": ["--warm-start-demonstrations", "16", "--warm-start-steps", "3"]}  # a warm start, small
 CASES = {
     "bandit": ["bandit", "--seeds", "42,43", "--iterations", "40", "--no-plot"],
-    **{f"train-{env}-{algorithm}": ["train", "--env", env, "--algorithm", algorithm, *SMALL, *SMALL_EXTRA.get(env, [])]
-       for env in sorted(ENVIRONMENTS) for algorithm in ALGORITHMS},  # a new one needs its golden file
+    **{
+        f"train-{env}-{algorithm}": ["train", "--env", env, "--algorithm", algorithm, *SMALL, *SMALL_EXTRA.get(env, [])]
+        for env in sorted(ENVIRONMENTS)
+        for algorithm in ALGORITHMS
+    },  # a new one needs its golden file
     # The search task's earlier policy, still an option (the issue-16 comparison ran with it).
-    "train-search-ftw-transformer": ["train", "--env", "search", "--algorithm", "ftw", "--policy", "transformer",
-                                     *SMALL],
-    "sweep": ["sweep", "--env", "bandit", "--grid", "C=2,4 kl=0,0.5", "--seeds", "0", "--iterations", "8",
-              "--eval-every", "4", "--eval-episodes", "16"],
-    "compare": ["compare", "--env", "bandit", "--algos", "ftw,grpo", "--seeds", "0,1", "--learning-rates", "0.03,0.3",
-                "--tuning-seeds", "7", "--iterations", "8", "--episodes-per-iteration", "8", "--eval-every", "4",
-                "--eval-episodes", "16"],
+    "train-search-ftw-transformer": [
+        "train",
+        "--env",
+        "search",
+        "--algorithm",
+        "ftw",
+        "--policy",
+        "transformer",
+        *SMALL,
+    ],
+    "sweep": [
+        "sweep",
+        "--env",
+        "bandit",
+        "--grid",
+        "C=2,4 kl=0,0.5",
+        "--seeds",
+        "0",
+        "--iterations",
+        "8",
+        "--eval-every",
+        "4",
+        "--eval-episodes",
+        "16",
+    ],
+    "compare": [
+        "compare",
+        "--env",
+        "bandit",
+        "--algos",
+        "ftw,grpo",
+        "--seeds",
+        "0,1",
+        "--learning-rates",
+        "0.03,0.3",
+        "--tuning-seeds",
+        "7",
+        "--iterations",
+        "8",
+        "--episodes-per-iteration",
+        "8",
+        "--eval-every",
+        "4",
+        "--eval-episodes",
+        "16",
+    ],
 }
 
 
@@ -68,13 +132,17 @@ def run_case(name: str, folder: pathlib.Path) -> dict:
         return {key: printed[key] for key in ("best_arm_probability_final", "expected_reward_final", "updates_applied")}
     if argv[0] == "train":
         run = folder / "run"
-        return {"summary": {key: printed[key] for key in ("return", "success", "env_steps") if key in printed},
-                "metrics": _jsonl(run / "metrics.jsonl", "return_mean", "loss", "kl", "applied", "env_steps"),
-                "evaluation": _jsonl(run / "evaluation.jsonl", "return", "success", "env_steps")}
+        return {
+            "summary": {key: printed[key] for key in ("return", "success", "env_steps") if key in printed},
+            "metrics": _jsonl(run / "metrics.jsonl", "return_mean", "loss", "kl", "applied", "env_steps"),
+            "evaluation": _jsonl(run / "evaluation.jsonl", "return", "success", "env_steps"),
+        }
     if argv[0] == "sweep":
         return {"points": printed["points"], "return": np.load(folder / "run" / "curves.npz")["return"].tolist()}
-    return {"algorithms": [{key: row[key] for key in row if key != "seconds"} for row in printed["algorithms"]],
-            "tuning": printed["tuning"]}
+    return {
+        "algorithms": [{key: row[key] for key in row if key != "seconds"} for row in printed["algorithms"]],
+        "tuning": printed["tuning"],
+    }
 
 
 FLOAT_ABSOLUTE, FLOAT_RELATIVE = 1e-6, 1e-4  # the latter of a column's largest magnitude; see the module docstring

@@ -37,8 +37,9 @@ def test_left_padded_logits_equal_transformers_at_real_positions():
     model, params = lm.load(DATA / "qwen2-untied")
     reference = _reference("qwen2-untied")
     mask = reference["attention_mask"].astype(bool)
-    logits = model.apply(params, jnp.asarray(reference["padded_tokens"]), jnp.asarray(reference["position_ids"]),
-                         jnp.asarray(mask))
+    logits = model.apply(
+        params, jnp.asarray(reference["padded_tokens"]), jnp.asarray(reference["position_ids"]), jnp.asarray(mask)
+    )
     assert np.abs(np.asarray(logits)[mask] - reference["padded_logits"][mask]).max() <= 1e-5
 
 
@@ -177,12 +178,24 @@ def test_decoding_through_the_cache_equals_the_full_forward():
     prompt, slots = 7, tokens.shape[1] + 3  # a prompt, then one token at a time; spare slots stay masked out
     key_mask = jnp.concatenate([mask, jnp.zeros((2, 3), bool)], axis=1)
     key_mask = key_mask.at[:, prompt:].set(True)
-    logits, cache = model.apply(params, tokens[:, :prompt], positions[:, :prompt], key_mask,
-                                cache=init_cache(model.config, 2, slots), cache_index=0)
+    logits, cache = model.apply(
+        params,
+        tokens[:, :prompt],
+        positions[:, :prompt],
+        key_mask,
+        cache=init_cache(model.config, 2, slots),
+        cache_index=0,
+    )
     steps = [np.asarray(logits)]
     for index in range(prompt, tokens.shape[1]):
-        logits, cache = model.apply(params, tokens[:, index:index + 1], positions[:, index:index + 1], key_mask,
-                                    cache=cache, cache_index=index)
+        logits, cache = model.apply(
+            params,
+            tokens[:, index : index + 1],
+            positions[:, index : index + 1],
+            key_mask,
+            cache=cache,
+            cache_index=index,
+        )
         steps.append(np.asarray(logits))
     decoded = np.concatenate(steps, axis=1)
     real = np.asarray(mask)

@@ -22,14 +22,24 @@ from ftw_jax.update import make_loss
 
 ENV = TextSearchTask(step_limit=48)
 MAX_LENGTH = ENV.max_steps + 1
-GOOD = {"tokens": [1, 9, 10, 7, 30, 8], "spans": [{"start": 3, "end": 6, "version": 2, "logprobs": [-0.5, -1.0, -0.1]}],
-        "reward": 1.0, "id": "a"}
+GOOD = {
+    "tokens": [1, 9, 10, 7, 30, 8],
+    "spans": [{"start": 3, "end": 6, "version": 2, "logprobs": [-0.5, -1.0, -0.1]}],
+    "reward": 1.0,
+    "id": "a",
+}
 
 
 def small_config(**changes) -> LearnConfig:
-    settings = dict(max_length=MAX_LENGTH, episodes_per_iteration=8, learning_rate=1e-3, kl_coef=0.1,
-                    algorithm_config=FTWConfig(pool_capacity=16, num_batches=4, batch_size=4, num_elites=1,
-                                               updates_per_iteration=2, monitor_entries=4))
+    settings = dict(
+        max_length=MAX_LENGTH,
+        episodes_per_iteration=8,
+        learning_rate=1e-3,
+        kl_coef=0.1,
+        algorithm_config=FTWConfig(
+            pool_capacity=16, num_batches=4, batch_size=4, num_elites=1, updates_per_iteration=2, monitor_entries=4
+        ),
+    )
     return LearnConfig(**{**settings, **changes})
 
 
@@ -54,7 +64,8 @@ def engine(model_folder):
     learner = EpisodeLearner.build(small_config(), model.config)
     with jax.debug_key_reuse(False):  # a vmapped scan over split keys (see conftest's unchecked_key_reuse)
         trajectories, _ = jax.jit(rollouts, static_argnums=(1, 3, 6))(
-            jax.random.key(0), ENV, (), learner.policy, policy_params(params), jnp.int32(0), 24)
+            jax.random.key(0), ENV, (), learner.policy, policy_params(params), jnp.int32(0), 24
+        )
     return learner, params, trajectories
 
 
@@ -66,6 +77,7 @@ def played(engine, num_episodes):
 
 # ------------------------------------------------------------------------------------------ schema, validator
 
+
 def test_a_good_line_parses_into_per_token_fields():
     episode = parse_episode(json.dumps(GOOD), vocab_size=64, max_length=8)
     assert episode.tokens.tolist() == GOOD["tokens"] and episode.id == "a"
@@ -74,17 +86,27 @@ def test_a_good_line_parses_into_per_token_fields():
     assert episode.versions.tolist() == [0, 0, 0, 2, 2, 2]
 
 
-@pytest.mark.parametrize("change, field", [
-    (dict(reward=None), "reward"),
-    (dict(tokens=[1, 9, 99]), "tokens[2]"),
-    (dict(tokens=list(range(1, 10))), "tokens"),  # longer than max_length 8
-    (dict(spans=[{"start": 0, "end": 2, "version": 0, "logprobs": [-1, -1]}]), "spans[0]"),  # the first token
-    (dict(spans=[{"start": 3, "end": 5, "version": 0, "logprobs": [-1, -1]},
-                 {"start": 4, "end": 6, "version": 0, "logprobs": [-1, -1]}]), "spans[1]"),  # overlapping
-    (dict(spans=[{"start": 3, "end": 6, "version": 0, "logprobs": [-1]}]), "spans[0].logprobs"),
-    (dict(spans=[{"start": 3, "end": 4, "version": 0, "logprobs": [0.5]}]), "spans[0].logprobs"),
-    (dict(spans=[{"start": 3, "end": 4, "version": -1, "logprobs": [-1]}]), "spans[0].version"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (dict(reward=None), "reward"),
+        (dict(tokens=[1, 9, 99]), "tokens[2]"),
+        (dict(tokens=list(range(1, 10))), "tokens"),  # longer than max_length 8
+        (dict(spans=[{"start": 0, "end": 2, "version": 0, "logprobs": [-1, -1]}]), "spans[0]"),  # the first token
+        (
+            dict(
+                spans=[
+                    {"start": 3, "end": 5, "version": 0, "logprobs": [-1, -1]},
+                    {"start": 4, "end": 6, "version": 0, "logprobs": [-1, -1]},
+                ]
+            ),
+            "spans[1]",
+        ),  # overlapping
+        (dict(spans=[{"start": 3, "end": 6, "version": 0, "logprobs": [-1]}]), "spans[0].logprobs"),
+        (dict(spans=[{"start": 3, "end": 4, "version": 0, "logprobs": [0.5]}]), "spans[0].logprobs"),
+        (dict(spans=[{"start": 3, "end": 4, "version": -1, "logprobs": [-1]}]), "spans[0].version"),
+    ],
+)
 def test_a_bad_field_is_named(change, field):
     with pytest.raises(ValueError, match=f"^{field.replace('[', '.').replace(']', '.')}"):
         parse_episode(json.dumps({**GOOD, **change}), vocab_size=64, max_length=8)
@@ -92,8 +114,18 @@ def test_a_bad_field_is_named(change, field):
 
 def test_a_bad_line_is_named_by_number_and_refused_or_skipped(tmp_path):
     path = tmp_path / "episodes.jsonl"
-    path.write_text("\n".join([json.dumps(GOOD), "{not json", json.dumps({k: v for k, v in GOOD.items() if k != "reward"}),
-                               "", json.dumps(GOOD)]) + "\n")
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps(GOOD),
+                "{not json",
+                json.dumps({k: v for k, v in GOOD.items() if k != "reward"}),
+                "",
+                json.dumps(GOOD),
+            ]
+        )
+        + "\n"
+    )
     with pytest.raises(ValueError, match=r"episodes.jsonl:2: not JSON"):
         read_episodes(path, vocab_size=64, max_length=8)
     episodes, report = read_episodes(path, vocab_size=64, max_length=8, skip_bad=True)
@@ -104,6 +136,7 @@ def test_a_bad_line_is_named_by_number_and_refused_or_skipped(tmp_path):
 
 # ---------------------------------------------------------------------------------------- token trajectories
 
+
 def test_rollout_episodes_survive_the_jsonl_round_trip(engine, tmp_path):
     _, _, trajectories = played(engine, 16)
     path = tmp_path / "episodes.jsonl"
@@ -113,8 +146,11 @@ def test_rollout_episodes_survive_the_jsonl_round_trip(engine, tmp_path):
     alive = np.asarray(trajectories.alive)
     np.testing.assert_array_equal(back.alive, alive)
     for name in ("observation", "action", "mask", "behaviour_logp", "reward"):
-        np.testing.assert_array_equal(np.where(alive, getattr(back, name), 0),
-                                      np.where(alive, np.asarray(getattr(trajectories, name)), 0), err_msg=name)
+        np.testing.assert_array_equal(
+            np.where(alive, getattr(back, name), 0),
+            np.where(alive, np.asarray(getattr(trajectories, name)), 0),
+            err_msg=name,
+        )
     np.testing.assert_array_equal(back.episode_return, trajectories.episode_return)
     assert np.asarray(trajectories.mask).any() and not np.asarray(trajectories.mask).all()  # both kinds of token
 
@@ -137,9 +173,14 @@ def test_changing_an_environment_tokens_target_changes_no_gradient(engine):
 
 def test_per_token_versions_drive_staleness_and_importance_ratios():
     """An episode two hot-loaded versions wrote: staleness counts from the oldest, the ratio sums its tokens."""
-    record = {"tokens": [1, 9, 10, 11, 12, 13, 14], "reward": 1.0,
-              "spans": [{"start": 2, "end": 4, "version": 3, "logprobs": [-1.0, -2.0]},
-                        {"start": 5, "end": 7, "version": 5, "logprobs": [-0.5, -0.25]}]}
+    record = {
+        "tokens": [1, 9, 10, 11, 12, 13, 14],
+        "reward": 1.0,
+        "spans": [
+            {"start": 2, "end": 4, "version": 3, "logprobs": [-1.0, -2.0]},
+            {"start": 5, "end": 7, "version": 5, "logprobs": [-0.5, -0.25]},
+        ],
+    }
     trajectory = to_trajectories([parse_episode(json.dumps(record), vocab_size=64, max_length=8)], 8)
     assert trajectory.behaviour_version[0].tolist() == [0, 3, 3, 0, 5, 5, 0]
     assert int(diagnostics.staleness(jnp.int32(7), trajectory.behaviour_version, trajectory.mask)[0]) == 4
@@ -149,6 +190,7 @@ def test_per_token_versions_drive_staleness_and_importance_ratios():
 
 
 # ---------------------------------------------------------------------------------------------- the learner
+
 
 @pytest.mark.slow
 def test_the_jsonl_learner_makes_the_in_process_learners_updates(engine, tmp_path):
@@ -161,21 +203,47 @@ def test_the_jsonl_learner_makes_the_in_process_learners_updates(engine, tmp_pat
     for batches in (trajectories, from_file):
         state = learner.init(params)
         for iteration in range(2):
-            batch = jax.tree.map(lambda leaf: leaf[iteration * 8:(iteration + 1) * 8], batches)
+            batch = jax.tree.map(lambda leaf: leaf[iteration * 8 : (iteration + 1) * 8], batches)  # noqa: B023
             state, metrics = learner.step(state, batch, iteration)
         states.append(state)
     assert int(states[0].policy.version) == 4  # every update applied
     for a, b in zip(jax.tree.leaves(states[0].policy.params), jax.tree.leaves(states[1].policy.params)):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
-    moved = jax.tree.leaves(jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), states[0].policy.params,
-                                         policy_params(params)))
+    moved = jax.tree.leaves(
+        jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), states[0].policy.params, policy_params(params))
+    )
     assert max(float(value) for value in moved) > 1e-4
 
 
 def lm_learn(model_folder, episodes, out, *extra):
-    argv = ["lm", "learn", "--episodes", str(episodes), "--model", str(model_folder), "--out", str(out),
-            "--name", "run", "--max-length", str(MAX_LENGTH), "--episodes-per-iteration", "8", "--pool-capacity", "16",
-            "--num-batches", "4", "--batch-size", "4", "--num-elites", "1", "--monitor-entries", "4", "--json", *extra]
+    argv = [
+        "lm",
+        "learn",
+        "--episodes",
+        str(episodes),
+        "--model",
+        str(model_folder),
+        "--out",
+        str(out),
+        "--name",
+        "run",
+        "--max-length",
+        str(MAX_LENGTH),
+        "--episodes-per-iteration",
+        "8",
+        "--pool-capacity",
+        "16",
+        "--num-batches",
+        "4",
+        "--batch-size",
+        "4",
+        "--num-elites",
+        "1",
+        "--monitor-entries",
+        "4",
+        "--json",
+        *extra,
+    ]
     return cli.main(argv)
 
 
@@ -189,7 +257,11 @@ def test_lm_learn_writes_versions_an_engine_can_load_and_resumes_exactly(engine,
     assert summary["iterations"] == 3 and summary["version"] == 3
     run = tmp_path / "whole" / "run"
     assert sorted(p.name for p in (run / "weights").iterdir()) == [
-        "latest.json", "version-000001", "version-000002", "version-000003"]
+        "latest.json",
+        "version-000001",
+        "version-000002",
+        "version-000003",
+    ]
     assert json.loads((run / "weights" / "latest.json").read_text())["version"] == 3
     assert (run / "weights" / "version-000003" / "tokenizer.json").is_file()
     _, whole = load(run / "weights" / "version-000003")
@@ -250,8 +322,8 @@ weights = {}
 for name, extra in (("one", []), ("mesh", ["--mesh", "2x2"])):
     argv = ["lm", "learn", "--episodes", str(out / "episodes.jsonl"), "--model", str(folder), "--out", str(out),
             "--name", name, "--max-length", "12", "--episodes-per-iteration", "8", "--pool-capacity", "16",
-            "--num-batches", "4", "--batch-size", "4", "--num-elites", "1", "--optimizer", "sgd", "--learning-rate", "0.5",
-            *extra]  # SGD: Adam turns rounding in near-zero gradients into lr-sized steps
+            "--num-batches", "4", "--batch-size", "4", "--num-elites", "1", "--optimizer", "sgd",
+            "--learning-rate", "0.5", *extra]  # SGD: Adam turns rounding in near-zero gradients into lr-sized steps
     assert cli.main(argv) == 0
     weights[name] = lm.load(out / name / "weights" / "version-000002")[1]
 print(json.dumps({"devices": jax.device_count(), "difference": max(
@@ -268,8 +340,13 @@ def test_lm_learn_on_a_data_by_model_mesh_learns_what_one_device_does(tmp_path):
 
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
     folder = pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied"
-    result = subprocess.run([sys.executable, "-c", MESH_SCRIPT, str(folder), str(tmp_path)], env=env,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", MESH_SCRIPT, str(folder), str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     assert measured["devices"] == 4 and measured["difference"] <= 1e-5, measured
@@ -286,17 +363,27 @@ def test_the_samplers_episodes_are_on_policy_for_the_learner(tmp_path):
     model, params = load(folder)
     prompts = jnp.array([[0, 5, 9, 2], [3, 8, 1, 7]], jnp.int32)
     mask = jnp.array([[False, True, True, True], [True] * 4])  # the first prompt left-padded
-    sample = make_sampler(model, SamplingConfig(max_new_tokens=6, stop_tokens=(4,)))(params, jax.random.key(1),
-                                                                                    prompts, mask)
+    sample = make_sampler(model, SamplingConfig(max_new_tokens=6, stop_tokens=(4,)))(
+        params, jax.random.key(1), prompts, mask
+    )
     path = tmp_path / "episodes.jsonl"
     write_episodes(path, sample_records(sample, [1.0, 0.0], version=0))
     episodes, _ = read_episodes(path, vocab_size=model.config.vocab_size, max_length=10)
-    assert [len(episode.tokens) for episode in episodes] == [int(row.sum()) for row in np.asarray(sample.attention_mask)]
+    assert [len(episode.tokens) for episode in episodes] == [
+        int(row.sum()) for row in np.asarray(sample.attention_mask)
+    ]
     trajectories = to_trajectories(episodes, 10)
-    learner = EpisodeLearner.build(LearnConfig(max_length=10, episodes_per_iteration=2, algorithm_config=FTWConfig(
-        pool_capacity=2, num_batches=2, batch_size=2, num_elites=2, monitor_entries=0)), model.config)
+    learner = EpisodeLearner.build(
+        LearnConfig(
+            max_length=10,
+            episodes_per_iteration=2,
+            algorithm_config=FTWConfig(pool_capacity=2, num_batches=2, batch_size=2, num_elites=2, monitor_entries=0),
+        ),
+        model.config,
+    )
     log_probs = jax.vmap(lambda t: jax.nn.log_softmax(learner.policy.apply(policy_params(params), t.observation)))(
-        trajectories)
+        trajectories
+    )
     chosen = np.take_along_axis(np.asarray(log_probs), trajectories.action[..., None], axis=-1)[..., 0]
     np.testing.assert_allclose(np.where(trajectories.mask, chosen, 0), trajectories.behaviour_logp, atol=2e-5)
     assert trajectories.mask.sum() == np.asarray(sample.generated).sum()
@@ -329,19 +416,56 @@ def test_lm_learn_over_two_processes_learns_what_one_does(tmp_path):
 
     folder = pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied"
     subprocess.run([sys.executable, "-c", TWO_PROCESS_SCRIPT, str(folder), str(tmp_path)], check=True)
-    common = ["lm", "learn", "--episodes", str(tmp_path / "episodes.jsonl"), "--model", str(folder), "--out",
-              str(tmp_path), "--max-length", "12", "--episodes-per-iteration", "8", "--pool-capacity", "16",
-              "--num-batches", "4", "--batch-size", "4", "--num-elites", "1", "--optimizer", "sgd",
-              "--learning-rate", "0.5", "--json"]
+    common = [
+        "lm",
+        "learn",
+        "--episodes",
+        str(tmp_path / "episodes.jsonl"),
+        "--model",
+        str(folder),
+        "--out",
+        str(tmp_path),
+        "--max-length",
+        "12",
+        "--episodes-per-iteration",
+        "8",
+        "--pool-capacity",
+        "16",
+        "--num-batches",
+        "4",
+        "--batch-size",
+        "4",
+        "--num-elites",
+        "1",
+        "--optimizer",
+        "sgd",
+        "--learning-rate",
+        "0.5",
+        "--json",
+    ]
     assert cli.main([*common, "--name", "one"]) == 0
     with socket.socket() as probe:  # a free port for the coordinator
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    argv = [sys.executable, "-m", "ftw_jax.cli", *common, "--name", "two", "--mesh", "2x2",
-            "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2"]
+    argv = [
+        sys.executable,
+        "-m",
+        "ftw_jax.cli",
+        *common,
+        "--name",
+        "two",
+        "--mesh",
+        "2x2",
+        "--coordinator",
+        f"127.0.0.1:{port}",
+        "--num-processes",
+        "2",
+    ]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    processes = [subprocess.Popen([*argv, "--process-id", str(i)], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE) for i in (0, 1)]
+    processes = [
+        subprocess.Popen([*argv, "--process-id", str(i)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for i in (0, 1)
+    ]
     outputs = [process.communicate(timeout=600) for process in processes]
     assert [process.returncode for process in processes] == [0, 0], outputs[0][1][-3000:] + outputs[1][1][-3000:]
     assert json.loads(outputs[0][0])["devices"] == 4 and outputs[1][0] == b""

@@ -13,12 +13,35 @@ def _counted(config: LMConfig) -> int:
     return sum(leaf.size for leaf in jax.tree.leaves(spec))
 
 
-@pytest.mark.parametrize("config", [
-    LMConfig(vocab_size=50, hidden_size=16, intermediate_size=24, num_layers=3, num_heads=4, num_kv_heads=2,
-             head_dim=6, qkv_bias=True),
-    LMConfig(vocab_size=50, hidden_size=16, intermediate_size=24, num_layers=2, num_heads=2, num_kv_heads=1,
-             head_dim=8, qkv_bias=True, output_bias=True, mlp_bias=True, tie_embeddings=True),
-], ids=["qwen2-like", "every-bias-tied"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        LMConfig(
+            vocab_size=50,
+            hidden_size=16,
+            intermediate_size=24,
+            num_layers=3,
+            num_heads=4,
+            num_kv_heads=2,
+            head_dim=6,
+            qkv_bias=True,
+        ),
+        LMConfig(
+            vocab_size=50,
+            hidden_size=16,
+            intermediate_size=24,
+            num_layers=2,
+            num_heads=2,
+            num_kv_heads=1,
+            head_dim=8,
+            qkv_bias=True,
+            output_bias=True,
+            mlp_bias=True,
+            tie_embeddings=True,
+        ),
+    ],
+    ids=["qwen2-like", "every-bias-tied"],
+)
 def test_parameter_count_is_the_models(config):
     assert parameter_count(config) == _counted(config)
 
@@ -32,8 +55,17 @@ def test_qwen2_5_sizes_are_the_published_ones():
 
 @pytest.mark.parametrize("remat", [False, True])
 def test_activation_estimate_is_within_a_factor_of_xlas_count(remat):
-    config = LMConfig(vocab_size=512, hidden_size=128, intermediate_size=384, num_layers=4, num_heads=4,
-                      num_kv_heads=2, head_dim=32, qkv_bias=True, remat=remat)
+    config = LMConfig(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=384,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=32,
+        qkv_bias=True,
+        remat=remat,
+    )
     model, batch, length = CausalLM(config), 4, 256
     tokens = jnp.zeros((batch, length), jnp.int32)
     params = jax.eval_shape(model.init, jax.random.key(0), tokens)

@@ -66,13 +66,15 @@ def test_top_k_and_top_p_never_emit_a_token_outside_the_kept_set(checkpoint, cut
         assert rank.max() < cut["top_k"]
     if "top_p" in cut:
         probabilities = np.exp(scaled)
-        mass_before = np.where(probabilities > probabilities[np.arange(len(token)), token][:, None],
-                               probabilities, 0).sum(axis=1)
+        mass_before = np.where(
+            probabilities > probabilities[np.arange(len(token)), token][:, None], probabilities, 0
+        ).sum(axis=1)
         assert mass_before.max() < cut["top_p"]
     # The behaviour log-prob is the cut distribution's, the model's the plain one's.
     behaviour = np.asarray(sampling_log_probs(jnp.asarray(log_probs[generated]), config))
-    np.testing.assert_allclose(np.asarray(out.logp)[:, 1:][generated], behaviour[np.arange(len(token)), token],
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(out.logp)[:, 1:][generated], behaviour[np.arange(len(token)), token], atol=1e-5
+    )
     assert (np.asarray(out.logp)[:, 1:][generated] >= np.asarray(out.model_logp)[:, 1:][generated] - 1e-6).mean() > 0.9
     assert rank.max() > 0  # not greedy in disguise
 
@@ -86,11 +88,13 @@ def test_kept_sets_by_hand():
     assert kept(top_p=0.8).tolist() == [True, True, False, False]  # the third has 0.8 before it: not < 0.8
     assert kept(top_p=0.81).tolist() == [True, True, True, False]
     assert kept(top_p=0.1).tolist() == [True, False, False, False]  # at least the most likely
-    np.testing.assert_allclose(np.exp(sampling_log_probs(logits, SamplingConfig(1, top_k=2)))[:2], [0.625, 0.375],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        np.exp(sampling_log_probs(logits, SamplingConfig(1, top_k=2)))[:2], [0.625, 0.375], rtol=1e-6
+    )
     squared = np.array([0.25, 0.09, 0.0225, 0.0025])  # temperature ½: p² renormalised
-    np.testing.assert_allclose(np.exp(sampling_log_probs(logits, SamplingConfig(1, temperature=0.5))),
-                               squared / squared.sum(), rtol=1e-5)
+    np.testing.assert_allclose(
+        np.exp(sampling_log_probs(logits, SamplingConfig(1, temperature=0.5))), squared / squared.sum(), rtol=1e-5
+    )
     assert np.asarray(sampling_log_probs(logits, SamplingConfig(1, temperature=0))).tolist() == [0] + [-np.inf] * 3
 
 
@@ -111,19 +115,23 @@ def test_greedy_decoding_and_stop_tokens(checkpoint):
         written = np.asarray(out.tokens[row, 8:])
         end = int(np.argmax(written == stop)) + 1 if (written == stop).any() else NEW
         assert np.asarray(cut.generated[row, 8:]).tolist() == [True] * end + [False] * (NEW - end)
-        np.testing.assert_array_equal(cut.tokens[row, 8:8 + end], written[:end])  # the stop token is kept
-        assert (np.asarray(cut.tokens[row, 8 + end:]) == 7).all() and not np.asarray(cut.model_logp[row, 8 + end:]).any()
+        np.testing.assert_array_equal(cut.tokens[row, 8 : 8 + end], written[:end])  # the stop token is kept
+        assert (np.asarray(cut.tokens[row, 8 + end :]) == 7).all() and not np.asarray(
+            cut.model_logp[row, 8 + end :]
+        ).any()
     assert int(np.asarray(cut.generated[0]).sum()) <= 3
 
 
 def test_sampler_refuses_bad_settings_and_prompts(checkpoint):
     model, params, prompts, mask = checkpoint
     vocab = model.config.vocab_size
-    for settings, message in [(dict(max_new_tokens=0), "max_new_tokens must be a positive integer, got 0"),
-                              (dict(max_new_tokens=4, temperature=-1.0), "temperature must be >= 0"),
-                              (dict(max_new_tokens=4, top_k=vocab + 1), rf"top_k must be an integer in \[0, {vocab}\]"),
-                              (dict(max_new_tokens=4, top_p=0.0), r"top_p must be in \(0, 1\]"),
-                              (dict(max_new_tokens=4, stop_tokens=(vocab,)), "stop and pad tokens must be ids")]:
+    for settings, message in [
+        (dict(max_new_tokens=0), "max_new_tokens must be a positive integer, got 0"),
+        (dict(max_new_tokens=4, temperature=-1.0), "temperature must be >= 0"),
+        (dict(max_new_tokens=4, top_k=vocab + 1), rf"top_k must be an integer in \[0, {vocab}\]"),
+        (dict(max_new_tokens=4, top_p=0.0), r"top_p must be in \(0, 1\]"),
+        (dict(max_new_tokens=4, stop_tokens=(vocab,)), "stop and pad tokens must be ids"),
+    ]:
         with pytest.raises(ValueError, match=message):
             make_sampler(model, SamplingConfig(**settings))
     sample = make_sampler(model, SamplingConfig(max_new_tokens=2))

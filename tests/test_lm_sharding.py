@@ -46,7 +46,9 @@ print(json.dumps({
     "devices": jax.device_count(),
     "forward": float(jnp.abs(forward(sharded, sharded_tokens) - forward(params, tokens)).max()),
     "loss": abs(float(sharded_loss) - float(plain_loss)),
-    "step": max(float(jnp.abs(a - b).max()) for a, b in zip(jax.tree.leaves(new_params), jax.tree.leaves(plain_params))),
+    "step": max(
+        float(jnp.abs(a - b).max()) for a, b in zip(jax.tree.leaves(new_params), jax.tree.leaves(plain_params))
+    ),
     "moved": max(float(jnp.abs(a - b).max()) for a, b in zip(jax.tree.leaves(new_params), jax.tree.leaves(params))),
     "q_shard": list(q.addressable_shards[0].data.shape), "q_shape": list(q.shape),
     "stepped_sharding": str(new_params["params"]["layers"]["self_attn"]["q_proj"]["kernel"].sharding.spec),
@@ -58,8 +60,9 @@ print(json.dumps({
 @pytest.mark.parametrize("name", ["qwen2-untied", "llama3-scaled"])
 def test_sharded_forward_and_gradient_step_equal_the_unsharded_ones(name):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
-    result = subprocess.run([sys.executable, "-c", SCRIPT, str(DATA / name)], env=env, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(DATA / name)], env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     assert measured["devices"] == 4
@@ -81,7 +84,9 @@ def test_partition_specs_split_what_the_mesh_divides():
     assert specs["layers"]["mlp"]["down_proj"]["kernel"] == PartitionSpec(None, "model", "data")
     assert specs["layers"]["self_attn"]["q_proj"]["bias"] == PartitionSpec(None, "model")
     assert specs["embed_tokens"]["embedding"] == PartitionSpec("model", "data")
-    assert specs["norm"]["weight"] == PartitionSpec() and specs["layers"]["input_layernorm"]["weight"] == PartitionSpec()
+    assert (
+        specs["norm"]["weight"] == PartitionSpec() and specs["layers"]["input_layernorm"]["weight"] == PartitionSpec()
+    )
     # An axis that the mesh axis does not divide stays whole: 3 divides the vocabulary (96) and nothing else.
     odd = param_specs(params, jax.sharding.AbstractMesh((1, 3), ("data", "model")))["params"]
     assert odd["layers"]["self_attn"]["q_proj"]["kernel"] == PartitionSpec(None, "data", None)

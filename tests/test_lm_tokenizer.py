@@ -8,26 +8,50 @@ import tokenizers
 
 from ftw_jax.lm.tokenizer import load_tokenizer
 
-WORDS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "user", "assistant", "system", "\n", "who", "wrote",
-         "emma", "?", "austen", "jane", " "]
+WORDS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "user",
+    "assistant",
+    "system",
+    "\n",
+    "who",
+    "wrote",
+    "emma",
+    "?",
+    "austen",
+    "jane",
+    " ",
+]
 # Qwen's ChatML layout in miniature: a default system turn when none is given.
-TEMPLATE = ("{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
-            "<|im_start|>system\nbe brief<|im_end|>\n{% endif %}"
-            "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nbe brief<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 
 
 def write_tokenizer(folder, config=None, template_file=None):
     vocabulary = {word: index for index, word in enumerate(WORDS + ["be", "brief", "[UNK]"])}
     backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocabulary, unk_token="[UNK]"))
     backend.pre_tokenizer = tokenizers.pre_tokenizers.Split(
-        tokenizers.Regex(r"<\|[a-z_]+\|>|\n| |[a-z]+|\?"), behavior="isolated")
+        tokenizers.Regex(r"<\|[a-z_]+\|>|\n| |[a-z]+|\?"), behavior="isolated"
+    )
     backend.add_special_tokens(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
     backend.decoder = tokenizers.decoders.Fuse()
     folder.mkdir(parents=True, exist_ok=True)
     backend.save(str(folder / "tokenizer.json"))
-    config = {"eos_token": "<|im_end|>", "pad_token": {"content": "<|endoftext|>", "special": True},
-              "chat_template": TEMPLATE} if config is None else config
+    config = (
+        {
+            "eos_token": "<|im_end|>",
+            "pad_token": {"content": "<|endoftext|>", "special": True},
+            "chat_template": TEMPLATE,
+        }
+        if config is None
+        else config
+    )
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     if template_file:
         (folder / "chat_template.jinja").write_text(template_file)
@@ -46,8 +70,9 @@ def test_encode_decode_and_special_tokens(tmp_path):
 def test_chat_template_renders_as_written(tmp_path):
     tokenizer = load_tokenizer(write_tokenizer(tmp_path))
     text = tokenizer.chat([{"role": "user", "content": "who wrote emma?"}])
-    assert text == ("<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nwho wrote emma?<|im_end|>\n"
-                    "<|im_start|>assistant\n")
+    assert text == (
+        "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nwho wrote emma?<|im_end|>\n<|im_start|>assistant\n"
+    )
     ids = tokenizer.encode(text)
     assert ids.count(WORDS.index("<|im_start|>")) == 3 and ids[-1] == WORDS.index("\n")
     closed = tokenizer.chat([{"role": "system", "content": "x"}], add_generation_prompt=False)

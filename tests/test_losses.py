@@ -41,13 +41,21 @@ def test_kl_is_zero_for_equal_policies_and_handles_zero_probability():
 
 
 def test_entropy_by_hand():
-    np.testing.assert_allclose(losses.entropy(jnp.zeros((2, 4)), jnp.array([True, False])), [np.log(4.0), 0.0], rtol=1e-6)
+    np.testing.assert_allclose(
+        losses.entropy(jnp.zeros((2, 4)), jnp.array([True, False])), [np.log(4.0), 0.0], rtol=1e-6
+    )
 
 
 def test_gradients_are_correct():
-    check_grads(lambda x: losses.categorical_kl(x, OTHER, MASK).sum(), (LOGITS,), order=2, modes=["rev"], atol=1e-2, rtol=1e-2)
-    check_grads(lambda x: losses.categorical_kl(OTHER, x, MASK).sum(), (LOGITS,), order=2, modes=["rev"], atol=1e-2, rtol=1e-2)
-    check_grads(lambda x: losses.log_likelihood(x, ACTIONS, MASK).sum(), (LOGITS,), order=2, modes=["rev"], atol=1e-2, rtol=1e-2)
+    check_grads(
+        lambda x: losses.categorical_kl(x, OTHER, MASK).sum(), (LOGITS,), order=2, modes=["rev"], atol=1e-2, rtol=1e-2
+    )
+    check_grads(
+        lambda x: losses.categorical_kl(OTHER, x, MASK).sum(), (LOGITS,), order=2, modes=["rev"], atol=1e-2, rtol=1e-2
+    )
+    check_grads(
+        lambda x: losses.log_likelihood(x, ACTIONS, MASK).sum(), (LOGITS,), order=2, modes=["rev"], atol=1e-2, rtol=1e-2
+    )
 
 
 def test_cross_entropy_gradient_raises_the_kept_action_and_ignores_masked_steps():
@@ -63,7 +71,10 @@ def test_kl_gradient_pulls_towards_the_reference():
     grad = jax.grad(lambda x: losses.categorical_kl(x, OTHER, MASK).sum())(LOGITS)
     stepped = LOGITS - 0.1 * grad
     kept = np.array([0, 2])
-    assert np.all(np.asarray(losses.categorical_kl(stepped, OTHER, MASK))[kept] < np.asarray(losses.categorical_kl(LOGITS, OTHER, MASK))[kept])
+    assert np.all(
+        np.asarray(losses.categorical_kl(stepped, OTHER, MASK))[kept]
+        < np.asarray(losses.categorical_kl(LOGITS, OTHER, MASK))[kept]
+    )
 
 
 def test_shape_mismatch_is_caught():

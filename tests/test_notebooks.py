@@ -31,5 +31,9 @@ def test_committed_notebook_is_executed_without_errors_and_small(path):
 def test_notebook_runs_top_to_bottom(path, monkeypatch):
     monkeypatch.setenv("FTW_NOTEBOOK_QUICK", "1")  # the kernel inherits it: small settings
     notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    assert not [output for cell in notebook.cells for output in cell.get("outputs", []) if output.output_type == "error"]
+    NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
+    assert not [
+        output for cell in notebook.cells for output in cell.get("outputs", []) if output.output_type == "error"
+    ]

@@ -32,7 +32,9 @@ def test_hand_computed_case():
     np.testing.assert_allclose(ftw_jax.rank_occupancy(4, 2, 1), [3 / 6, 2 / 6, 1 / 6, 0.0], rtol=1e-15)
 
 
-@pytest.mark.parametrize(("sizes", "rtol"), [((100_000, 5, 2), 1e-13), ((100_000, 64, 8), 1e-12), ((100_000, 1000, 10), 5e-12)])
+@pytest.mark.parametrize(
+    ("sizes", "rtol"), [((100_000, 5, 2), 1e-13), ((100_000, 64, 8), 1e-12), ((100_000, 1000, 10), 5e-12)]
+)
 def test_exact_to_1e12_relative_at_large_n(sizes, rtol):
     n, c, k = sizes
     occupancy = ftw_jax.rank_occupancy(n, c, k)
@@ -112,7 +114,9 @@ def test_tied_occupancy_averages_blocks_and_puts_nan_last():
 
 def test_tied_occupancy_ignores_invalid_entries():
     tied = ftw_jax.tied_occupancy([3.0, 9.0, 1.0, 2.0], 2, 1, valid=np.array([True, False, True, True]))
-    np.testing.assert_allclose(tied, np.r_[ftw_jax.rank_occupancy(3, 2, 1)[[0]], 0.0, ftw_jax.rank_occupancy(3, 2, 1)[[2, 1]]])
+    np.testing.assert_allclose(
+        tied, np.r_[ftw_jax.rank_occupancy(3, 2, 1)[[0]], 0.0, ftw_jax.rank_occupancy(3, 2, 1)[[2, 1]]]
+    )
 
 
 def test_all_tied_is_uniform():
@@ -122,9 +126,7 @@ def test_all_tied_is_uniform():
 def test_jax_version_matches_numpy_with_traced_sizes():
     import jax
 
-    occupancy = jax.jit(
-        lambda c, k: ftw_jax.rank_occupancy_jax(40, c, k, max_num_elites=6)
-    )(jnp.int32(9), jnp.int32(3))
+    occupancy = jax.jit(lambda c, k: ftw_jax.rank_occupancy_jax(40, c, k, max_num_elites=6))(jnp.int32(9), jnp.int32(3))
     np.testing.assert_allclose(np.asarray(occupancy), ftw_jax.rank_occupancy(40, 9, 3), rtol=2e-5, atol=1e-7)
 
 
@@ -150,8 +152,17 @@ def test_expected_failure_share_is_the_hypergeometric_expectation():
     def exact(n, m, c, k):
         return sum(comb(m, s) * comb(n - m, c - s) * max(0, k - s) for s in range(c + 1)) / (comb(n, c) * k)
 
-    for n, m, c, k in [(10, 3, 5, 3), (64, 0, 5, 3), (64, 64, 5, 3), (512, 100, 5, 3), (512, 100, 4, 1), (20, 19, 20, 20)]:
-        np.testing.assert_allclose(ftw_jax.expected_failure_share(n, m, c, k), exact(n, m, c, k), rtol=1e-12, atol=1e-15)
+    for n, m, c, k in [
+        (10, 3, 5, 3),
+        (64, 0, 5, 3),
+        (64, 64, 5, 3),
+        (512, 100, 5, 3),
+        (512, 100, 4, 1),
+        (20, 19, 20, 20),
+    ]:
+        np.testing.assert_allclose(
+            ftw_jax.expected_failure_share(n, m, c, k), exact(n, m, c, k), rtol=1e-12, atol=1e-15
+        )
     shares = ftw_jax.expected_failure_share(64, np.arange(65), 5, 3)
     assert shares.shape == (65,) and shares[0] == 1.0 and shares[-1] == 0.0 and np.all(np.diff(shares) <= 0)
     with pytest.raises(ValueError, match="num_successes must be integers in \\[0, N=64\\]"):

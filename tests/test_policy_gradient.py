@@ -28,7 +28,9 @@ BASELINES = {"reinforce": reinforce, "grpo": grpo, "ppo": ppo}
 def baseline_config(algorithm, **options):
     """The algorithm's config with those of `options` that are its settings."""
     config = ALGORITHMS[algorithm].config
-    return config(**{name: value for name, value in options.items() if name in {f.name for f in dataclasses.fields(config)}})
+    return config(
+        **{name: value for name, value in options.items() if name in {f.name for f in dataclasses.fields(config)}}
+    )
 
 
 def baseline_step(algorithm, apply_fn, **options):
@@ -81,7 +83,8 @@ def test_reinforce_loss_is_the_advantage_weighted_log_likelihood():
 
     def written_out(params):
         log_probs = jax.vmap(lambda o, a, m: losses.log_likelihood(apply(params, o), a, m))(
-            batch.observation, batch.action, batch.mask)
+            batch.observation, batch.action, batch.mask
+        )
         return -jnp.sum(advantages[:, None] * log_probs) / jnp.sum(batch.mask)
 
     np.testing.assert_allclose(metrics["loss"], written_out(params), rtol=1e-6)
@@ -101,14 +104,22 @@ def test_gae_follows_its_backward_recursion_and_stops_at_the_episode_end():
             if not alive[b, t]:
                 continue
             next_value = values[b, t + 1] if t + 1 < 5 and alive[b, t + 1] else 0.0
-            following = rewards[b, t] + gamma * next_value - values[b, t] + (
-                gamma * lam * following if t + 1 < 5 and alive[b, t + 1] else 0.0)
+            following = (
+                rewards[b, t]
+                + gamma * next_value
+                - values[b, t]
+                + (gamma * lam * following if t + 1 < 5 and alive[b, t + 1] else 0.0)
+            )
             expected[b, t] = following
-    np.testing.assert_allclose(gae_advantages(rewards, alive, values, discount=gamma, gae_lambda=lam), expected,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        gae_advantages(rewards, alive, values, discount=gamma, gae_lambda=lam), expected, rtol=1e-6
+    )
     # λ = 1, γ = 1: the advantage is the return-to-go minus the value.
-    np.testing.assert_allclose(gae_advantages(rewards, alive, values, discount=1.0, gae_lambda=1.0)[0, :3],
-                               np.array([2.5, 2.0, 2.0]) - values[0, :3], rtol=1e-6)
+    np.testing.assert_allclose(
+        gae_advantages(rewards, alive, values, discount=1.0, gae_lambda=1.0)[0, :3],
+        np.array([2.5, 2.0, 2.0]) - values[0, :3],
+        rtol=1e-6,
+    )
 
 
 def test_ppo_policy_loss_is_the_per_step_clipped_surrogate():
@@ -123,7 +134,8 @@ def test_ppo_policy_loss_is_the_per_step_clipped_surrogate():
     update = baseline_step("ppo", apply, clip_epsilon=0.1, entropy_coef=0.0)
     _, metrics = update(PolicyState.create(params, optax.sgd(0.1)), batch, advantages)
     log_probs = jax.vmap(lambda o, a, m: losses.log_likelihood(apply(params, o), a, m))(
-        batch.observation, batch.action, batch.mask)
+        batch.observation, batch.action, batch.mask
+    )
     per_step = clipped_surrogate(log_probs, batch.behaviour_logp, advantages, 0.1)
     np.testing.assert_allclose(metrics["loss"], jnp.sum(jnp.where(batch.mask, per_step, 0.0)) / 11, rtol=1e-6)
 
@@ -150,7 +162,8 @@ def test_grpo_groups_share_their_start_state():
     observation, _ = env.reset(jax.random.key(0), env.default_params())
     params = policy.init(jax.random.key(1), observation[None])
     batch, _ = jax.jit(lambda key: rollouts(key, env, env.default_params(), policy, params, jnp.int32(0), 8, 4))(
-        jax.random.key(2))
+        jax.random.key(2)
+    )
     first = np.asarray(batch.observation[:, 0]).reshape(2, 4, -1)  # the start states, by group
     assert (first == first[:, :1]).all() and not (first[0, 0] == first[1, 0]).all()
     assert not (np.asarray(batch.action[:4]) == np.asarray(batch.action[0])).all()  # the actions differ
@@ -159,8 +172,15 @@ def test_grpo_groups_share_their_start_state():
 @pytest.mark.parametrize("algorithm", ["reinforce", "grpo", "ppo"])
 def test_baselines_learn_the_probe_bandit(algorithm):
     # Arms with means 1.0 and 0.3: a uniform policy earns 0.65, the best arm 1.0.
-    config = TrainConfig.for_env("bandit", algorithm=algorithm, episodes_per_iteration=16, num_iterations=60,
-                                 eval_every=20, kl_coef=0.0, learning_rate=0.1)
+    config = TrainConfig.for_env(
+        "bandit",
+        algorithm=algorithm,
+        episodes_per_iteration=16,
+        num_iterations=60,
+        eval_every=20,
+        kl_coef=0.0,
+        learning_rate=0.1,
+    )
     _, (metrics, evaluation) = make_train(config).train(jax.random.key(0))
     assert float(evaluation["return"][0]) < float(evaluation["return"][-1]) and float(evaluation["return"][-1]) > 0.85
     assert np.asarray(metrics["applied"]).all()
@@ -199,16 +219,20 @@ def away_from_the_reference(algorithm, clip_epsilon=0.2, **options):
     offsets = jnp.array([[0.5, -0.5, 0.5], [-0.5, 0.5, -0.5], [0.5, 0.5, -0.5], [-0.5, -0.5, 0.5]])
     batch = batch.replace(behaviour_logp=chosen + offsets)
     config = baseline_config(algorithm, group_size=2, clip_epsilon=clip_epsilon, **{"entropy_coef": 0.0, **options})
-    advantages = (grpo.advantages(config, batch.episode_return) if algorithm == "grpo"
-                  else mean_baseline_advantages(batch.episode_return))
+    advantages = (
+        grpo.advantages(config, batch.episode_return)
+        if algorithm == "grpo"
+        else mean_baseline_advantages(batch.episode_return)
+    )
     state = PolicyState.create(reference, optax.sgd(0.5), kl_coef=KL_COEF).replace(params=params)
     new_state, metrics = BASELINES[algorithm].make_step(config, lambda p, o: o @ p)(state, batch, advantages)
     as64 = lambda x: np.asarray(x, np.float64)  # noqa: E731
     return new_state, metrics, advantages, jax.tree.map(as64, batch), as64(params), as64(reference)
 
 
-def written_out_baseline_loss(params, reference, batch, advantages, algorithm, clip_epsilon=0.2, entropy_coef=0.0,
-                              kl_estimate="k3"):
+def written_out_baseline_loss(
+    params, reference, batch, advantages, algorithm, clip_epsilon=0.2, entropy_coef=0.0, kl_estimate="k3"
+):
     """Each baseline's loss in plain jnp (float32 inputs from float64): surrogate + β·KL − c·entropy over the
     policy's steps (GRPO's KL: `kl_estimate`)."""
     observation, mask = jnp.asarray(batch.observation, jnp.float32), jnp.asarray(batch.mask, bool)
@@ -240,23 +264,26 @@ def test_baseline_losses_with_a_kl_penalty_away_from_the_reference_by_hand(algor
     new_state, metrics, advantages, batch, params, reference = away_from_the_reference(algorithm)
     returns = batch.episode_return  # [1, 0, 3, 3.5]
     if algorithm == "grpo":  # groups of 2: (1, 0) around 0.5 with sd 0.5, (3, 3.5) around 3.25 with sd 0.25
-        np.testing.assert_allclose(advantages, np.array([0.5, -0.5, -0.25, 0.25]) / (np.array([0.5, 0.5, 0.25, 0.25])
-                                                                                    + 1e-6), rtol=1e-6)
+        np.testing.assert_allclose(
+            advantages, np.array([0.5, -0.5, -0.25, 0.25]) / (np.array([0.5, 0.5, 0.25, 0.25]) + 1e-6), rtol=1e-6
+        )
     else:
         np.testing.assert_allclose(advantages, returns - 1.875, rtol=1e-6)
     expected = written_out_baseline_loss(jnp.asarray(params, jnp.float32), reference, batch, advantages, algorithm)
     np.testing.assert_allclose(metrics["loss"], expected, rtol=1e-5)
     assert float(metrics["kl"]) > 0.05  # the penalty is in play
-    grad = jax.grad(written_out_baseline_loss)(jnp.asarray(params, jnp.float32), reference, batch, advantages,
-                                               algorithm)
+    grad = jax.grad(written_out_baseline_loss)(
+        jnp.asarray(params, jnp.float32), reference, batch, advantages, algorithm
+    )
     np.testing.assert_allclose(new_state.params, params - 0.5 * np.asarray(grad, np.float64), rtol=1e-4, atol=1e-6)
 
 
 def test_grpo_clips_its_ratio_and_ppo_uses_the_exact_kl():
     # Clipping matters here: with ε = 0.2 the loss differs from the unclipped one by more than 10%.
     _, metrics, advantages, batch, params, reference = away_from_the_reference("grpo")
-    unclipped = written_out_baseline_loss(jnp.asarray(params, jnp.float32), reference, batch, advantages, "grpo",
-                                          clip_epsilon=0.99)
+    unclipped = written_out_baseline_loss(
+        jnp.asarray(params, jnp.float32), reference, batch, advantages, "grpo", clip_epsilon=0.99
+    )
     assert abs(float(metrics["loss"]) - float(unclipped)) > 0.1 * abs(float(unclipped))
     _, metrics, advantages, batch, params, reference = away_from_the_reference("ppo", clip_epsilon=0.1)
     expected = written_out_baseline_loss(jnp.asarray(params, jnp.float32), reference, batch, advantages, "ppo", 0.1)
@@ -279,7 +306,8 @@ def test_a_baseline_step_with_a_nan_gradient_and_a_finite_loss_changes_nothing(a
     critic_params = {"w": jnp.ones(3), "z": jnp.zeros(())}
     critic = Critic(params=critic_params, opt_state=optax.adam(0.1).init(critic_params))
     value_fn = lambda params, observation: observation @ params["w"] + 0.0 * jnp.sqrt(params["z"])  # noqa: E731
-    new_critic, value_loss = make_critic_update(value_fn, optax.adam(0.1))(critic, batch, jnp.ones((4, 3)),
-                                                                           jnp.zeros((4, 3)))
+    new_critic, value_loss = make_critic_update(value_fn, optax.adam(0.1))(
+        critic, batch, jnp.ones((4, 3)), jnp.zeros((4, 3))
+    )
     assert np.isfinite(float(value_loss))
     chex.assert_trees_all_equal(new_critic, critic)  # params, Adam's state

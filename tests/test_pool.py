@@ -4,8 +4,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from conftest import make_trajectories
+
 from ftw_jax import pool as pool_lib
 
 
@@ -45,7 +45,9 @@ def test_partial_fill_is_valid_up_to_size(empty_pool):
 
 
 def test_adding_n_replaces_everything(empty_pool):
-    pool = pool_lib.add(pool_lib.add(empty_pool, make_trajectories(2, 4)), make_trajectories(5, 4, returns=jnp.arange(10, 15)))
+    pool = pool_lib.add(
+        pool_lib.add(empty_pool, make_trajectories(2, 4)), make_trajectories(5, 4, returns=jnp.arange(10, 15))
+    )
     # Written at slots 2, 3, 4, 0, 1.
     np.testing.assert_array_equal(pool.trajectories.episode_return, [13, 14, 10, 11, 12])
 

@@ -49,8 +49,9 @@ def run_probes(env, num_tasks, num_probes, seed=0):
     policy = TabularPolicy(num_actions=2)
     params = policy.init(jax.random.key(0), jnp.zeros((1,), jnp.int32))
     task_keys = jax.random.split(jax.random.key(seed + 1), num_tasks)
-    successes, steps = jax.jit(lambda key: probe(key, env, env.default_params(), policy, params, jnp.int32(0),
-                                                 task_keys, num_probes))(jax.random.key(seed))
+    successes, steps = jax.jit(
+        lambda key: probe(key, env, env.default_params(), policy, params, jnp.int32(0), task_keys, num_probes)
+    )(jax.random.key(seed))
     return task_keys, np.asarray(successes), int(steps)
 
 
@@ -113,9 +114,20 @@ def test_training_episodes_start_from_the_kept_tasks_only(monkeypatch):
     probability 1 − 2⁻⁷); so with filtering every pooled training episode is a p = 0.5 task, where without it
     two in three would not be."""
     monkeypatch.setattr("ftw_jax.envs.make", lambda name, **options: SeenCoinTask())
-    config = TrainConfig.for_env("cartpole", num_iterations=4, eval_every=2, episodes_per_iteration=8,
-                                 eval_episodes=4, pool_capacity=16, num_batches=4, batch_size=4, num_elites=1,
-                                 probe_tasks=24, probes_per_task=8, hidden_sizes=(4,))
+    config = TrainConfig.for_env(
+        "cartpole",
+        num_iterations=4,
+        eval_every=2,
+        episodes_per_iteration=8,
+        eval_episodes=4,
+        pool_capacity=16,
+        num_batches=4,
+        batch_size=4,
+        num_elites=1,
+        probe_tasks=24,
+        probes_per_task=8,
+        hidden_sizes=(4,),
+    )
     carry, (_, evaluation) = make_train(config).train(jax.random.key(0))
     played = np.asarray(carry.learner.pool.trajectories.observation)[:, 0, 0]  # each pooled episode's p: 16 of period 2
     np.testing.assert_array_equal(played, 0.5)

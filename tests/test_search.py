@@ -46,8 +46,17 @@ def test_one_hop_search_then_answer_scores_exact_match():
     tokens = [token for token, *_ in log]
     forced = [flag for _, flag, *_ in log]
     link = env.entity_token(int(state.link[entity]))
-    assert tokens == [QUESTION_ONE_HOP, env.entity_token(entity), SEARCH, env.entity_token(entity), RESULT, link, right,
-                      ANSWER, right]
+    assert tokens == [
+        QUESTION_ONE_HOP,
+        env.entity_token(entity),
+        SEARCH,
+        env.entity_token(entity),
+        RESULT,
+        link,
+        right,
+        ANSWER,
+        right,
+    ]
     assert forced == [True, True, False, False, True, True, True, False, False]
     assert log[-1][2:] == (1.0, True, True)
 
@@ -90,13 +99,18 @@ def test_rollout_masks_forced_tokens_and_the_policy_is_causal(architecture):
     env = SearchTask()
     policy = history_policy(architecture, env)
     params = policy.init(jax.random.key(0), jnp.zeros((env.max_steps,), jnp.int32))
-    batch, success = jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0)))(jax.random.split(jax.random.key(1), 6))
+    batch, success = jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0)))(
+        jax.random.split(jax.random.key(1), 6)
+    )
     mask = np.asarray(batch.mask)
     assert not mask[:, :2].any() and mask[:, 2].all()  # the question is written by the environment
     played = np.asarray(batch.alive)[:, 1:]  # steps after the end are not played (zeros)
-    np.testing.assert_array_equal(np.asarray(batch.observation.observation)[:, 1:][played],
-                                  np.asarray(batch.action)[:, :-1][played])
-    legal_taken = np.take_along_axis(np.asarray(batch.observation.legal), np.asarray(batch.action)[..., None], -1)[..., 0]
+    np.testing.assert_array_equal(
+        np.asarray(batch.observation.observation)[:, 1:][played], np.asarray(batch.action)[:, :-1][played]
+    )
+    legal_taken = np.take_along_axis(np.asarray(batch.observation.legal), np.asarray(batch.action)[..., None], -1)[
+        ..., 0
+    ]
     assert legal_taken[mask].all()  # the policy only ever writes tokens the grammar allows
     assert np.all(np.asarray(batch.behaviour_logp)[:, :2] == 0.0)  # forced steps carry no log-prob
     tokens = jnp.arange(env.max_steps) % env.vocabulary_size
@@ -114,7 +128,16 @@ def test_grammar_allows_search_or_answer_then_an_entity_or_a_value():
         observation, state, *_ = env.step(jax.random.key(0), state, jnp.int32(action), ())
         seen.append(set(np.flatnonzero(np.asarray(observation.legal)).tolist()))
     everything = set(range(env.num_actions))
-    assert seen == [everything, {SEARCH, ANSWER}, entities, everything, everything, everything, {SEARCH, ANSWER}, values]
+    assert seen == [
+        everything,
+        {SEARCH, ANSWER},
+        entities,
+        everything,
+        everything,
+        everything,
+        {SEARCH, ANSWER},
+        values,
+    ]
     _, free = SearchTask(grammar=False).reset(jax.random.key(0), ())
     assert bool(SearchTask(grammar=False).legal_actions(free.replace(queue_length=jnp.int32(0))).all())
 
@@ -167,8 +190,14 @@ def test_the_lm_critic_reads_its_own_head_off_the_hidden_state():
     assert params["params"]["head"]["kernel"].shape == (64, 1) and "lm_head" not in params["params"]["lm"]
 
 
-@pytest.mark.parametrize(("options", "message"), [(dict(hops=3), "hops"), (dict(step_limit=5), "step_limit"),
-                                                  (dict(hops=2, step_limit=16, max_searches=1), "max_searches")])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(hops=3), "hops"),
+        (dict(step_limit=5), "step_limit"),
+        (dict(hops=2, step_limit=16, max_searches=1), "max_searches"),
+    ],
+)
 def test_bad_options(options, message):
     with pytest.raises(ValueError, match=message):
         SearchTask(**options)

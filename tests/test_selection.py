@@ -51,9 +51,9 @@ def test_masked_sizes_inside_larger_maxima_select_with_the_unmasked_distribution
     n, (j, c, k), (j_max, c_max, k_max) = 64, (20_000, 5, 2), (25_000, 8 if floyd else 16, 4)
     assert uses_floyd(n, c_max) == floyd
     returns = np.random.default_rng(5).permutation(n).astype(np.float32)
-    select_masked = jax.jit(functools.partial(
-        ftw_jax.select_elites_masked, max_batches=j_max, max_batch_size=c_max, max_elites=k_max
-    ))
+    select_masked = jax.jit(
+        functools.partial(ftw_jax.select_elites_masked, max_batches=j_max, max_batch_size=c_max, max_elites=k_max)
+    )
     elites = np.asarray(select_masked(jax.random.key(6), jnp.asarray(returns), jnp.ones(n, bool), jnp.array([j, c, k])))
     assert elites.shape == (j_max, k_max)
     assert (elites[j:] == -1).all() and (elites[:, k:] == -1).all() and (elites[:j, :k] >= 0).all()
@@ -63,7 +63,9 @@ def test_masked_sizes_inside_larger_maxima_select_with_the_unmasked_distribution
     assert max_z_score(kept, ftw_jax.rank_occupancy(n, c, k)[rank_of_entry], j, k) < 5
     assert max_z_score(kept, ftw_jax.rank_occupancy(n, c_max, k)[rank_of_entry], j, k) > 20  # not C_max's
     # Other sizes run in the same compiled program.
-    other = np.asarray(select_masked(jax.random.key(7), jnp.asarray(returns), jnp.ones(n, bool), jnp.array([3, 8 if floyd else 16, 4])))
+    other = np.asarray(
+        select_masked(jax.random.key(7), jnp.asarray(returns), jnp.ones(n, bool), jnp.array([3, 8 if floyd else 16, 4]))
+    )
     assert (other[:3] >= 0).all() and (other[3:] == -1).all()
     assert select_masked._cache_size() == 1
 
@@ -72,11 +74,15 @@ def test_masked_selection_at_the_maxima_is_select_elites_and_respects_valid():
     returns = jnp.asarray(np.random.default_rng(8).normal(size=30), jnp.float32)
     valid = jnp.arange(30) < 7
     sizes = dict(num_batches=50, batch_size=10, num_elites=4)
-    masked = ftw_jax.select_elites_masked(jax.random.key(9), returns, valid, (50, 10, 4),
-                                          max_batches=50, max_batch_size=10, max_elites=4)
+    masked = ftw_jax.select_elites_masked(
+        jax.random.key(9), returns, valid, (50, 10, 4), max_batches=50, max_batch_size=10, max_elites=4
+    )
     np.testing.assert_array_equal(masked, select(jax.random.key(9), returns, valid, **sizes))
-    smaller = np.asarray(ftw_jax.select_elites_masked(jax.random.key(9), returns, valid, (50, 6, 4),
-                                                      max_batches=50, max_batch_size=10, max_elites=4))
+    smaller = np.asarray(
+        ftw_jax.select_elites_masked(
+            jax.random.key(9), returns, valid, (50, 6, 4), max_batches=50, max_batch_size=10, max_elites=4
+        )
+    )
     assert smaller.max() < 7 and (smaller >= 0).all()  # 7 valid entries fill every C = 6 minibatch
 
 

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from ftw_jax.envs.sokoban import (
-    Level, Sokoban, SokobanState, _generate_once, generate_level, is_solved, observe, render,
+    Level,
+    Sokoban,
+    SokobanState,
+    _generate_once,
+    generate_level,
+    is_solved,
+    observe,
+    render,
 )
 
 UP, DOWN, LEFT, RIGHT = range(4)
@@ -129,7 +136,7 @@ def test_generated_levels_are_solvable_within_the_step_limit(env, split):
     levels = jax.jit(jax.vmap(lambda key: generate_level(key, env)))(keys)
     lengths = []
     for i in range(150):
-        level = jax.tree.map(lambda leaf: leaf[i], levels)
+        level = jax.tree.map(lambda leaf: leaf[i], levels)  # noqa: B023
         assert not bool(is_solved(level))
         assert int(level.boxes.sum()) == env.num_boxes == int(level.targets.sum())
         assert np.all(np.asarray(level.walls)[[0, -1], :]) and np.all(np.asarray(level.walls)[:, [0, -1]])

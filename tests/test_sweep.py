@@ -22,7 +22,11 @@ TINY = dict(num_iterations=6, eval_every=3, episodes_per_iteration=4, eval_episo
 
 def test_parse_grid():
     assert parse_grid("C=4,5,8 K=1,2 kl=0.01,0.05 lr=1e-3 J=8") == {
-        "C": [4, 5, 8], "K": [1, 2], "kl": [0.01, 0.05], "lr": [0.001], "J": [8]
+        "C": [4, 5, 8],
+        "K": [1, 2],
+        "kl": [0.01, 0.05],
+        "lr": [0.001],
+        "J": [8],
     }
     for text, message in [("M=4", "AXIS"), ("C=4 C=5", "twice"), ("C=4.5", "ints"), ("", "empty"), ("C", "AXIS")]:
         with pytest.raises(ValueError, match=message):
@@ -66,7 +70,7 @@ def test_members_reproduce_their_own_runs(small_sweep):
     trainer = make_train(sweep.config)
     hyperparameters = sweep.hyperparameters()
     for index in (0, 5, len(sweep.members) - 1):
-        member = jax.tree.map(lambda leaf: leaf[index], hyperparameters)
+        member = jax.tree.map(lambda leaf: leaf[index], hyperparameters)  # noqa: B023
         _, (_, evaluation) = trainer.train(sweep.keys()[index], member)
         np.testing.assert_allclose(results["return"][index], evaluation["return"], rtol=1e-5)
     # A member at the maxima is the plain run of its config.
@@ -117,10 +121,35 @@ def test_two_processes_of_five_devices_give_the_one_device_results(small_sweep, 
     with socket.socket() as probe:  # a free port for the coordinator
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    argv = [sys.executable, "-m", "ftw_jax.cli", "sweep", "--env", "cartpole", "--grid", "C=4,8 K=1,2 kl=0,0.5",
-            "--seeds", "0,1,2", "--iterations", "6", "--eval-every", "3", "--episodes-per-iteration", "4",
-            "--eval-episodes", "4", "--out", str(tmp_path), "--name", "two", "--coordinator", f"127.0.0.1:{port}",
-            "--num-processes", "2", "--json"]
+    argv = [
+        sys.executable,
+        "-m",
+        "ftw_jax.cli",
+        "sweep",
+        "--env",
+        "cartpole",
+        "--grid",
+        "C=4,8 K=1,2 kl=0,0.5",
+        "--seeds",
+        "0,1,2",
+        "--iterations",
+        "6",
+        "--eval-every",
+        "3",
+        "--episodes-per-iteration",
+        "4",
+        "--eval-episodes",
+        "4",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "two",
+        "--coordinator",
+        f"127.0.0.1:{port}",
+        "--num-processes",
+        "2",
+        "--json",
+    ]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=5"}
     processes = [subprocess.Popen([*argv, "--process-id", str(i)], env=env, stdout=subprocess.PIPE) for i in (0, 1)]
     outputs = [process.communicate(timeout=600)[0] for process in processes]
@@ -133,14 +162,37 @@ def test_two_processes_of_five_devices_give_the_one_device_results(small_sweep, 
 
 @pytest.mark.slow
 def test_sweep_cli_writes_the_table_curves_and_heatmap(capsys, tmp_path):
-    argv = ["sweep", "--env", "cartpole", "--grid", "C=4,8 K=1,2", "--seeds", "0,1", "--iterations", "6",
-            "--eval-every", "3", "--episodes-per-iteration", "4", "--eval-episodes", "4", "--out", str(tmp_path),
-            "--json"]
+    argv = [
+        "sweep",
+        "--env",
+        "cartpole",
+        "--grid",
+        "C=4,8 K=1,2",
+        "--seeds",
+        "0,1",
+        "--iterations",
+        "6",
+        "--eval-every",
+        "3",
+        "--episodes-per-iteration",
+        "4",
+        "--eval-episodes",
+        "4",
+        "--out",
+        str(tmp_path),
+        "--json",
+    ]
     assert cli.main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["metric"] == "return" and len(summary["points"]) == 4
     (folder,) = tmp_path.iterdir()
-    assert {p.name for p in folder.iterdir()} >= {"config.json", "results.csv", "curves.npz", "heatmap.png", "summary.json"}
+    assert {p.name for p in folder.iterdir()} >= {
+        "config.json",
+        "results.csv",
+        "curves.npz",
+        "heatmap.png",
+        "summary.json",
+    }
     rows = (folder / "results.csv").read_text().splitlines()
     assert rows[0].startswith("N,J,C,K,kl,lr,seed,final_return") and len(rows) == 1 + 4 * 2
     curves = np.load(folder / "curves.npz")
@@ -172,8 +224,13 @@ def test_every_member_is_its_standalone_run_in_its_training_metrics():
         _, (metrics, evaluation) = make_train(config).train(jax.random.key(11))
         member = index[(C, K, kl, lr)]
         for name in names:
-            np.testing.assert_allclose(results[f"metrics/{name}"][member], np.ravel(metrics[name]), rtol=1e-5,
-                                       atol=1e-7, err_msg=f"{name} of member C={C} K={K} kl={kl} lr={lr}")
+            np.testing.assert_allclose(
+                results[f"metrics/{name}"][member],
+                np.ravel(metrics[name]),
+                rtol=1e-5,
+                atol=1e-7,
+                err_msg=f"{name} of member C={C} K={K} kl={kl} lr={lr}",
+            )
         np.testing.assert_allclose(results["return"][member], evaluation["return"], rtol=1e-5)
         if (C, K, kl, lr) != base:  # the setting changed the numbers, so the comparison can tell
             assert np.abs(results["metrics/loss"][member] - results["metrics/loss"][index[base]]).max() > 1e-3

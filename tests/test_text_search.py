@@ -34,7 +34,7 @@ def play(env, seed, words):
 def question(env, seed):
     """(asked name, attribute, two hops?, the right word) of episode `seed`."""
     _, state = env.reset(jax.random.key(seed), ())
-    words = text(state.queue[:int(state.queue_length)]).split()
+    words = text(state.queue[: int(state.queue_length)]).split()
     return words[-2], words[5], bool(state.two_hop), WORDS[int(state.answer)]
 
 
@@ -47,8 +47,9 @@ def test_one_hop_search_then_the_right_answer_scores_one():
     seed = find(env, 0, two_hop=False)
     name, attribute, _, right = question(env, seed)
     story, forced, reward, done = play(env, seed, ["<search>", name, "</search>", "<answer>", right, "</answer>"])
-    assert story.startswith(f"<bos> question : what is the {attribute} of {name} ? <search> {name} </search> "
-                            f"<information> {name} : city ")
+    assert story.startswith(
+        f"<bos> question : what is the {attribute} of {name} ? <search> {name} </search> <information> {name} : city "
+    )
     assert story.endswith(f"</information> <answer> {right} </answer>") and f"{attribute} {right}" in story
     assert (reward, done) == (1.0, True)
     assert forced == [True] * 9 + [False] * 3 + [True] * 12 + [False] * 3  # the question and the tool's output
@@ -66,11 +67,14 @@ def test_two_hops_read_the_friend_then_answer():
     assert reward == 1.0
 
 
-@pytest.mark.parametrize("answer", [
-    ["<answer>", "WRONG", "</answer>"],  # another value
-    ["<answer>", "RIGHT", "RIGHT", "</answer>"],  # not exactly the one word
-    ["<answer>", "</answer>"],  # nothing
-])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        ["<answer>", "WRONG", "</answer>"],  # another value
+        ["<answer>", "RIGHT", "RIGHT", "</answer>"],  # not exactly the one word
+        ["<answer>", "</answer>"],  # nothing
+    ],
+)
 def test_only_the_exact_answer_scores(answer):
     env = TextSearchTask()
     seed = find(env, 0, two_hop=False)
@@ -92,8 +96,9 @@ def test_a_guess_is_scored_as_any_answer_and_words_outside_tags_are_ignored():
 
 def test_a_query_that_is_not_one_name_finds_nothing_and_the_search_cap_ends_the_episode():
     env = TextSearchTask(max_searches=2)
-    story, _, reward, done = play(env, 0, ["<search>", "paris", "</search>", "<search>", "alice", "bob", "</search>",
-                                           "<search>"])
+    story, _, reward, done = play(
+        env, 0, ["<search>", "paris", "</search>", "<search>", "alice", "bob", "</search>", "<search>"]
+    )
     assert story.count("<information> no result </information>") == 2
     assert (reward, done) == (0.0, True)
     _, forced, reward, done = play(env, 0, ["the"] * 200)  # never answering: the step limit ends it
@@ -126,8 +131,14 @@ def test_a_warm_start_imitates_the_demonstrator():
     config = TrainConfig.for_env("text-search", warm_start_demonstrations=0, eval_episodes=64)
     trainer = make_train(config, guess_rate=0.0)
     fresh = trainer.init(jax.random.key(0))
-    params, losses = fit_demonstrations(jax.random.key(1), env, (), trainer.policy, fresh.learner.policy.params,
-                                        WarmStart(256, steps=80, learning_rate=3e-3, batch_size=32))
+    params, losses = fit_demonstrations(
+        jax.random.key(1),
+        env,
+        (),
+        trainer.policy,
+        fresh.learner.policy.params,
+        WarmStart(256, steps=80, learning_rate=3e-3, batch_size=32),
+    )
     assert float(losses[-1]) < 0.3 * float(losses[0])
     demos, _ = demonstrations(jax.random.key(2), env, (), 32)  # held-out demonstrations
     assert float(imitation_loss(trainer.policy, params, demos)) < 0.3 * float(losses[0])
@@ -172,8 +183,9 @@ def test_a_checkpoints_weights_are_an_argument_of_the_compiled_init(chat_model):
 
     from ftw_jax.runner import MemberRun, seed_keys
 
-    trainer = make_train(TrainConfig.for_env("text-search", warm_start_demonstrations=0), model=str(chat_model),
-                         step_limit=240)
+    trainer = make_train(
+        TrainConfig.for_env("text-search", warm_start_demonstrations=0), model=str(chat_model), step_limit=240
+    )
     other = jax.tree.map(lambda leaf: np.asarray(leaf) + 1.0, trainer.start_params)  # not the checkpoint's
     run = MemberRun(dataclasses.replace(trainer, start_params=other), seed_keys([0, 1]))
     for member in range(2):  # every member starts from the weights given, not from ones compiled in
@@ -195,10 +207,40 @@ def test_lm_train_runs_on_a_checkpoint_from_its_weights(chat_model, tmp_path, ca
     start = trainer.init(jax.random.key(0)).learner.policy.params["params"]["lm"]
     for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(params["params"])):
         np.testing.assert_array_equal(a, b)
-    argv = ["lm", "train", "--model", str(chat_model), "--env-options", "step_limit=240", "--seeds", "0",
-            "--iterations", "2", "--eval-every", "2", "--episodes-per-iteration", "8", "--eval-episodes", "8",
-            "--pool-capacity", "16", "--num-batches", "4", "--batch-size", "4", "--warm-start-demonstrations", "16",
-            "--warm-start-steps", "2", "--out", str(tmp_path), "--name", "run", "--no-plot", "--json"]
+    argv = [
+        "lm",
+        "train",
+        "--model",
+        str(chat_model),
+        "--env-options",
+        "step_limit=240",
+        "--seeds",
+        "0",
+        "--iterations",
+        "2",
+        "--eval-every",
+        "2",
+        "--episodes-per-iteration",
+        "8",
+        "--eval-episodes",
+        "8",
+        "--pool-capacity",
+        "16",
+        "--num-batches",
+        "4",
+        "--batch-size",
+        "4",
+        "--warm-start-demonstrations",
+        "16",
+        "--warm-start-steps",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--name",
+        "run",
+        "--no-plot",
+        "--json",
+    ]
     assert cli.main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["env_options"]["model"] == str(chat_model) and len(summary["start"]["success"]) == 1

@@ -48,8 +48,9 @@ def test_vmapped_seeds_differ_and_match_single_runs(cartpole):
 def test_looped_members_equal_the_vmapped_ones(cartpole):
     """One program that loops over its members (the CPU default) gives the same runs as the vmapped one."""
     carries = jax.vmap(cartpole.init)(jnp.stack([jax.random.key(1), jax.random.key(2)]))
-    results = {loop: jax.jit(runner.over_members(cartpole.run, loop), static_argnums=1)(carries, 2)
-               for loop in ("vmap", "map")}
+    results = {
+        loop: jax.jit(runner.over_members(cartpole.run, loop), static_argnums=1)(carries, 2) for loop in ("vmap", "map")
+    }
     (vmapped, (_, vmapped_evaluation)), (looped, (_, looped_evaluation)) = results["vmap"], results["map"]
     np.testing.assert_array_equal(looped.env_steps, vmapped.env_steps)
     np.testing.assert_allclose(looped_evaluation["return"], vmapped_evaluation["return"], rtol=1e-5)
@@ -78,8 +79,14 @@ def initial_success(trainer, key, num_episodes):
     carry = trainer.init(key)
     env = trainer.env
     play = jax.vmap(rollout, in_axes=(0, None, None, None, None, None))
-    _, success = play(jax.random.split(key, num_episodes), env, env.evaluation_params(env.default_params()),
-                      trainer.policy, carry.learner.policy.params, carry.learner.policy.version)
+    _, success = play(
+        jax.random.split(key, num_episodes),
+        env,
+        env.evaluation_params(env.default_params()),
+        trainer.policy,
+        carry.learner.policy.params,
+        carry.learner.policy.version,
+    )
     return float(jnp.mean(success))
 
 
@@ -134,15 +141,36 @@ def test_bad_config_raises(overrides, message):
 
 @pytest.mark.slow
 def test_train_cli_json_and_run_folder(capsys, tmp_path):
-    argv = ["train", "--env", "cartpole", "--seeds", "0,1", "--iterations", "4", "--eval-every", "2",
-            "--episodes-per-iteration", "4", "--eval-episodes", "4", "--out", str(tmp_path), "--json"]
+    argv = [
+        "train",
+        "--env",
+        "cartpole",
+        "--seeds",
+        "0,1",
+        "--iterations",
+        "4",
+        "--eval-every",
+        "2",
+        "--episodes-per-iteration",
+        "4",
+        "--eval-episodes",
+        "4",
+        "--out",
+        str(tmp_path),
+        "--json",
+    ]
     assert cli.main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["seeds"] == [0, 1] and len(result["return"]) == 2 and len(result["env_steps"]) == 2
     assert 0 < result["compile_seconds"] < result["seconds"] and result["env_steps_per_second"] > 0
     (folder,) = tmp_path.iterdir()
     assert {p.name for p in folder.iterdir()} == {
-        "config.json", "metrics.jsonl", "evaluation.jsonl", "summary.json", "learning_curve.png", "checkpoints"
+        "config.json",
+        "metrics.jsonl",
+        "evaluation.jsonl",
+        "summary.json",
+        "learning_curve.png",
+        "checkpoints",
     }
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["1", "2"]  # after each period
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
@@ -153,10 +181,33 @@ def test_train_cli_json_and_run_folder(capsys, tmp_path):
 @pytest.mark.slow
 def test_train_cli_sokoban_reports_success_and_rejects_unknown_env_options(capsys, tmp_path):
     # With task filtering on: 8 tasks probed twice each before the period, their steps counted.
-    argv = ["train", "--env", "sokoban", "--seeds", "0", "--iterations", "2", "--eval-every", "2",
-            "--episodes-per-iteration", "8", "--eval-episodes", "8", "--pool-capacity", "64",
-            "--probe-tasks", "8", "--probes-per-task", "2",
-            "--env-options", "reward=binary,num_train_levels=50", "--out", str(tmp_path), "--json", "--no-plot"]
+    argv = [
+        "train",
+        "--env",
+        "sokoban",
+        "--seeds",
+        "0",
+        "--iterations",
+        "2",
+        "--eval-every",
+        "2",
+        "--episodes-per-iteration",
+        "8",
+        "--eval-episodes",
+        "8",
+        "--pool-capacity",
+        "64",
+        "--probe-tasks",
+        "8",
+        "--probes-per-task",
+        "2",
+        "--env-options",
+        "reward=binary,num_train_levels=50",
+        "--out",
+        str(tmp_path),
+        "--json",
+        "--no-plot",
+    ]
     assert cli.main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["env_options"] == {"reward": "binary", "num_train_levels": 50}

@@ -17,7 +17,10 @@ def test_every_algorithm_searches_the_shared_settings_and_its_own_knobs():
     for algorithm in tuning.SPACES:
         names = list(tuning.space(algorithm))
         assert names[:3] == ["learning_rate", "kl_coef", "kl_decay_fraction"]
-        first, again = tuning.draw_configurations(algorithm, 6, seed=3), tuning.draw_configurations(algorithm, 6, seed=3)
+        first, again = (
+            tuning.draw_configurations(algorithm, 6, seed=3),
+            tuning.draw_configurations(algorithm, 6, seed=3),
+        )
         assert first == again and len({tuple(sorted(p.items())) for p in first}) == 6  # seeded, distinct
         assert first != tuning.draw_configurations(algorithm, 6, seed=4)
         for point in first:
@@ -31,15 +34,22 @@ def test_every_algorithm_searches_the_shared_settings_and_its_own_knobs():
 
 def test_a_configuration_becomes_a_beta_schedule_over_its_share_of_the_run():
     point = {"learning_rate": 1e-3, "kl_coef": 0.3, "kl_decay_fraction": 0.25, "num_minibatches": 4}
-    assert tuning.as_overrides(point, 100) == {"learning_rate": 1e-3, "kl_coef": 0.3, "num_minibatches": 4,
-                                               "kl_coef_final": 0.0, "kl_decay_iterations": 25}
+    assert tuning.as_overrides(point, 100) == {
+        "learning_rate": 1e-3,
+        "kl_coef": 0.3,
+        "num_minibatches": 4,
+        "kl_coef_final": 0.0,
+        "kl_decay_iterations": 25,
+    }
     flat = tuning.as_overrides({**point, "kl_coef": 0.0, "kl_decay_fraction": 1.0}, 100)
     assert flat["kl_coef_final"] is None and flat["kl_decay_iterations"] is None
 
 
 def test_configurations_that_differ_only_in_sweep_axes_share_one_program():
-    points = [{"learning_rate": lr, "kl_coef": 0.0, "kl_decay_fraction": 1.0, "updates_per_iteration": u,
-               "entropy_coef": 0.0} for lr, u in ((1e-3, 1), (3e-3, 4), (1e-2, 1))]
+    points = [
+        {"learning_rate": lr, "kl_coef": 0.0, "kl_decay_fraction": 1.0, "updates_per_iteration": u, "entropy_coef": 0.0}
+        for lr, u in ((1e-3, 1), (3e-3, 4), (1e-2, 1))
+    ]
     groups = tuning.group_sweeps("bandit", points, [0, 1], algorithm="reinforce", **BUDGET)
     assert [indices for _, indices in groups] == [[0, 2], [1]]
     sweep, _ = groups[0]
@@ -49,8 +59,9 @@ def test_configurations_that_differ_only_in_sweep_axes_share_one_program():
 
 @pytest.mark.slow
 def test_compare_search_reports_the_best_configuration_as_a_plain_run_gives_it():
-    comparison = compare("bandit", ["reinforce"], seeds=[3], search=3, search_seed=1, tuning_seeds=[7, 8],
-                         overrides=BUDGET)
+    comparison = compare(
+        "bandit", ["reinforce"], seeds=[3], search=3, search_seed=1, tuning_seeds=[7, 8], overrides=BUDGET
+    )
     [result] = comparison.results
     assert len(result.tuning) == 3 and all(len(row["auc_per_seed"]) == 2 for row in result.tuning)
     best = max(result.tuning, key=lambda row: row["auc_mean"])
@@ -70,7 +81,9 @@ def test_compare_search_refuses_an_unfair_protocol():
         compare("bandit", ["ftw"], seeds=[0], search=2, learning_rates=[0.01, 0.1], tuning_seeds=[7], overrides=BUDGET)
     with pytest.raises(ValueError, match="random search of 2 configurations needs tuning seeds"):
         compare("bandit", ["ftw"], seeds=[0], search=2, overrides=BUDGET)
-    with pytest.raises(ValueError, match=r"grpo: a searched configuration: .* must be a multiple of group_size \(G=16\)"):
+    with pytest.raises(
+        ValueError, match=r"grpo: a searched configuration: .* must be a multiple of group_size \(G=16\)"
+    ):
         compare("bandit", ["grpo"], seeds=[0], search=4, tuning_seeds=[7], overrides=BUDGET)  # B = 8 < 16
     with pytest.raises(ValueError, match="kl_coef is/are searched for ftw"):
         compare("bandit", ["ftw"], seeds=[0], search=2, tuning_seeds=[7], overrides={**BUDGET, "kl_coef": 0.1})
@@ -79,8 +92,13 @@ def test_compare_search_refuses_an_unfair_protocol():
 def test_tuning_rows_of_several_algorithms_make_one_csv(tmp_path):
     from ftw_jax.runs import write_csv
 
-    rows = [{"algorithm": "ftw", "learning_rate": 0.003, "batch_size": 16, "auc_mean": 0.5},
-            {"algorithm": "ppo", "learning_rate": 0.001, "num_minibatches": 4, "auc_mean": 0.6}]
+    rows = [
+        {"algorithm": "ftw", "learning_rate": 0.003, "batch_size": 16, "auc_mean": 0.5},
+        {"algorithm": "ppo", "learning_rate": 0.001, "num_minibatches": 4, "auc_mean": 0.6},
+    ]
     write_csv(tmp_path / "tuning.csv", rows)
     assert (tmp_path / "tuning.csv").read_text().splitlines() == [
-        "algorithm,learning_rate,batch_size,auc_mean,num_minibatches", "ftw,0.003,16,0.5,", "ppo,0.001,,0.6,4"]
+        "algorithm,learning_rate,batch_size,auc_mean,num_minibatches",
+        "ftw,0.003,16,0.5,",
+        "ppo,0.001,,0.6,4",
+    ]

@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from conftest import make_trajectories
 
 import ftw_jax
-from conftest import make_trajectories
 from ftw_jax import losses
 from ftw_jax import pool as pool_lib
 
@@ -74,11 +74,18 @@ def test_loss_and_step_match_the_written_out_loss(normalisation, elite_path):
         start, pool, key
     )
     elites = ftw_jax.select_elites(
-        jax.random.key(3), pool.trajectories.episode_return, pool_lib.valid_mask(pool), num_batches=3, batch_size=4, num_elites=2
+        jax.random.key(3),
+        pool.trajectories.episode_return,
+        pool_lib.valid_mask(pool),
+        num_batches=3,
+        batch_size=4,
+        num_elites=2,
     )
     loss, grads = jax.value_and_grad(expected_loss)(start.params, start.params, pool, elites, 0.3, normalisation)
     np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-5)
-    chex.assert_trees_all_close(new_state.params, jax.tree.map(lambda p, g: p - 0.5 * g, start.params, grads), rtol=1e-5)
+    chex.assert_trees_all_close(
+        new_state.params, jax.tree.map(lambda p, g: p - 0.5 * g, start.params, grads), rtol=1e-5
+    )
     assert bool(metrics["applied"]) and int(new_state.version) == 1
     returns = np.asarray(pool.trajectories.episode_return)[np.asarray(elites)]
     np.testing.assert_allclose(metrics["elite_return_mean"], returns.mean(), rtol=1e-6)
@@ -94,14 +101,24 @@ def test_traced_sizes_inside_the_config_give_the_written_out_loss_for_those_size
     TRACES.clear()
     for sizes in ((2, 3, 1), (3, 4, 2), (1, 2, 2)):
         new_state, metrics = update(start, pool, jax.random.key(3), ftw_jax.Sizes(*map(jnp.int32, sizes)))
-        elites = ftw_jax.select_elites_masked(jax.random.key(3), pool.trajectories.episode_return,
-                                              pool_lib.valid_mask(pool), sizes, max_batches=3, max_batch_size=4,
-                                              max_elites=2)
+        elites = ftw_jax.select_elites_masked(
+            jax.random.key(3),
+            pool.trajectories.episode_return,
+            pool_lib.valid_mask(pool),
+            sizes,
+            max_batches=3,
+            max_batch_size=4,
+            max_elites=2,
+        )
         kept = np.asarray(elites)[: sizes[0], : sizes[2]]
         assert (kept >= 0).all() and (np.asarray(elites) >= 0).sum() == sizes[0] * sizes[2]
-        loss, grads = jax.value_and_grad(expected_loss)(start.params, start.params, pool, jnp.asarray(kept), 0.3, "token")
+        loss, grads = jax.value_and_grad(expected_loss)(
+            start.params, start.params, pool, jnp.asarray(kept), 0.3, "token"
+        )
         np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-5)
-        chex.assert_trees_all_close(new_state.params, jax.tree.map(lambda p, g: p - 0.5 * g, start.params, grads), rtol=1e-5)
+        chex.assert_trees_all_close(
+            new_state.params, jax.tree.map(lambda p, g: p - 0.5 * g, start.params, grads), rtol=1e-5
+        )
         np.testing.assert_allclose(metrics["unique_elite_fraction"], len(np.unique(kept)) / kept.size, rtol=1e-6)
     traces = len(TRACES)
     update(start, pool, jax.random.key(4), ftw_jax.Sizes(*map(jnp.int32, (1, 1, 1))))
@@ -125,7 +142,9 @@ def test_no_op_until_the_pool_holds_c_entries():
 
 def test_non_finite_steps_never_reach_the_params():
     pool = filled_pool()
-    poisoned = pool.replace(trajectories=pool.trajectories.replace(observation=pool.trajectories.observation.at[:, 0, 0].set(jnp.nan)))
+    poisoned = pool.replace(
+        trajectories=pool.trajectories.replace(observation=pool.trajectories.observation.at[:, 0, 0].set(jnp.nan))
+    )
     start = state()
     new_state, metrics = ftw_jax.make_update(linear_apply, config())(start, poisoned, jax.random.key(0))
     chex.assert_trees_all_equal(new_state, start)
@@ -170,7 +189,9 @@ def test_reverse_kl_direction_changes_the_kl():
     pool = filled_pool()
     moved = state().replace(params=jax.tree.map(lambda p: p + jnp.array([0.7, -0.7]), initial_params()))
     _, forward = ftw_jax.make_update(linear_apply, config())(moved, pool, jax.random.key(0))
-    _, reverse = ftw_jax.make_update(linear_apply, config(kl_direction="reference_to_policy"))(moved, pool, jax.random.key(0))
+    _, reverse = ftw_jax.make_update(linear_apply, config(kl_direction="reference_to_policy"))(
+        moved, pool, jax.random.key(0)
+    )
     assert float(forward["kl"]) > 0 and float(reverse["kl"]) > 0
     assert not np.isclose(float(forward["kl"]), float(reverse["kl"]))
 
@@ -186,7 +207,10 @@ def test_repeated_updates_converge_to_the_kept_action_frequency():
     pool = pool_lib.add(pool_lib.init(N, jax.tree.map(lambda leaf: leaf[0], batch)), batch)
     update = ftw_jax.make_update(linear_apply, config())
     current = state(kl_coef=0.0, optimizer=optax.adam(0.02))
-    probability = lambda s: float(jax.nn.softmax(linear_apply(s.params, batch.observation[0]))[0, 1])
+
+    def probability(s):
+        return float(jax.nn.softmax(linear_apply(s.params, batch.observation[0]))[0, 1])
+
     assert probability(current) < 0.7
     tail = []
     for step, key in enumerate(jax.random.split(jax.random.key(0), 400)):
@@ -275,12 +299,18 @@ def test_importance_weights_and_their_cap():
     pool = on_policy(filled_pool(), initial_params())
     full = dict(num_batches=1, batch_size=N, num_elites=N, elite_path="gather")  # every entry kept once
     _, metrics = ftw_jax.make_update(linear_apply, config(**full))(state(kl_coef=0.0), pool, jax.random.key(0))
-    assert float(metrics["elite_ess_fraction"]) == pytest.approx(1.0) and abs(float(metrics["elite_log_weight_mean"])) < 1e-6
+    assert (
+        float(metrics["elite_ess_fraction"]) == pytest.approx(1.0)
+        and abs(float(metrics["elite_log_weight_mean"])) < 1e-6
+    )
     # Behaviour log-probs lowered by 0.1 per policy step: w = exp(0.1 · steps) = 1.105, 1.221, 1.350 for 1-3 steps.
-    shifted = pool.replace(trajectories=pool.trajectories.replace(behaviour_logp=pool.trajectories.behaviour_logp - 0.1))
+    shifted = pool.replace(
+        trajectories=pool.trajectories.replace(behaviour_logp=pool.trajectories.behaviour_logp - 0.1)
+    )
     cap = 1.2
     _, metrics = ftw_jax.make_update(linear_apply, config(**full, importance_weight_cap=cap))(
-        state(kl_coef=0.0), shifted, jax.random.key(0))
+        state(kl_coef=0.0), shifted, jax.random.key(0)
+    )
     batch = shifted.trajectories
     steps = batch.mask.sum(1)
     weights = jnp.minimum(jnp.exp(0.1 * steps), cap)
@@ -306,8 +336,14 @@ def test_trust_region_monitor_measures_the_step_it_logs():
     np.testing.assert_allclose(metrics["trpo_penalty"], 4 * 7.0 * 0.9 * tv.max() ** 2 / 0.01, rtol=1e-4)
     assert float(metrics["policy_kl_max"]) >= float(metrics["policy_kl_mean"]) > 0
     # No step, no movement.
-    _, idle = update(state(), pool_lib.add(pool_lib.init(N, jax.tree.map(lambda l: l[0], pool.trajectories)),
-                                          jax.tree.map(lambda l: l[:2], pool.trajectories)), jax.random.key(3))
+    _, idle = update(
+        state(),
+        pool_lib.add(
+            pool_lib.init(N, jax.tree.map(lambda leaf: leaf[0], pool.trajectories)),
+            jax.tree.map(lambda leaf: leaf[:2], pool.trajectories),
+        ),
+        jax.random.key(3),
+    )
     assert not bool(idle["applied"]) and float(idle["policy_kl_max"]) == 0.0
 
 
@@ -317,13 +353,17 @@ def test_the_stepwise_loss_of_a_markov_policy_takes_the_same_step(normalisation,
     """Run on the kept steps alone, in chunks, the loss, the gradient step and every metric are the dense loss's."""
     pool = filled_pool(returns=jnp.array([3.0, 1, 7, 2, 5, 0, 6, 4]))
     ended = jnp.arange(T)[None, :] < (1 + jnp.arange(N)[:, None] % T)  # episodes of 1..T steps, then padding
-    pool = pool.replace(trajectories=pool.trajectories.replace(
-        alive=ended, observation=jnp.where(ended[..., None], pool.trajectories.observation, jnp.nan)))
+    pool = pool.replace(
+        trajectories=pool.trajectories.replace(
+            alive=ended, observation=jnp.where(ended[..., None], pool.trajectories.observation, jnp.nan)
+        )
+    )
     options = dict(normalisation=normalisation, elite_path=elite_path, num_batches=5)
     start = state(kl_coef=0.3, optimizer=optax.adam(0.1))
     dense_state, dense = ftw_jax.make_update(linear_apply, config(**options))(start, pool, jax.random.key(4))
     stepwise_state, stepwise = ftw_jax.make_update(linear_apply, config(**options), markov=True)(
-        start, pool, jax.random.key(4))
+        start, pool, jax.random.key(4)
+    )
     assert bool(dense["applied"]) and bool(stepwise["applied"])
     chex.assert_trees_all_close(stepwise_state, dense_state, rtol=1e-5, atol=1e-7)
     assert set(stepwise) == set(dense)
@@ -352,8 +392,16 @@ def test_the_stepwise_loss_stops_after_the_last_kept_step():
     assert len(calls) == 2 * 2
 
 
-DIAGNOSTICS = ("pool_staleness_mean", "pool_staleness_max", "pool_staleness_histogram", "policy_kl_mean",
-               "policy_kl_max", "policy_tv_mean", "policy_tv_max", "trpo_penalty")
+DIAGNOSTICS = (
+    "pool_staleness_mean",
+    "pool_staleness_max",
+    "pool_staleness_histogram",
+    "policy_kl_mean",
+    "policy_kl_max",
+    "policy_tv_mean",
+    "policy_tv_max",
+    "trpo_penalty",
+)
 
 
 @pytest.mark.parametrize("traced", [False, True])
@@ -383,16 +431,25 @@ def test_ftw_runs_the_pool_diagnostics_once_per_batch_even_under_vmap():
     from ftw_jax.algos.base import Context, Hyperparameters
 
     algo = algos.get("ftw")
-    ftw_config = algo.config(pool_capacity=N, num_batches=3, batch_size=4, num_elites=2, monitor_entries=4,
-                             updates_per_iteration=3)
+    ftw_config = algo.config(
+        pool_capacity=N, num_batches=3, batch_size=4, num_elites=2, monitor_entries=4, updates_per_iteration=3
+    )
     batch = filled_pool().trajectories
-    context = Context(policy=_LinearModule(), make_network=None, optimizer=optax.sgd(0.5),
-                      example=jax.tree.map(lambda leaf: leaf[0], batch), episodes_per_iteration=N)
+    context = Context(
+        policy=_LinearModule(),
+        make_network=None,
+        optimizer=optax.sgd(0.5),
+        example=jax.tree.map(lambda leaf: leaf[0], batch),
+        episodes_per_iteration=N,
+    )
     learner = algo.make_learner(ftw_config, context)
-    hyperparameters = Hyperparameters(kl_coef=jnp.float32(0.3), learning_rate=jnp.float32(0.5),
-                                              algorithm=algo.hyperparameters(ftw_config))
+    hyperparameters = Hyperparameters(
+        kl_coef=jnp.float32(0.3), learning_rate=jnp.float32(0.5), algorithm=algo.hyperparameters(ftw_config)
+    )
     observation = batch.observation[:1, 0]
-    members = jax.vmap(lambda key: learner.init(key, observation, hyperparameters))(jax.random.split(jax.random.key(0), 2))
+    members = jax.vmap(lambda key: learner.init(key, observation, hyperparameters))(
+        jax.random.split(jax.random.key(0), 2)
+    )
     learn = jax.jit(jax.vmap(lambda state, key: learner.learn(state, batch, key, hyperparameters)))
     keys = jax.random.split(jax.random.key(1), 2)
     _, metrics = learn(members, keys)
@@ -452,8 +509,16 @@ def test_kl_value_and_gradient_by_hand_away_from_the_reference(kl_direction):
     update = ftw_jax.make_update(linear_apply, config(kl_direction=kl_direction, elite_path="gather"))
     new_state, metrics = update(start, pool, jax.random.key(3))
 
-    elites = np.asarray(ftw_jax.select_elites(jax.random.key(3), pool.trajectories.episode_return,
-                                              pool_lib.valid_mask(pool), num_batches=3, batch_size=4, num_elites=2))
+    elites = np.asarray(
+        ftw_jax.select_elites(
+            jax.random.key(3),
+            pool.trajectories.episode_return,
+            pool_lib.valid_mask(pool),
+            num_batches=3,
+            batch_size=4,
+            num_elites=2,
+        )
+    )
     batch = jax.tree.map(lambda leaf: np.asarray(leaf, np.float64)[elites.reshape(-1)], pool.trajectories)
     obs, actions, mask = batch.observation, batch.action.astype(int), batch.mask  # [M, T, D], [M, T], [M, T]
     as64 = lambda tree: {name: np.asarray(value, np.float64) for name, value in tree.items()}  # noqa: E731
@@ -473,8 +538,10 @@ def test_kl_value_and_gradient_by_hand_away_from_the_reference(kl_direction):
     np.testing.assert_allclose(metrics["kl"], kl, rtol=1e-5)
     np.testing.assert_allclose(metrics["loss"], cross_entropy + kl_coef * kl, rtol=1e-5)
     logit_grad = mask[..., None] * (p - np.eye(A)[actions] + kl_coef * kl_logit_grad) / steps  # [M, T, A]
-    expected = {"w": params64["w"] - learning_rate * np.einsum("mtd,mta->da", obs, logit_grad),
-                "b": params64["b"] - learning_rate * logit_grad.sum((0, 1))}
+    expected = {
+        "w": params64["w"] - learning_rate * np.einsum("mtd,mta->da", obs, logit_grad),
+        "b": params64["b"] - learning_rate * logit_grad.sum((0, 1)),
+    }
     chex.assert_trees_all_close(as64(new_state.params), expected, rtol=1e-4, atol=1e-6)
 
 
@@ -529,8 +596,9 @@ def test_sizes_outside_the_maxima_are_refused_when_concrete_and_clamped_and_flag
 
 def test_nan_behaviour_log_probs_are_flagged():
     pool = filled_pool()
-    bad = pool.replace(trajectories=pool.trajectories.replace(behaviour_logp=jnp.full_like(
-        pool.trajectories.behaviour_logp, jnp.nan)))
+    bad = pool.replace(
+        trajectories=pool.trajectories.replace(behaviour_logp=jnp.full_like(pool.trajectories.behaviour_logp, jnp.nan))
+    )
     _, metrics = ftw_jax.make_update(linear_apply, config())(state(), bad, jax.random.key(13))
     assert bool(metrics["behaviour_logp_nonfinite"]) and bool(metrics["applied"])
     _, metrics = ftw_jax.make_update(linear_apply, config())(state(), pool, jax.random.key(14))

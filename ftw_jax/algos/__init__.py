@@ -1,7 +1,7 @@
 """Every algorithm the training program runs, by name. A new one is a module and a line here.
 
-    algorithm = ALGORITHMS["ppo"]                 # an `Algorithm`: name, config class, make_learner, ...
-    learner = algorithm.make_learner(algorithm.config(), context)
+algorithm = ALGORITHMS["ppo"]                 # an `Algorithm`: name, config class, make_learner, ...
+learner = algorithm.make_learner(algorithm.config(), context)
 """
 
 from ftw_jax.algos import ftw, grpo, ppo, reinforce

@@ -9,9 +9,9 @@ which algorithm it runs.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any, Protocol
 
-import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -22,13 +22,24 @@ from ftw_jax.settings import setting
 from ftw_jax.state import PolicyState
 
 
+class Policy(Protocol):
+    """What an algorithm uses of a network; every Flax module has both methods."""
+
+    def init(self, key: jax.Array, observation: Any, /) -> Any:
+        """The network's params for `observation` [T, ...]."""
+        ...
+
+    def apply(self, params: Any, observation: Any, /) -> Any:
+        """Logits [T, A] (a critic: values [T, 1]) for `observation` [T, ...]."""
+        ...
+
+
 def updates_per_iteration_setting():
     """U, declared by every algorithm that takes several steps per batch."""
     return setting(1, "U, updates per iteration (FTW: from the pool; GRPO: steps on the batch; PPO: epochs)")
 
 
-@flax.struct.dataclass
-class Hyperparameters:
+class Hyperparameters(flax.struct.PyTreeNode):
     """What may differ between the members of one compiled program (a sweep vmaps over these)."""
 
     kl_coef: jax.Array  # [] float32: β at the start (it decays to `kl_coef_final` if that is set)
@@ -52,8 +63,9 @@ def with_learning_rate(tree: Any, learning_rate: jax.Array) -> Any:
 class Context:
     """What the training program gives an algorithm."""
 
-    policy: nn.Module  # policy.apply(params, observation [T, ...]) -> logits [T, A]
-    make_network: Callable[[int], nn.Module]  # the policy's architecture with that many outputs (a critic: 1)
+    policy: Policy
+    # The policy's architecture with that many outputs (a critic: 1); None where there is no such network (an LM).
+    make_network: Callable[[int], Policy] | None
     optimizer: optax.GradientTransformation  # its learning rate injected (`optax.inject_hyperparams`)
     example: Trajectory  # an all-zero trajectory [T, ...]: the shapes `learn` receives, batched
     episodes_per_iteration: int  # B
@@ -61,8 +73,9 @@ class Context:
     # `policy.init`'s), fitted to demonstrations where the run asks for a warm start. Default: `given_or_fresh_params`.
     init_params: Callable[[jax.Array, Any, Any], Any] | None = None
 
-    def init_policy(self, key: jax.Array, observation: Any, hyperparameters: Hyperparameters,
-                    start: Any = None) -> PolicyState:
+    def init_policy(
+        self, key: jax.Array, observation: Any, hyperparameters: Hyperparameters, start: Any = None
+    ) -> PolicyState:
         """Starting policy params (the KL's reference), the optimizer at the member's learning rate, β."""
         params = (self.init_params or self.given_or_fresh_params)(key, observation, start)
         state = PolicyState.create(params, self.optimizer, kl_coef=hyperparameters.kl_coef)

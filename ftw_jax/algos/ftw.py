@@ -32,16 +32,14 @@ class FTWConfig(UpdateConfig):
         check_positive_int("updates_per_iteration", self.updates_per_iteration)
 
 
-@flax.struct.dataclass
-class FTWHyperparameters:
+class FTWHyperparameters(flax.struct.PyTreeNode):
     """FTW's sweepable sizes as int32 arrays inside the config's (`Hyperparameters.algorithm`)."""
 
     pool_capacity: jax.Array  # N: the pool's slots in use (`pool.init`'s `slots_in_use`)
     sizes: Sizes  # J, C, K of every update
 
 
-@flax.struct.dataclass
-class FTWLearnerState:
+class FTWLearnerState(flax.struct.PyTreeNode):
     policy: PolicyState
     pool: pool_lib.Pool
 
@@ -50,8 +48,9 @@ def make_learner(config: FTWConfig, context: Context) -> Learner:
     update = make_update(context.policy.apply, config, markov=getattr(context.policy, "markov", False))
 
     def init(key: jax.Array, observation, hyperparameters: Hyperparameters, start=None) -> FTWLearnerState:
-        pool = pool_lib.init(config.pool_capacity, context.example,
-                             slots_in_use=hyperparameters.algorithm.pool_capacity)
+        pool = pool_lib.init(
+            config.pool_capacity, context.example, slots_in_use=hyperparameters.algorithm.pool_capacity
+        )
         return FTWLearnerState(policy=context.init_policy(key, observation, hyperparameters, start), pool=pool)
 
     def learn(state: FTWLearnerState, batch, key: jax.Array, hyperparameters: Hyperparameters):
@@ -62,8 +61,11 @@ def make_learner(config: FTWConfig, context: Context) -> Learner:
             key, u = inputs  # the pool-wide diagnostics only on the last update, the one a run reports
             return update(policy, pool, key, hyperparameters.algorithm.sizes, u == last if last else True)
 
-        policy, metrics = jax.lax.scan(step, state.policy, (jax.random.split(key, config.updates_per_iteration),
-                                                            jnp.arange(config.updates_per_iteration)))
+        policy, metrics = jax.lax.scan(
+            step,
+            state.policy,
+            (jax.random.split(key, config.updates_per_iteration), jnp.arange(config.updates_per_iteration)),
+        )
         return FTWLearnerState(policy=policy, pool=pool), metrics
 
     return Learner(init=init, learn=learn, steps_per_batch=config.updates_per_iteration)
@@ -71,15 +73,18 @@ def make_learner(config: FTWConfig, context: Context) -> Learner:
 
 def hyperparameters(config: FTWConfig) -> FTWHyperparameters:
     as_array = lambda size: jnp.asarray(size, jnp.int32)  # noqa: E731
-    return FTWHyperparameters(pool_capacity=as_array(config.pool_capacity),
-                              sizes=jax.tree.map(as_array, Sizes.of(config)))
+    return FTWHyperparameters(
+        pool_capacity=as_array(config.pool_capacity), sizes=jax.tree.map(as_array, Sizes.of(config))
+    )
 
 
 def check(config: FTWConfig, episodes_per_iteration: int) -> None:
     if episodes_per_iteration > config.pool_capacity:
-        raise ValueError(f"episodes_per_iteration (B={episodes_per_iteration}) must be <= pool_capacity "
-                         f"(N={config.pool_capacity}).")
+        raise ValueError(
+            f"episodes_per_iteration (B={episodes_per_iteration}) must be <= pool_capacity (N={config.pool_capacity})."
+        )
 
 
-ALGORITHM = Algorithm(name="ftw", config=FTWConfig, make_learner=make_learner, hyperparameters=hyperparameters,
-                      check=check)
+ALGORITHM = Algorithm(
+    name="ftw", config=FTWConfig, make_learner=make_learner, hyperparameters=hyperparameters, check=check
+)

@@ -56,8 +56,10 @@ class GRPOConfig:
     normalise_advantages: bool = setting(True, "GRPO: divide advantages by the group's sd")
     clip_epsilon: float = clip_epsilon_setting()
     kl_estimate: Literal["k3", "exact"] = setting(
-        "k3", "GRPO's KL term: k3 at the sampled actions as TRL (its gradient follows KL(ref || pi)), or the exact "
-              "KL(pi || ref) the other methods use")
+        "k3",
+        "GRPO's KL term: k3 at the sampled actions as TRL (its gradient follows KL(ref || pi)), or the exact "
+        "KL(pi || ref) the other methods use",
+    )
     entropy_coef: float = entropy_coef_setting()
 
     def __post_init__(self):
@@ -72,8 +74,9 @@ class GRPOConfig:
 
 def make_step(config: GRPOConfig, apply_fn):
     """GRPO's step: the clipped ratio to the behaviour policy + β·KL (k3 or exact) − the entropy bonus."""
-    return make_policy_gradient_update(apply_fn, clip_epsilon=config.clip_epsilon, kl_estimate=config.kl_estimate,
-                                       entropy_coef=config.entropy_coef)
+    return make_policy_gradient_update(
+        apply_fn, clip_epsilon=config.clip_epsilon, kl_estimate=config.kl_estimate, entropy_coef=config.entropy_coef
+    )
 
 
 def advantages(config: GRPOConfig, returns):
@@ -88,16 +91,19 @@ def make_learner(config: GRPOConfig, context: Context) -> Learner:
         return BatchLearnerState(policy=context.init_policy(key, observation, hyperparameters, start))
 
     def learn(state, batch, key, hyperparameters):
-        return repeated_steps(update, state, batch, advantages(config, batch.episode_return),
-                              config.updates_per_iteration)
+        return repeated_steps(
+            update, state, batch, advantages(config, batch.episode_return), config.updates_per_iteration
+        )
 
     return Learner(init=init, learn=learn, group_size=config.group_size, steps_per_batch=config.updates_per_iteration)
 
 
 def check(config: GRPOConfig, episodes_per_iteration: int) -> None:
     if episodes_per_iteration % config.group_size:
-        raise ValueError(f"episodes_per_iteration (B={episodes_per_iteration}) must be a multiple of "
-                         f"group_size (G={config.group_size}) for GRPO.")
+        raise ValueError(
+            f"episodes_per_iteration (B={episodes_per_iteration}) must be a multiple of "
+            f"group_size (G={config.group_size}) for GRPO."
+        )
 
 
 ALGORITHM = Algorithm(name="grpo", config=GRPOConfig, make_learner=make_learner, check=check)

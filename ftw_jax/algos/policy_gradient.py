@@ -7,7 +7,8 @@ normalisation does. docs/baselines.md writes their maths out.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import chex
 import flax.struct
@@ -30,12 +31,14 @@ def clip_epsilon_setting():
 
 def entropy_coef_setting(default: float = 0.0):
     """The entropy bonus's weight, declared by every baseline (PPO's references use 0.01, TRL's GRPO none)."""
-    return setting(default, "the entropy bonus's weight: the loss subtracts it times the policy's mean entropy "
-                            "(baselines; PPO's default 0.01 as its references, REINFORCE's and GRPO's 0)")
+    return setting(
+        default,
+        "the entropy bonus's weight: the loss subtracts it times the policy's mean entropy "
+        "(baselines; PPO's default 0.01 as its references, REINFORCE's and GRPO's 0)",
+    )
 
 
-@flax.struct.dataclass
-class BatchLearnerState:
+class BatchLearnerState(flax.struct.PyTreeNode):
     """A learner that keeps nothing but its policy between batches (REINFORCE, GRPO)."""
 
     policy: PolicyState
@@ -60,16 +63,22 @@ def k3_kl(log_probs: jax.Array, reference_log_probs: jax.Array) -> jax.Array:
     return jnp.exp(difference) - difference - 1.0
 
 
-def clipped_surrogate(log_probs: jax.Array, behaviour_log_probs: jax.Array, advantages: jax.Array,
-                      clip_epsilon: float) -> jax.Array:
+def clipped_surrogate(
+    log_probs: jax.Array, behaviour_log_probs: jax.Array, advantages: jax.Array, clip_epsilon: float
+) -> jax.Array:
     """PPO's per-step loss −min(r A, clip(r, 1 − ε, 1 + ε) A) with r = exp(log π − log q). Elementwise."""
     ratio = jnp.exp(log_probs - behaviour_log_probs)
     clipped = jnp.clip(ratio, 1.0 - clip_epsilon, 1.0 + clip_epsilon)
     return -jnp.minimum(ratio * advantages, clipped * advantages)
 
 
-def make_policy_gradient_update(apply_fn: Callable[[Any, Any], jax.Array], *, clip_epsilon: float | None = None,
-                                kl_estimate: Literal["exact", "k3"] = "exact", entropy_coef: float = 0.0):
+def make_policy_gradient_update(
+    apply_fn: Callable[[Any, Any], jax.Array],
+    *,
+    clip_epsilon: float | None = None,
+    kl_estimate: Literal["exact", "k3"] = "exact",
+    entropy_coef: float = 0.0,
+):
     """`update(state, batch, advantages) -> (state, metrics)`: one gradient step on a batch of B trajectories.
 
     loss = surrogate + β·KL − entropy_coef·entropy, each averaged over the policy's steps. The surrogate is
@@ -110,10 +119,19 @@ def make_policy_gradient_update(apply_fn: Callable[[Any, Any], jax.Array], *, cl
         )
         new_state, applied, _ = state.apply_if_finite(grads, loss)
         steps = jnp.maximum(jnp.sum(batch.mask), 1)
-        advantage_abs_mean = (jnp.sum(jnp.where(batch.mask, jnp.abs(advantages), 0.0)) / steps
-                              if advantages.ndim == 2 else jnp.mean(jnp.abs(advantages)))
-        metrics = {"loss": loss, **terms, "advantage_abs_mean": advantage_abs_mean,
-                   "grad_norm": optax.tree_utils.tree_norm(grads), "applied": applied, "version": new_state.version}
+        advantage_abs_mean = (
+            jnp.sum(jnp.where(batch.mask, jnp.abs(advantages), 0.0)) / steps
+            if advantages.ndim == 2
+            else jnp.mean(jnp.abs(advantages))
+        )
+        metrics = {
+            "loss": loss,
+            **terms,
+            "advantage_abs_mean": advantage_abs_mean,
+            "grad_norm": optax.tree_utils.tree_norm(grads),
+            "applied": applied,
+            "version": new_state.version,
+        }
         return new_state, metrics
 
     return update
@@ -121,6 +139,7 @@ def make_policy_gradient_update(apply_fn: Callable[[Any, Any], jax.Array], *, cl
 
 def repeated_steps(update, state: BatchLearnerState, batch: Trajectory, advantages: jax.Array, steps: int):
     """(state, metrics [steps]) after `steps` updates on the same batch and advantages."""
-    policy, metrics = jax.lax.scan(lambda policy, _: update(policy, batch, advantages), state.policy, None,
-                                   length=steps)
+    policy, metrics = jax.lax.scan(
+        lambda policy, _: update(policy, batch, advantages), state.policy, None, length=steps
+    )
     return BatchLearnerState(policy=policy), metrics

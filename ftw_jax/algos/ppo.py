@@ -11,7 +11,8 @@ or with `clip_value_loss` ½ max of that and the same for V_old + clip(V − V_o
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import chex
 import flax.struct
@@ -27,14 +28,15 @@ from ftw_jax.algos.policy_gradient import (
     make_policy_gradient_update,
 )
 from ftw_jax.checks import check_non_negative, check_positive_int
-from ftw_jax.envs.base import WithLegalActions
+from ftw_jax.envs.base import split_legal_actions
 from ftw_jax.pool import Trajectory
 from ftw_jax.settings import check_settings, setting
 from ftw_jax.state import PolicyState, apply_if_finite
 
 
-def gae_advantages(rewards: jax.Array, alive: jax.Array, values: jax.Array, *, discount: float,
-                   gae_lambda: float) -> jax.Array:
+def gae_advantages(
+    rewards: jax.Array, alive: jax.Array, values: jax.Array, *, discount: float, gae_lambda: float
+) -> jax.Array:
     """Per-step GAE(γ, λ) advantages of B episodes, 0 after each episode's end (Schulman et al. 2016).
 
     Backwards in time: δ_t = r_t + γ c_t V(h_{t+1}) − V(h_t) and A_t = δ_t + γ λ c_t A_{t+1}, where c_t says
@@ -82,11 +84,13 @@ def minibatch_indices(key: jax.Array, batch_size: int, num_minibatches: int) -> 
 @dataclasses.dataclass(frozen=True)
 class PPOConfig:
     updates_per_iteration: int = updates_per_iteration_setting()
-    num_minibatches: int = setting(4, "PPO: M minibatch steps per epoch, each on B/M of the batch's trajectories "
-                                      "(CleanRL and PureJaxRL: 4)")
+    num_minibatches: int = setting(
+        4, "PPO: M minibatch steps per epoch, each on B/M of the batch's trajectories (CleanRL and PureJaxRL: 4)"
+    )
     clip_epsilon: float = clip_epsilon_setting()
-    clip_value_loss: bool = setting(True, "PPO: clip the critic's change from its pre-epoch values at clip_epsilon "
-                                          "(as CleanRL and PureJaxRL)")
+    clip_value_loss: bool = setting(
+        True, "PPO: clip the critic's change from its pre-epoch values at clip_epsilon (as CleanRL and PureJaxRL)"
+    )
     entropy_coef: float = entropy_coef_setting(0.01)
     discount: float = setting(1.0, "PPO: gamma")
     gae_lambda: float = setting(0.95, "PPO: GAE lambda")
@@ -103,25 +107,26 @@ class PPOConfig:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}.")
 
 
-@flax.struct.dataclass
-class Critic:
+class Critic(flax.struct.PyTreeNode):
     params: Any
     opt_state: optax.OptState
 
 
-@flax.struct.dataclass
-class PPOLearnerState:
+class PPOLearnerState(flax.struct.PyTreeNode):
     policy: PolicyState
     critic: Critic
 
 
 def without_legal_actions(observation):
     """A critic reads the observation only (legal-action masks shape logits, not values)."""
-    return observation.observation if isinstance(observation, WithLegalActions) else observation
+    return split_legal_actions(observation)[0]
 
 
-def make_critic_update(value_fn: Callable[[Any, Any], jax.Array], optimizer: optax.GradientTransformation,
-                       clip_epsilon: float | None = None):
+def make_critic_update(
+    value_fn: Callable[[Any, Any], jax.Array],
+    optimizer: optax.GradientTransformation,
+    clip_epsilon: float | None = None,
+):
     """`update(critic, batch, targets, old_values) -> (critic, value_loss)`: one step on ½ (V(h_t) − target_t)²
     averaged over the alive steps; with `clip_epsilon` on ½ max((V − target)², (V_clipped − target)²) with
     V_clipped = V_old + clip(V − V_old, −ε, ε). `value_fn(params, observation [T, ...]) -> [T]`; a non-finite
@@ -147,8 +152,9 @@ def make_critic_update(value_fn: Callable[[Any, Any], jax.Array], optimizer: opt
 def ppo_advantages(config: PPOConfig, value_fn, critic_params, batch: Trajectory):
     """(advantages, value targets, values), each [B, T], for one PPO iteration: from before its epochs."""
     values = jax.lax.stop_gradient(jax.vmap(value_fn, in_axes=(None, 0))(critic_params, batch.observation))
-    advantages = gae_advantages(batch.reward, batch.alive, values, discount=config.discount,
-                                gae_lambda=config.gae_lambda)
+    advantages = gae_advantages(
+        batch.reward, batch.alive, values, discount=config.discount, gae_lambda=config.gae_lambda
+    )
     return advantages, advantages + values, values
 
 
@@ -159,18 +165,24 @@ def make_step(config: PPOConfig, apply_fn):
 
 def make_learner(config: PPOConfig, context: Context) -> Learner:
     policy_update = make_step(config, context.policy.apply)
+    if context.make_network is None:
+        raise ValueError("PPO needs a critic network of the policy's architecture, and this policy provides none.")
     critic_network = context.make_network(1)
     value_fn = lambda params, observation: critic_network.apply(  # noqa: E731
-        params, without_legal_actions(observation))[:, 0]
-    critic_update = make_critic_update(value_fn, context.optimizer,
-                                       config.clip_epsilon if config.clip_value_loss else None)
+        params, without_legal_actions(observation)
+    )[:, 0]
+    critic_update = make_critic_update(
+        value_fn, context.optimizer, config.clip_epsilon if config.clip_value_loss else None
+    )
 
     def init(key, observation, hyperparameters, start=None):
         policy_key, critic_key = jax.random.split(key)
         critic_params = critic_network.init(critic_key, without_legal_actions(observation))
         opt_state = with_learning_rate(context.optimizer.init(critic_params), hyperparameters.learning_rate)
-        return PPOLearnerState(policy=context.init_policy(policy_key, observation, hyperparameters, start),
-                               critic=Critic(params=critic_params, opt_state=opt_state))
+        return PPOLearnerState(
+            policy=context.init_policy(policy_key, observation, hyperparameters, start),
+            critic=Critic(params=critic_params, opt_state=opt_state),
+        )
 
     def learn(state: PPOLearnerState, batch, key, hyperparameters):
         advantages, targets, values = ppo_advantages(config, value_fn, state.critic.params, batch)
@@ -193,8 +205,10 @@ def make_learner(config: PPOConfig, context: Context) -> Learner:
 
 def check(config: PPOConfig, episodes_per_iteration: int) -> None:
     if episodes_per_iteration % config.num_minibatches:
-        raise ValueError(f"episodes_per_iteration (B={episodes_per_iteration}) must be a multiple of "
-                         f"num_minibatches (M={config.num_minibatches}) for PPO.")
+        raise ValueError(
+            f"episodes_per_iteration (B={episodes_per_iteration}) must be a multiple of "
+            f"num_minibatches (M={config.num_minibatches}) for PPO."
+        )
 
 
 ALGORITHM = Algorithm(name="ppo", config=PPOConfig, make_learner=make_learner, check=check)

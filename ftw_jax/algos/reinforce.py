@@ -47,15 +47,18 @@ def make_learner(config: ReinforceConfig, context: Context) -> Learner:
         return BatchLearnerState(policy=context.init_policy(key, observation, hyperparameters, start))
 
     def learn(state, batch, key, hyperparameters):
-        return repeated_steps(update, state, batch, advantages(config, batch.episode_return),
-                              config.updates_per_iteration)
+        return repeated_steps(
+            update, state, batch, advantages(config, batch.episode_return), config.updates_per_iteration
+        )
 
     return Learner(init=init, learn=learn, steps_per_batch=config.updates_per_iteration)
 
 
 def check(config: ReinforceConfig, episodes_per_iteration: int) -> None:
     if episodes_per_iteration < 2:  # R − mean(R) of one episode is 0: nothing would ever be learned
-        raise ValueError(f"REINFORCE's mean baseline needs episodes_per_iteration (B) >= 2, got {episodes_per_iteration}.")
+        raise ValueError(
+            f"REINFORCE's mean baseline needs episodes_per_iteration (B) >= 2, got {episodes_per_iteration}."
+        )
 
 
 ALGORITHM = Algorithm(name="reinforce", config=ReinforceConfig, make_learner=make_learner, check=check)

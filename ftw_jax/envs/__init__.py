@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ftw_jax.envs.bandit import GaussianBandit
 from ftw_jax.envs.base import Environment
@@ -40,27 +41,83 @@ def _gymnax(name: str, **options) -> GymnaxEnvironment:
 
 
 ENVIRONMENTS: dict[str, EnvEntry] = {
-    "bandit": EnvEntry(GaussianBandit, ("tabular",), dict(
-        num_iterations=240, episodes_per_iteration=1, pool_capacity=128, num_batches=4, batch_size=5,
-        num_elites=1, optimizer="sgd", learning_rate=0.08, kl_coef=0.05, eval_every=24, eval_episodes=64,
-        num_minibatches=1,  # PPO: one episode per iteration cannot be split
-    )),
+    "bandit": EnvEntry(
+        GaussianBandit,
+        ("tabular",),
+        dict(
+            num_iterations=240,
+            episodes_per_iteration=1,
+            pool_capacity=128,
+            num_batches=4,
+            batch_size=5,
+            num_elites=1,
+            optimizer="sgd",
+            learning_rate=0.08,
+            kl_coef=0.05,
+            eval_every=24,
+            eval_episodes=64,
+            num_minibatches=1,  # PPO: one episode per iteration cannot be split
+        ),
+    ),
     "cartpole": EnvEntry(functools.partial(_gymnax, "CartPole-v1"), ("mlp",), {}),  # the TrainConfig defaults
-    "sokoban": EnvEntry(Sokoban, ("conv", "mlp"), dict(
-        num_iterations=300, episodes_per_iteration=64, pool_capacity=512, num_batches=128, batch_size=4,
-        num_elites=1, optimizer="adam", learning_rate=3e-3, kl_coef=0.0, eval_every=20, eval_episodes=256,
-        updates_per_iteration=4, conv_channels=(16, 16), hidden_sizes=(128,),
-    )),
-    "search": EnvEntry(SearchTask, ("lm", "transformer"), dict(
-        num_iterations=400, episodes_per_iteration=128, pool_capacity=512, num_batches=32, batch_size=32,
-        num_elites=1, optimizer="adam", learning_rate=3e-3, kl_coef=0.5, kl_coef_final=0.0, eval_every=40,
-        eval_episodes=256, updates_per_iteration=4,
-    )),
-    "text-search": EnvEntry(TextSearchTask, ("lm",), dict(
-        num_iterations=100, episodes_per_iteration=64, pool_capacity=256, num_batches=16, batch_size=16,
-        num_elites=1, optimizer="adam", learning_rate=1e-3, kl_coef=0.1, eval_every=10, eval_episodes=256,
-        updates_per_iteration=2, warm_start_demonstrations=2048,
-    )),
+    "sokoban": EnvEntry(
+        Sokoban,
+        ("conv", "mlp"),
+        dict(
+            num_iterations=300,
+            episodes_per_iteration=64,
+            pool_capacity=512,
+            num_batches=128,
+            batch_size=4,
+            num_elites=1,
+            optimizer="adam",
+            learning_rate=3e-3,
+            kl_coef=0.0,
+            eval_every=20,
+            eval_episodes=256,
+            updates_per_iteration=4,
+            conv_channels=(16, 16),
+            hidden_sizes=(128,),
+        ),
+    ),
+    "search": EnvEntry(
+        SearchTask,
+        ("lm", "transformer"),
+        dict(
+            num_iterations=400,
+            episodes_per_iteration=128,
+            pool_capacity=512,
+            num_batches=32,
+            batch_size=32,
+            num_elites=1,
+            optimizer="adam",
+            learning_rate=3e-3,
+            kl_coef=0.5,
+            kl_coef_final=0.0,
+            eval_every=40,
+            eval_episodes=256,
+            updates_per_iteration=4,
+        ),
+    ),
+    "text-search": EnvEntry(
+        TextSearchTask,
+        ("lm",),
+        dict(
+            num_iterations=100,
+            episodes_per_iteration=64,
+            pool_capacity=256,
+            num_batches=16,
+            batch_size=16,
+            num_elites=1,
+            optimizer="adam",
+            learning_rate=1e-3,
+            kl_coef=0.1,
+            eval_every=10,
+            eval_episodes=256,
+            updates_per_iteration=2,
+            warm_start_demonstrations=2048,
+        ),
+    ),
 }
 
 
@@ -85,5 +142,15 @@ def make(name: str, **options) -> Environment:
     return env
 
 
-__all__ = ["ENVIRONMENTS", "EnvEntry", "Environment", "GaussianBandit", "GymnaxEnvironment", "SearchTask", "Sokoban", "TextSearchTask",
-           "entry", "make"]
+__all__ = [
+    "ENVIRONMENTS",
+    "EnvEntry",
+    "Environment",
+    "GaussianBandit",
+    "GymnaxEnvironment",
+    "SearchTask",
+    "Sokoban",
+    "TextSearchTask",
+    "entry",
+    "make",
+]

@@ -16,8 +16,7 @@ from ftw_jax.envs.base import Environment
 from ftw_jax.settings import check_settings, setting
 
 
-@flax.struct.dataclass
-class BanditParams:
+class BanditParams(flax.struct.PyTreeNode):
     arm_means: jax.Array  # [A]
     noise_sd: jax.Array  # []
 

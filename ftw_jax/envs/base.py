@@ -18,8 +18,7 @@ import jax
 import jax.numpy as jnp
 
 
-@flax.struct.dataclass
-class WithLegalActions:
+class WithLegalActions(flax.struct.PyTreeNode):
     """An observation together with the actions that are legal at this step (as in constrained decoding).
 
     A policy given one puts (practically) zero probability on illegal actions, in acting and in the loss
@@ -28,6 +27,13 @@ class WithLegalActions:
 
     observation: Any
     legal: jax.Array  # [A] bool (a trajectory holds [T, A])
+
+
+def split_legal_actions(observation: Any) -> tuple[Any, jax.Array | None]:
+    """(the observation itself, its legal actions [..., A] bool or None where it carries none)."""
+    if isinstance(observation, WithLegalActions):
+        return observation.observation, observation.legal
+    return observation, None
 
 
 class Environment(abc.ABC):
@@ -59,7 +65,9 @@ class Environment(abc.ABC):
         """(observation, state) of a new episode. The key is consumed."""
 
     @abc.abstractmethod
-    def step(self, key: jax.Array, state: Any, action: jax.Array, params: Any) -> tuple[Any, Any, jax.Array, jax.Array, dict]:
+    def step(
+        self, key: jax.Array, state: Any, action: jax.Array, params: Any
+    ) -> tuple[Any, Any, jax.Array, jax.Array, dict]:
         """(observation, state, reward, done, info) after `action`. The key is consumed."""
 
     def evaluation_params(self, params: Any) -> Any:

@@ -44,8 +44,7 @@ _FREE, _AFTER_SEARCH, _AFTER_ANSWER = range(3)
 MAX_ITEMS, MAX_STEPS = 256, 256
 
 
-@flax.struct.dataclass
-class SearchState:
+class SearchState(flax.struct.PyTreeNode):
     link: jax.Array  # [E] int32 entity index each entity links to
     value: jax.Array  # [E] int32 value index of each entity
     answer: jax.Array  # [] int32 the value token that is right
@@ -71,11 +70,13 @@ class SearchTask(Environment):
         if self.hops not in (1, 2):
             raise ValueError(f"hops must be 1 or 2, got {self.hops!r}.")
         if not (2 <= self.num_entities <= MAX_ITEMS and 2 <= self.num_values <= MAX_ITEMS):
-            raise ValueError(f"num_entities and num_values must be in [2, {MAX_ITEMS}], got {self.num_entities}, "
-                             f"{self.num_values}.")
+            raise ValueError(
+                f"num_entities and num_values must be in [2, {MAX_ITEMS}], got {self.num_entities}, {self.num_values}."
+            )
         if self.step_limit > MAX_STEPS:
-            raise ValueError(f"step_limit must be <= {MAX_STEPS} (the policy reads the whole history), "
-                             f"got {self.step_limit}.")
+            raise ValueError(
+                f"step_limit must be <= {MAX_STEPS} (the policy reads the whole history), got {self.step_limit}."
+            )
         needed = 2 + 5 * self.hops + 2  # question, (SEARCH e RESULT x y) per hop, ANSWER v
         if self.step_limit < needed:
             raise ValueError(f"step_limit must be >= {needed} for {self.hops} hop(s), got {self.step_limit}.")
@@ -149,8 +150,13 @@ class SearchTask(Environment):
         safe_entity = jnp.clip(entity, 0, self.num_entities - 1)
         result = jnp.where(
             is_entity,
-            jnp.stack([jnp.int32(RESULT), self.entity_token(state.link[safe_entity]),
-                       self.value_token(state.value[safe_entity])]),
+            jnp.stack(
+                [
+                    jnp.int32(RESULT),
+                    self.entity_token(state.link[safe_entity]),
+                    self.value_token(state.value[safe_entity]),
+                ]
+            ),
             jnp.array([RESULT, NONE, NONE], jnp.int32),
         )
         free = ~forced & (state.phase == _FREE)
@@ -161,7 +167,8 @@ class SearchTask(Environment):
         queue = jnp.where(forced, popped_queue, jnp.where(looked_up, result, state.queue))
         queue_length = jnp.where(forced, state.queue_length - 1, jnp.where(looked_up, _QUEUE, state.queue_length))
         phase = jnp.where(
-            searching, _AFTER_SEARCH,
+            searching,
+            _AFTER_SEARCH,
             jnp.where(free & (token == ANSWER), _AFTER_ANSWER, jnp.where(looked_up, _FREE, state.phase)),
         )
         searches = state.searches + searching

@@ -39,22 +39,19 @@ _PULL_PROBABILITY = 0.8
 MAX_SIDE, MAX_STEPS = 64, 1000
 
 
-@flax.struct.dataclass
-class Level:
+class Level(flax.struct.PyTreeNode):
     walls: jax.Array  # [H, W] bool
     targets: jax.Array  # [H, W] bool
     boxes: jax.Array  # [H, W] bool
     player: jax.Array  # [2] int32 (row, column)
 
 
-@flax.struct.dataclass
-class SokobanState:
+class SokobanState(flax.struct.PyTreeNode):
     level: Level  # walls and targets fixed; boxes and player as the episode goes
     time: jax.Array  # [] int32
 
 
-@flax.struct.dataclass
-class SokobanParams:
+class SokobanParams(flax.struct.PyTreeNode):
     split: jax.Array  # [] int32: 0 training levels, 1 held-out test levels
 
 
@@ -82,7 +79,8 @@ class Sokoban(Environment):
             raise ValueError(f"reward must be 'shaped' or 'binary', got {self.reward!r}.")
         if not 1 <= self.reverse_moves <= self.step_limit:
             raise ValueError(
-                f"reverse_moves must be in [1, step_limit={self.step_limit}] so a solution fits, got {self.reverse_moves}."
+                f"reverse_moves must be in [1, step_limit={self.step_limit}] so a solution fits, "
+                f"got {self.reverse_moves}."
             )
         if self.num_train_levels < 0:
             raise ValueError(f"num_train_levels must be >= 0, got {self.num_train_levels}.")
@@ -172,7 +170,9 @@ def _generate_once(key: jax.Array, env: Sokoban) -> tuple[Level, jax.Array]:
 
     def carve(carry, step_key):
         floor, position = carry
-        position = jnp.clip(position + jnp.asarray(MOVES)[jax.random.randint(step_key, (), 0, 4)], interior_low, interior_high)
+        position = jnp.clip(
+            position + jnp.asarray(MOVES)[jax.random.randint(step_key, (), 0, 4)], interior_low, interior_high
+        )
         return (floor.at[position[0], position[1]].set(True), position), None
 
     floor = jnp.zeros((height, width), bool).at[start[0], start[1]].set(True)
@@ -209,17 +209,19 @@ def _generate_once(key: jax.Array, env: Sokoban) -> tuple[Level, jax.Array]:
 
 def generate_level(key: jax.Array, env: Sokoban) -> Level:
     """A level from `key`: the first acceptable of a few attempts (the last one if none is)."""
-    levels, acceptable = jax.vmap(_generate_once, in_axes=(0, None))(
-        jax.random.split(key, _GENERATION_ATTEMPTS), env
-    )
+    levels, acceptable = jax.vmap(_generate_once, in_axes=(0, None))(jax.random.split(key, _GENERATION_ATTEMPTS), env)
     choice = jnp.where(jnp.any(acceptable), jnp.argmax(acceptable), _GENERATION_ATTEMPTS - 1)
     return jax.tree.map(lambda leaf: leaf[choice], levels)
 
 
 # RGB of the cell kinds drawn by `render`.
 _COLOURS = {
-    "floor": (235, 232, 222), "wall": (92, 84, 76), "target": (214, 69, 65), "box": (196, 142, 62),
-    "box_on_target": (86, 160, 90), "player": (52, 101, 164),
+    "floor": (235, 232, 222),
+    "wall": (92, 84, 76),
+    "target": (214, 69, 65),
+    "box": (196, 142, 62),
+    "box_on_target": (86, 160, 90),
+    "player": (52, 101, 164),
 }
 
 
@@ -244,9 +246,12 @@ def render(observation, cell: int = 16) -> np.ndarray:
     tile = lambda mask: np.tile(mask, wall.shape[-2:])  # noqa: E731  one cell's mask on every cell
     image = np.empty(wall.shape[:-2] + (wall.shape[-2] * cell, wall.shape[-1] * cell, 3), np.uint8)
     image[...] = _COLOURS["floor"]
-    for kind, where in (("wall", upsample(wall)), ("target", upsample(target) & tile(dot)),
-                        ("box", upsample(box & ~target) & tile(inset)),
-                        ("box_on_target", upsample(box & target) & tile(inset)),
-                        ("player", upsample(player) & tile(disc))):
+    for kind, where in (
+        ("wall", upsample(wall)),
+        ("target", upsample(target) & tile(dot)),
+        ("box", upsample(box & ~target) & tile(inset)),
+        ("box_on_target", upsample(box & target) & tile(inset)),
+        ("player", upsample(player) & tile(disc)),
+    ):
         image[where] = _COLOURS[kind]
     return image

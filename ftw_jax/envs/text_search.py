@@ -50,8 +50,10 @@ _FREE, _IN_SEARCH, _IN_ANSWER = range(3)
 QUESTION_WORDS = 12  # the longest question, "question : what is the colour of the friend of alice ?"
 INFORMATION_WORDS = 12  # "<information> alice : city paris , colour red , friend bob </information>"
 # What a model is told in the prompt when the task is written in its own tokens and chat template (`model`).
-INSTRUCTIONS = ("Look people up with <search> name </search>; facts appear in <information> </information>. "
-                "Reply <answer> word </answer>.")
+INSTRUCTIONS = (
+    "Look people up with <search> name </search>; facts appear in <information> </information>. "
+    "Reply <answer> word </answer>."
+)
 
 
 def _ids(text: str) -> list[int]:
@@ -70,11 +72,11 @@ class Lexicon:
     prompt_suffix: tuple[int, ...] = ()
 
     @classmethod
-    def words(cls) -> "Lexicon":
+    def words(cls) -> Lexicon:
         return cls(pieces=tuple((index,) for index in range(len(WORDS))), vocab_size=len(WORDS), prompt_prefix=(BOS,))
 
     @classmethod
-    def of_model(cls, path: str) -> "Lexicon":
+    def of_model(cls, path: str) -> Lexicon:
         """The lexicon of a Hugging Face folder: its tokenizer spells each word (after a space, as in running
         text), its chat template wraps the instructions and the question as the user's turn."""
         import json
@@ -88,15 +90,21 @@ class Lexicon:
         before, after = prompt.split(mark)
         pieces = tuple(tuple(tokenizer.encode(" " + word)) for word in WORDS)
         spelled = {}
-        for word, ids in zip(WORDS[len(SPECIAL):], pieces[len(SPECIAL):]):
+        for word, ids in zip(WORDS[len(SPECIAL) :], pieces[len(SPECIAL) :]):
             if not ids or ids in spelled:
-                raise ValueError(f"the tokenizer in {path} spells {word!r} as {list(ids)}, "
-                                 + (f"as it spells {spelled[ids]!r}" if ids in spelled else "no tokens")
-                                 + ": the task needs every word told apart.")
+                raise ValueError(
+                    f"the tokenizer in {path} spells {word!r} as {list(ids)}, "
+                    + (f"as it spells {spelled[ids]!r}" if ids in spelled else "no tokens")
+                    + ": the task needs every word told apart."
+                )
             spelled[ids] = word
         vocab_size = json.loads((pathlib.Path(path) / "config.json").read_text())["vocab_size"]
-        return cls(pieces=pieces, vocab_size=vocab_size, prompt_prefix=tuple(tokenizer.encode(before.rstrip(" "))),
-                   prompt_suffix=tuple(tokenizer.encode(after)))
+        return cls(
+            pieces=pieces,
+            vocab_size=vocab_size,
+            prompt_prefix=tuple(tokenizer.encode(before.rstrip(" "))),
+            prompt_suffix=tuple(tokenizer.encode(after)),
+        )
 
     @property
     def max_pieces(self) -> int:
@@ -108,8 +116,7 @@ class Lexicon:
         return jnp.array(table, jnp.int32), jnp.array([len(ids) for ids in self.pieces], jnp.int32)
 
 
-@flax.struct.dataclass
-class TextSearchState:
+class TextSearchState(flax.struct.PyTreeNode):
     friend: jax.Array  # [E] int32: each person's friend (a person index)
     city: jax.Array  # [E] int32: city index
     colour: jax.Array  # [E] int32: colour index
@@ -160,8 +167,10 @@ class TextSearchTask(Environment):
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}.")
         needed = self.two_hop_steps
         if not needed <= self.step_limit <= 4096:
-            raise ValueError(f"step_limit must be in [{needed}, 4096] (a two-hop episode takes {needed} steps), "
-                             f"got {self.step_limit!r}.")
+            raise ValueError(
+                f"step_limit must be in [{needed}, 4096] (a two-hop episode takes {needed} steps), "
+                f"got {self.step_limit!r}."
+            )
         if not 2 <= self.max_searches <= 16:
             raise ValueError(f"max_searches must be in [2, 16] (two hops need two), got {self.max_searches!r}.")
 
@@ -176,9 +185,14 @@ class TextSearchTask(Environment):
         prompt = len(self.lexicon.prompt_prefix) + len(self.lexicon.prompt_suffix) - 1  # the first is observed
         search = spelled("<search> </search> <information> : city , colour , friend </information>")
         longest = lambda words: max(len(self.lexicon.pieces[_ID[word]]) for word in words)  # noqa: E731
-        return (prompt + spelled("question : what is the colour of the friend of ?") + longest(NAMES)
-                + 2 * (search + 3 * longest(NAMES) + 2 * longest(CITIES + COLOURS))
-                + spelled("<answer> </answer>") + longest(CITIES + COLOURS))
+        return (
+            prompt
+            + spelled("question : what is the colour of the friend of ?")
+            + longest(NAMES)
+            + 2 * (search + 3 * longest(NAMES) + 2 * longest(CITIES + COLOURS))
+            + spelled("<answer> </answer>")
+            + longest(CITIES + COLOURS)
+        )
 
     @property
     def vocabulary_size(self) -> int:
@@ -207,8 +221,13 @@ class TextSearchTask(Environment):
         backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(_ID, unk_token="<unk>"))
         backend.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
         backend.add_special_tokens(list(SPECIAL))
-        return Tokenizer(backend=backend, chat_template=None, special_tokens={"bos_token": "<bos>", "pad_token": "<pad>"},
-                         eos_id=None, pad_id=PAD)
+        return Tokenizer(
+            backend=backend,
+            chat_template=None,
+            special_tokens={"bos_token": "<bos>", "pad_token": "<pad>"},
+            eos_id=None,
+            pad_id=PAD,
+        )
 
     def _spell(self, words: jax.Array, count) -> tuple[jax.Array, jax.Array]:
         """The tokens of the first `count` of `words` [n] (indices of WORDS), one after another: [n·P], length."""
@@ -225,11 +244,13 @@ class TextSearchTask(Environment):
     @property
     def queue_size(self) -> int:
         """Q: the longest stretch the environment writes at once (the prompt, or an <information> block)."""
-        prompt = len(self.lexicon.prompt_prefix) + len(self.lexicon.prompt_suffix) + QUESTION_WORDS * self.lexicon.max_pieces
+        prompt = (
+            len(self.lexicon.prompt_prefix) + len(self.lexicon.prompt_suffix) + QUESTION_WORDS * self.lexicon.max_pieces
+        )
         return max(prompt, INFORMATION_WORDS * self.lexicon.max_pieces)
 
     def _fit(self, tokens: jax.Array) -> jax.Array:
-        return jnp.zeros(self.queue_size, jnp.int32).at[:tokens.shape[0]].set(tokens)
+        return jnp.zeros(self.queue_size, jnp.int32).at[: tokens.shape[0]].set(tokens)
 
     def _prompt(self, asked, attribute, two_hop):
         """The prompt's tokens after the first (which is observed at reset): [Q], length."""
@@ -237,12 +258,17 @@ class TextSearchTask(Environment):
         two = _ids("question : what is the city of the friend of alice ?")
         words = jnp.where(two_hop, jnp.array(two), jnp.array(one))
         count = jnp.where(two_hop, 12, 9)
-        words = words.at[5].set(jnp.where(attribute == 0, _ID["city"], _ID["colour"])).at[count - 2].set(_FIRST_NAME + asked)
+        words = (
+            words.at[5]
+            .set(jnp.where(attribute == 0, _ID["city"], _ID["colour"]))
+            .at[count - 2]
+            .set(_FIRST_NAME + asked)
+        )
         question, question_length = self._spell(words, count)
         prefix = jnp.array(self.lexicon.prompt_prefix[1:], jnp.int32)
         suffix = jnp.array(self.lexicon.prompt_suffix, jnp.int32)
         tokens = jnp.zeros(prefix.shape[0] + question.shape[0] + suffix.shape[0], jnp.int32)
-        tokens = jax.lax.dynamic_update_slice(tokens.at[:prefix.shape[0]].set(prefix), question, (prefix.shape[0],))
+        tokens = jax.lax.dynamic_update_slice(tokens.at[: prefix.shape[0]].set(prefix), question, (prefix.shape[0],))
         tokens = jax.lax.dynamic_update_slice(tokens, suffix, (prefix.shape[0] + question_length,))
         return self._fit(tokens), prefix.shape[0] + question_length + suffix.shape[0]
 
@@ -273,17 +299,31 @@ class TextSearchTask(Environment):
         queue, length = self._prompt(asked, attribute, two_hop)
         zero = jnp.zeros((), jnp.int32)
         state = TextSearchState(
-            friend=friend, city=city, colour=colour, asked=asked, two_hop=two_hop, answer=answer.astype(jnp.int32),
-            queue=queue, queue_length=length.astype(jnp.int32), phase=zero,
-            recent=jnp.full(2 * self.lexicon.max_pieces, -1, jnp.int32), since_open=zero, searches=zero, time=zero,
-            progress=zero, guess=jax.random.uniform(keys[7]) < self.guess_rate, guess_word=guess_word.astype(jnp.int32),
-            expert_word=zero, expert_offset=zero)
+            friend=friend,
+            city=city,
+            colour=colour,
+            asked=asked,
+            two_hop=two_hop,
+            answer=answer.astype(jnp.int32),
+            queue=queue,
+            queue_length=length.astype(jnp.int32),
+            phase=zero,
+            recent=jnp.full(2 * self.lexicon.max_pieces, -1, jnp.int32),
+            since_open=zero,
+            searches=zero,
+            time=zero,
+            progress=zero,
+            guess=jax.random.uniform(keys[7]) < self.guess_rate,
+            guess_word=guess_word.astype(jnp.int32),
+            expert_word=zero,
+            expert_offset=zero,
+        )
         return jnp.int32(self.lexicon.prompt_prefix[0]), state
 
     def forced_action(self, state, params):
         return state.queue_length > 0, state.queue[0]
 
-    def _ends_with(self, recent: jax.Array, word, before=0) -> jax.Array:
+    def _ends_with(self, recent: jax.Array, word, before: int | jax.Array = 0) -> jax.Array:
         """[...] bool: whether the model's tokens end with `word`'s (an index of WORDS, or [...] of them), followed
         by `before` more tokens."""
         table, lengths = self.lexicon.table()
@@ -315,27 +355,39 @@ class TextSearchTask(Environment):
         information, information_length = self._information(state, person, found)
         popped = jnp.concatenate([state.queue[1:], jnp.zeros((1,), jnp.int32)])
         queue = jnp.where(forced, popped, jnp.where(closes_search, information, state.queue))
-        queue_length = jnp.where(forced, state.queue_length - 1,
-                                 jnp.where(closes_search, information_length, state.queue_length))
-        phase = jnp.where(opens_search, _IN_SEARCH,
-                          jnp.where(opens_answer, _IN_ANSWER, jnp.where(closes_search, _FREE, state.phase)))
+        queue_length = jnp.where(
+            forced, state.queue_length - 1, jnp.where(closes_search, information_length, state.queue_length)
+        )
+        phase = jnp.where(
+            opens_search, _IN_SEARCH, jnp.where(opens_answer, _IN_ANSWER, jnp.where(closes_search, _FREE, state.phase))
+        )
         target = jnp.where(state.progress == 0, state.asked, state.friend[state.asked])
         right_search = closes_search & found & (person == target)
         searches = state.searches + opens_search
-        solved = closes_answer & (content == lengths[state.answer]) & self._ends_with(
-            recent, state.answer, before=lengths[END_ANSWER])
+        solved = (
+            closes_answer
+            & (content == lengths[state.answer])
+            & self._ends_with(recent, state.answer, before=lengths[END_ANSWER])
+        )
         time = state.time + 1
         done = closes_answer | (searches > self.max_searches) | (time >= self.step_limit)
         # The demonstrator's word in progress (see `expert_action`): a new one starts after the last is spelled.
         word = jnp.where(state.expert_offset == 0, self._expert_word(state), state.expert_word)
         offset = jnp.where(state.expert_offset + 1 >= lengths[word], 0, state.expert_offset + 1)
         new_state = state.replace(
-            queue=queue, queue_length=queue_length.astype(jnp.int32), phase=phase.astype(jnp.int32),
-            recent=recent, since_open=jnp.where(forced, state.since_open, jnp.where(opens_search | opens_answer, 0,
-                                                                                     since_open)).astype(jnp.int32),
-            searches=searches.astype(jnp.int32), time=time, progress=state.progress + right_search.astype(jnp.int32),
+            queue=queue,
+            queue_length=queue_length.astype(jnp.int32),
+            phase=phase.astype(jnp.int32),
+            recent=recent,
+            since_open=jnp.where(
+                forced, state.since_open, jnp.where(opens_search | opens_answer, 0, since_open)
+            ).astype(jnp.int32),
+            searches=searches.astype(jnp.int32),
+            time=time,
+            progress=state.progress + right_search.astype(jnp.int32),
             expert_word=jnp.where(forced, state.expert_word, word).astype(jnp.int32),
-            expert_offset=jnp.where(forced, state.expert_offset, offset).astype(jnp.int32))
+            expert_offset=jnp.where(forced, state.expert_offset, offset).astype(jnp.int32),
+        )
         return token, new_state, solved.astype(jnp.float32), done, {"solved": solved}
 
     def _expert_word(self, state: TextSearchState) -> jax.Array:

@@ -16,5 +16,15 @@ from ftw_jax.lm.model import CausalLM, init_cache
 from ftw_jax.lm.sampler import Sample, SamplingConfig, make_sampler
 from ftw_jax.lm.tokenizer import Tokenizer, load_tokenizer
 
-__all__ = ["CausalLM", "LMConfig", "RopeScaling", "Sample", "SamplingConfig", "Tokenizer", "init_cache", "load",
-           "load_tokenizer", "make_sampler"]
+__all__ = [
+    "CausalLM",
+    "LMConfig",
+    "RopeScaling",
+    "Sample",
+    "SamplingConfig",
+    "Tokenizer",
+    "init_cache",
+    "load",
+    "load_tokenizer",
+    "make_sampler",
+]

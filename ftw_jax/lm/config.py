@@ -51,21 +51,35 @@ class LMConfig:
     remat: bool = False  # recompute each layer's activations in the backward pass (memory for time)
 
     def __post_init__(self):
-        sizes = {name: getattr(self, name) for name in ("vocab_size", "hidden_size", "intermediate_size",
-                                                         "num_layers", "num_heads", "num_kv_heads", "head_dim")}
+        sizes = {
+            name: getattr(self, name)
+            for name in (
+                "vocab_size",
+                "hidden_size",
+                "intermediate_size",
+                "num_layers",
+                "num_heads",
+                "num_kv_heads",
+                "head_dim",
+            )
+        }
         for name, value in sizes.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}.")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_attention_heads ({self.num_heads}) must be a multiple of num_key_value_heads "
-                             f"({self.num_kv_heads}).")
+            raise ValueError(
+                f"num_attention_heads ({self.num_heads}) must be a multiple of num_key_value_heads "
+                f"({self.num_kv_heads})."
+            )
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}.")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}.")
         if not (self.rms_norm_eps > 0 and self.rope_theta > 0 and self.initializer_range > 0):
-            raise ValueError(f"rms_norm_eps, rope_theta and initializer_range must be > 0, got {self.rms_norm_eps}, "
-                             f"{self.rope_theta}, {self.initializer_range}.")
+            raise ValueError(
+                f"rms_norm_eps, rope_theta and initializer_range must be > 0, got {self.rms_norm_eps}, "
+                f"{self.rope_theta}, {self.initializer_range}."
+            )
 
     def replace(self, **changes) -> LMConfig:
         return dataclasses.replace(self, **changes)
@@ -79,13 +93,17 @@ class LMConfig:
         """
         architectures = hf.get("architectures") or []
         if len(architectures) != 1 or architectures[0] not in ARCHITECTURES:
-            raise ValueError(f"architectures {architectures} in config.json: supported are "
-                             f"{', '.join(ARCHITECTURES)} (one of them).")
+            raise ValueError(
+                f"architectures {architectures} in config.json: supported are {', '.join(ARCHITECTURES)} (one of them)."
+            )
         family = ARCHITECTURES[architectures[0]]
         if hf.get("use_sliding_window"):
             raise ValueError("use_sliding_window is true in config.json: sliding-window attention is not supported.")
-        missing = [name for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                                     "num_attention_heads") if name not in hf]
+        missing = [
+            name
+            for name in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+            if name not in hf
+        ]
         if missing:
             raise ValueError(f"config.json lacks {', '.join(missing)}.")
         if hf.get("hidden_act", "silu") != "silu":
@@ -94,15 +112,23 @@ class LMConfig:
         theta, scaling = _rope(hf)
         attention_bias = bool(hf.get("attention_bias", False))
         return cls(
-            vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"], intermediate_size=hf["intermediate_size"],
-            num_layers=hf["num_hidden_layers"], num_heads=num_heads,
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=num_heads,
             num_kv_heads=hf.get("num_key_value_heads") or num_heads,
             head_dim=hf.get("head_dim") or hf["hidden_size"] // num_heads,
-            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)), rope_theta=theta, rope_scaling=scaling,
-            qkv_bias=family == "qwen2" or attention_bias, output_bias=family == "llama" and attention_bias,
+            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+            rope_theta=theta,
+            rope_scaling=scaling,
+            qkv_bias=family == "qwen2" or attention_bias,
+            output_bias=family == "llama" and attention_bias,
             mlp_bias=family == "llama" and bool(hf.get("mlp_bias", False)),
             tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-            initializer_range=float(hf.get("initializer_range", 0.02)), **options)
+            initializer_range=float(hf.get("initializer_range", 0.02)),
+            **options,
+        )
 
     def inverse_frequencies(self) -> list[float]:
         """The H/2 rotary angular frequencies (radians per position), Llama 3's rescaling applied."""
@@ -132,8 +158,10 @@ def _rope(hf: dict) -> tuple[float, RopeScaling | None]:
     scaling = dict(hf.get("rope_scaling") or {})
     for name in set(parameters) & set(scaling):
         if parameters[name] != scaling[name]:
-            raise ValueError(f"config.json gives {name} as {parameters[name]!r} in rope_parameters and "
-                             f"{scaling[name]!r} in rope_scaling.")
+            raise ValueError(
+                f"config.json gives {name} as {parameters[name]!r} in rope_parameters and "
+                f"{scaling[name]!r} in rope_scaling."
+            )
     merged = {**scaling, **parameters}
     if "rope_theta" in hf and "rope_theta" in merged and float(hf["rope_theta"]) != float(merged["rope_theta"]):
         raise ValueError(f"config.json gives rope_theta as {hf['rope_theta']} and {merged['rope_theta']}.")
@@ -147,10 +175,15 @@ def _rope(hf: dict) -> tuple[float, RopeScaling | None]:
     missing = [name for name in needed if name not in merged]
     if missing:
         raise ValueError(f"the llama3 rope scaling in config.json lacks {', '.join(missing)}.")
-    scaling = RopeScaling(factor=float(merged["factor"]), low_freq_factor=float(merged["low_freq_factor"]),
-                          high_freq_factor=float(merged["high_freq_factor"]),
-                          original_max_position_embeddings=int(merged["original_max_position_embeddings"]))
+    scaling = RopeScaling(
+        factor=float(merged["factor"]),
+        low_freq_factor=float(merged["low_freq_factor"]),
+        high_freq_factor=float(merged["high_freq_factor"]),
+        original_max_position_embeddings=int(merged["original_max_position_embeddings"]),
+    )
     if not scaling.high_freq_factor > scaling.low_freq_factor:
-        raise ValueError(f"llama3 rope scaling needs high_freq_factor > low_freq_factor, got "
-                         f"{scaling.high_freq_factor} and {scaling.low_freq_factor}.")
+        raise ValueError(
+            f"llama3 rope scaling needs high_freq_factor > low_freq_factor, got "
+            f"{scaling.high_freq_factor} and {scaling.low_freq_factor}."
+        )
     return theta, scaling

@@ -25,7 +25,8 @@ import dataclasses
 import json
 import math
 import pathlib
-from typing import Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -92,21 +93,31 @@ def parse_episode(line: str, *, vocab_size: int, max_length: int) -> Episode:
             raise BadEpisode(f"{where}: expected an object with start, end, version and logprobs")
         start, end, version, values = span["start"], span["end"], span["version"], span["logprobs"]
         if not (_is_int(start) and _is_int(end) and previous_end <= start < end <= len(tokens)):
-            raise BadEpisode(f"{where}: start {start!r}, end {end!r} must satisfy {previous_end} <= start < end <= "
-                             f"{len(tokens)} (spans in order, not overlapping, after the first token)")
+            raise BadEpisode(
+                f"{where}: start {start!r}, end {end!r} must satisfy {previous_end} <= start < end <= "
+                f"{len(tokens)} (spans in order, not overlapping, after the first token)"
+            )
         if not (_is_int(version) and 0 <= version < 2**31):
             raise BadEpisode(f"{where}.version: {version!r} is not an int >= 0")
         if not isinstance(values, list) or len(values) != end - start:
-            raise BadEpisode(f"{where}.logprobs: expected {end - start} numbers (one per token), got "
-                             f"{len(values) if isinstance(values, list) else type(values).__name__}")
+            raise BadEpisode(
+                f"{where}.logprobs: expected {end - start} numbers (one per token), got "
+                f"{len(values) if isinstance(values, list) else type(values).__name__}"
+            )
         bad = next((value for value in values if not (_is_number(value) and value <= 0)), None)
         if bad is not None:
             raise BadEpisode(f"{where}.logprobs: {bad!r} is not a log-probability (a finite number <= 0)")
         written[start:end], logprobs[start:end], versions[start:end] = True, values, version
         previous_end = end
     episode_id = record.get("id")
-    return Episode(tokens=np.asarray(tokens, np.int32), written=written, logprobs=logprobs, versions=versions,
-                   reward=float(record["reward"]), id=None if episode_id is None else str(episode_id))
+    return Episode(
+        tokens=np.asarray(tokens, np.int32),
+        written=written,
+        logprobs=logprobs,
+        versions=versions,
+        reward=float(record["reward"]),
+        id=None if episode_id is None else str(episode_id),
+    )
 
 
 @dataclasses.dataclass
@@ -117,8 +128,9 @@ class ReadReport:
     skipped: list[str] = dataclasses.field(default_factory=list)
 
 
-def read_episodes(path, *, vocab_size: int, max_length: int, skip_bad: bool = False) -> tuple[list[Episode],
-                                                                                                 ReadReport]:
+def read_episodes(
+    path, *, vocab_size: int, max_length: int, skip_bad: bool = False
+) -> tuple[list[Episode], ReadReport]:
     """Every episode of a JSONL file, in order. A bad line raises ValueError naming its line and field, before
     anything is learnt from the file, or with `skip_bad` is left out and listed in the report. Blank lines are
     skipped silently."""
@@ -159,28 +171,47 @@ def to_trajectories(episodes: list[Episode], max_length: int) -> Trajectory:
         alive[row, :n] = True
         if n:
             reward[row, n - 1] = episode.reward
-    return Trajectory(observation=observation, action=action, mask=mask, behaviour_logp=logp,
-                      behaviour_version=version, episode_return=np.asarray([e.reward for e in episodes], np.float32),
-                      reward=reward, alive=alive)
+    host: dict[str, Any] = dict(  # NumPy arrays, on the host (annotated as jax.Array in Trajectory)
+        observation=observation,
+        action=action,
+        mask=mask,
+        behaviour_logp=logp,
+        behaviour_version=version,
+        episode_return=np.asarray([e.reward for e in episodes], np.float32),
+        reward=reward,
+        alive=alive,
+    )
+    return Trajectory(**host)
 
 
 def episode_records(trajectories: Trajectory) -> Iterable[dict]:
     """The JSONL records of a batch of trajectories [E, T] (as `rollout` plays them): the inverse of
     `to_trajectories` on the steps before each episode's end. Each maximal run of model-written tokens of one
     version is a span."""
-    arrays = {name: np.asarray(getattr(trajectories, name)) for name in
-              ("observation", "action", "mask", "behaviour_logp", "behaviour_version", "alive", "episode_return")}
+    arrays = {
+        name: np.asarray(getattr(trajectories, name))
+        for name in ("observation", "action", "mask", "behaviour_logp", "behaviour_version", "alive", "episode_return")
+    }
     for row in range(arrays["action"].shape[0]):
         steps = int(arrays["alive"][row].sum())
         tokens = [int(arrays["observation"][row, 0])] + [int(token) for token in arrays["action"][row, :steps]]
         spans, start = [], None
         for t in range(steps + 1):
             inside = t < steps and bool(arrays["mask"][row, t])
-            same = start is not None and inside and arrays["behaviour_version"][row, t] == arrays["behaviour_version"][row, start]
+            same = (
+                start is not None
+                and inside
+                and arrays["behaviour_version"][row, t] == arrays["behaviour_version"][row, start]
+            )
             if start is not None and not same:
-                spans.append({"start": start + 1, "end": t + 1,
-                              "version": int(arrays["behaviour_version"][row, start]),
-                              "logprobs": [float(value) for value in arrays["behaviour_logp"][row, start:t]]})
+                spans.append(
+                    {
+                        "start": start + 1,
+                        "end": t + 1,
+                        "version": int(arrays["behaviour_version"][row, start]),
+                        "logprobs": [float(value) for value in arrays["behaviour_logp"][row, start:t]],
+                    }
+                )
                 start = None
             if inside and start is None:
                 start = t
@@ -207,8 +238,17 @@ def sample_records(sample, rewards, version: int) -> list[dict]:
         real = arrays["attention_mask"][row]
         tokens, generated, logp = (arrays[name][row][real] for name in ("tokens", "generated", "logp"))
         written = np.flatnonzero(generated)
-        spans = [] if written.size == 0 else [{"start": int(written[0]), "end": int(written[-1]) + 1,
-                                               "version": int(version),
-                                               "logprobs": [float(value) for value in logp[written]]}]
+        spans = (
+            []
+            if written.size == 0
+            else [
+                {
+                    "start": int(written[0]),
+                    "end": int(written[-1]) + 1,
+                    "version": int(version),
+                    "logprobs": [float(value) for value in logp[written]],
+                }
+            ]
+        )
         records.append({"tokens": [int(token) for token in tokens], "spans": spans, "reward": float(reward)})
     return records

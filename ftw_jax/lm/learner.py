@@ -42,8 +42,9 @@ from ftw_jax.train import LearnerSettings, make_optimizer
 class LearnConfig(LearnerSettings):
     """The LM learner's settings; the update's are `algorithm_config` (an `FTWConfig`; None: its defaults)."""
 
-    max_length: int = setting(128, "the longest episode in tokens, prompt and tool output included (longer ones are "
-                                   "refused)")
+    max_length: int = setting(
+        128, "the longest episode in tokens, prompt and tool output included (longer ones are refused)"
+    )
     seed: int = setting(0, "the seed of the learner's draws (selection, ties)")
     save_every: int = setting(1, "write the weights every this many iterations, and after the last")
     algorithm_config: Any = None
@@ -56,8 +57,9 @@ class LearnConfig(LearnerSettings):
         check_settings(self)
         self.check_learner_settings()
         if not (isinstance(self.max_length, int) and self.max_length >= 2):
-            raise ValueError(f"max_length must be an int >= 2 (a prompt token and one the model writes), got "
-                             f"{self.max_length!r}.")
+            raise ValueError(
+                f"max_length must be an int >= 2 (a prompt token and one the model writes), got {self.max_length!r}."
+            )
         if not (isinstance(self.save_every, int) and self.save_every >= 1):
             raise ValueError(f"save_every must be an int >= 1, got {self.save_every!r}.")
         algos.get("ftw").check(self.algorithm_config, self.episodes_per_iteration)
@@ -71,9 +73,16 @@ class LearnConfig(LearnerSettings):
 def example_trajectory(num_steps: int) -> Trajectory:
     """An all-zero token trajectory [T]: the shapes the pool stores."""
     zeros = lambda dtype: jnp.zeros((num_steps,), dtype)  # noqa: E731
-    return Trajectory(observation=zeros(jnp.int32), action=zeros(jnp.int32), mask=zeros(bool),
-                      behaviour_logp=zeros(jnp.float32), behaviour_version=zeros(jnp.int32),
-                      episode_return=jnp.zeros((), jnp.float32), reward=zeros(jnp.float32), alive=zeros(bool))
+    return Trajectory(
+        observation=zeros(jnp.int32),
+        action=zeros(jnp.int32),
+        mask=zeros(bool),
+        behaviour_logp=zeros(jnp.float32),
+        behaviour_version=zeros(jnp.int32),
+        episode_return=jnp.zeros((), jnp.float32),
+        reward=zeros(jnp.float32),
+        alive=zeros(bool),
+    )
 
 
 def policy_params(model_params: dict) -> dict:
@@ -92,7 +101,7 @@ class EpisodeLearner:
     learn: Any  # the learner's `learn`, jitted
 
     @classmethod
-    def build(cls, config: LearnConfig, model_config: LMConfig) -> "EpisodeLearner":
+    def build(cls, config: LearnConfig, model_config: LMConfig) -> EpisodeLearner:
         policy = LMPolicy(num_actions=model_config.vocab_size, config=model_config, max_length=config.num_steps)
         learner = _ftw_learner(config, policy)
         seed = config.seed
@@ -109,8 +118,9 @@ class EpisodeLearner:
         Compiled, so that a state built from weights laid out on a mesh lies on that mesh, pool and all."""
 
         def init(params):
-            return self.learner.init(jax.random.key(0), jnp.zeros((1,), jnp.int32), _hyperparameters(self.config),
-                                     policy_params(params))
+            return self.learner.init(
+                jax.random.key(0), jnp.zeros((1,), jnp.int32), _hyperparameters(self.config), policy_params(params)
+            )
 
         return jax.jit(init)(model_params)
 
@@ -126,15 +136,21 @@ class EpisodeLearner:
 
 
 def _hyperparameters(config: LearnConfig) -> Hyperparameters:
-    return Hyperparameters(kl_coef=jnp.asarray(config.kl_coef, jnp.float32),
-                           learning_rate=jnp.asarray(config.learning_rate, jnp.float32),
-                           algorithm=algos.get("ftw").hyperparameters(config.algorithm_config))
+    return Hyperparameters(
+        kl_coef=jnp.asarray(config.kl_coef, jnp.float32),
+        learning_rate=jnp.asarray(config.learning_rate, jnp.float32),
+        algorithm=algos.get("ftw").hyperparameters(config.algorithm_config),
+    )
 
 
 def _ftw_learner(config: LearnConfig, policy: LMPolicy) -> Learner:
-    context = Context(policy=policy, make_network=None, optimizer=make_optimizer(config),
-                      example=example_trajectory(config.num_steps),
-                      episodes_per_iteration=config.episodes_per_iteration)
+    context = Context(
+        policy=policy,
+        make_network=None,
+        optimizer=make_optimizer(config),
+        example=example_trajectory(config.num_steps),
+        episodes_per_iteration=config.episodes_per_iteration,
+    )
     return algos.get("ftw").make_learner(config.algorithm_config, context)
 
 
@@ -149,8 +165,15 @@ def metrics_row(metrics: dict) -> dict:
 
 
 # Files of a Hugging Face folder an engine needs beside the weights (the tokenizer and generation defaults).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json",
-                   "generation_config.json", "vocab.json", "merges.txt")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "vocab.json",
+    "merges.txt",
+)
 
 
 def weights_folder(run_folder: pathlib.Path, version: int) -> pathlib.Path:
@@ -170,8 +193,13 @@ def save_weights(run_folder: pathlib.Path, learner: EpisodeLearner, state, model
         if not folder.exists():
             config_json = json.loads((model_path / "config.json").read_text())
             config_json["torch_dtype"] = learner.model_config.dtype
-            save(folder, learner.model_config, params, config_json=config_json,
-                 copy_files=[model_path / name for name in TOKENIZER_FILES if (model_path / name).is_file()])
+            save(
+                folder,
+                learner.model_config,
+                params,
+                config_json=config_json,
+                copy_files=[model_path / name for name in TOKENIZER_FILES if (model_path / name).is_file()],
+            )
         runs.write_json(run_folder / "weights" / "latest.json", {"version": version, "path": folder.name})
     return folder
 
@@ -181,13 +209,23 @@ def replicated(tree, mesh):
     from jax.sharding import NamedSharding, PartitionSpec
 
     sharding = NamedSharding(mesh, PartitionSpec())
-    return jax.tree.map(lambda leaf: jax.make_array_from_callback(np.shape(leaf), sharding,
-                                                                  lambda index: np.asarray(leaf)[index]), tree)
+    return jax.tree.map(
+        lambda leaf: jax.make_array_from_callback(np.shape(leaf), sharding, lambda index: np.asarray(leaf)[index]), tree
+    )
 
 
-def learn_from_file(config: LearnConfig, episodes_path: pathlib.Path, model_path: pathlib.Path,
-                    run_folder: pathlib.Path, checkpointer, log, *, dtype: str = "float32",
-                    skip_bad: bool = False, mesh: tuple[int, int] | None = None) -> dict:
+def learn_from_file(
+    config: LearnConfig,
+    episodes_path: pathlib.Path,
+    model_path: pathlib.Path,
+    run_folder: pathlib.Path,
+    checkpointer,
+    log,
+    *,
+    dtype: str = "float32",
+    skip_bad: bool = False,
+    mesh: tuple[int, int] | None = None,
+) -> dict:
     """`ftw-jax lm learn`: the episodes of a JSONL file, B at a time in file order, each batch into the pool and
     then U FTW updates; weights written every `save_every` iterations and after the last. Resumes from the
     checkpointer's latest, with the episodes after those it had learnt from (an engine may have appended more).
@@ -200,16 +238,18 @@ def learn_from_file(config: LearnConfig, episodes_path: pathlib.Path, model_path
     model, params = load(model_path, dtype=dtype)
     place = lambda tree: tree  # noqa: E731 (one process: numpy batches go to the step as they are)
     if jax.process_count() > 1 and mesh is None:
-        raise ValueError(f"{jax.process_count()} processes need --mesh DATAxMODEL over all {jax.device_count()} "
-                         "devices.")
+        raise ValueError(
+            f"{jax.process_count()} processes need --mesh DATAxMODEL over all {jax.device_count()} devices."
+        )
     if mesh is not None:  # FSDP over "data", tensor parallel over "model"; the jitted step keeps the layout
         from ftw_jax.lm.sharding import make_mesh, shard_params
 
         device_mesh = make_mesh(*mesh)
         params = shard_params(params, device_mesh)
         place = lambda tree: replicated(tree, device_mesh)  # noqa: E731
-    episodes, report = read_episodes(episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length,
-                                     skip_bad=skip_bad)
+    episodes, report = read_episodes(
+        episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length, skip_bad=skip_bad
+    )
     for problem in report.skipped[:10]:
         log(f"skipped {problem}")
     if len(report.skipped) > 10:
@@ -228,22 +268,30 @@ def learn_from_file(config: LearnConfig, episodes_path: pathlib.Path, model_path
     if jax.process_index() == 0:
         runs.keep_rows_up_to(run_folder / "metrics.jsonl", done)
     num_iterations = done + -(-(len(episodes) - used) // batch_size)
-    log(f"learning from {len(episodes) - used} new episodes ({len(report.skipped)} bad lines skipped) in "
-        f"{num_iterations - done} iterations of up to {batch_size}; run folder {run_folder}")
+    log(
+        f"learning from {len(episodes) - used} new episodes ({len(report.skipped)} bad lines skipped) in "
+        f"{num_iterations - done} iterations of up to {batch_size}; run folder {run_folder}"
+    )
     weights = None
     for iteration in range(done, num_iterations):
         raise_if_stopped()
-        chunk = episodes[used:used + batch_size]  # the last one may be short: the pool takes any B <= N
+        chunk = episodes[used : used + batch_size]  # the last one may be short: the pool takes any B <= N
         used += len(chunk)
         state, metrics = learner.step(state, place(to_trajectories(chunk, config.max_length)), iteration)
-        row = {"iteration": iteration + 1, "episodes": used,
-               "reward_mean": float(np.mean([episode.reward for episode in chunk])), **metrics_row(metrics)}
+        row = {
+            "iteration": iteration + 1,
+            "episodes": used,
+            "reward_mean": float(np.mean([episode.reward for episode in chunk])),
+            **metrics_row(metrics),
+        }
         if jax.process_index() == 0:
             with (run_folder / "metrics.jsonl").open("a") as file:
                 file.write(json.dumps(row) + "\n")
-        log(f"iteration {iteration + 1:>4}/{num_iterations}  reward {row['reward_mean']:.3f}  elite reward "
+        log(
+            f"iteration {iteration + 1:>4}/{num_iterations}  reward {row['reward_mean']:.3f}  elite reward "
             f"{row['elite_return_mean']:.3f}  cross-entropy {row['cross_entropy']:.4f}  kl {row['kl']:.4f}  "
-            f"staleness {row['pool_staleness_mean']:.1f}  version {row['version']}")
+            f"staleness {row['pool_staleness_mean']:.1f}  version {row['version']}"
+        )
         last = iteration + 1 == num_iterations
         if (iteration + 1) % config.save_every == 0 or last:
             weights = save_weights(run_folder, learner, state, model_path)
@@ -251,9 +299,15 @@ def learn_from_file(config: LearnConfig, episodes_path: pathlib.Path, model_path
             checkpointer.save(iteration + 1, state, {"episodes_used": used}, final=last)
     if weights is None:  # everything was done before this resume
         weights = save_weights(run_folder, learner, state, model_path)
-    summary = {"episodes": used, "bad_lines_skipped": len(report.skipped), "iterations": num_iterations,
-               "version": int(host_array(state.policy.version)), "weights": str(weights),
-               "devices": jax.device_count(), "seconds": time.perf_counter() - started}
+    summary = {
+        "episodes": used,
+        "bad_lines_skipped": len(report.skipped),
+        "iterations": num_iterations,
+        "version": int(host_array(state.policy.version)),
+        "weights": str(weights),
+        "devices": jax.device_count(),
+        "seconds": time.perf_counter() - started,
+    }
     if jax.process_index() == 0:
         runs.write_json(run_folder / "summary.json", summary)
     return summary

@@ -17,6 +17,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -31,13 +32,21 @@ _LAYER = "model.layers.{}."
 def hf_names(config: LMConfig) -> dict[str, tuple[tuple[str, ...], bool]]:
     """Hugging Face tensor name (per layer, with `{}` for the layer) -> (our parameter's path under
     params["params"], whether the tensor is transposed into it). Per-layer tensors stack on a leading axis."""
-    names = {"model.embed_tokens.weight": (("embed_tokens", "embedding"), False),
-             "model.norm.weight": (("norm", "weight"), False)}
+    names: dict[str, tuple[tuple[str, ...], bool]] = {
+        "model.embed_tokens.weight": (("embed_tokens", "embedding"), False),
+        "model.norm.weight": (("norm", "weight"), False),
+    }
     if not config.tie_embeddings:
         names["lm_head.weight"] = (("lm_head",), False)
-    biases = {"self_attn.q_proj": config.qkv_bias, "self_attn.k_proj": config.qkv_bias,
-              "self_attn.v_proj": config.qkv_bias, "self_attn.o_proj": config.output_bias,
-              "mlp.gate_proj": config.mlp_bias, "mlp.up_proj": config.mlp_bias, "mlp.down_proj": config.mlp_bias}
+    biases = {
+        "self_attn.q_proj": config.qkv_bias,
+        "self_attn.k_proj": config.qkv_bias,
+        "self_attn.v_proj": config.qkv_bias,
+        "self_attn.o_proj": config.output_bias,
+        "mlp.gate_proj": config.mlp_bias,
+        "mlp.up_proj": config.mlp_bias,
+        "mlp.down_proj": config.mlp_bias,
+    }
     for module, has_bias in biases.items():
         path = ("layers", *module.split("."))
         names[_LAYER + module + ".weight"] = ((*path, "kernel"), True)
@@ -105,10 +114,16 @@ def load(path, dtype: str = "float32", remat: bool = False) -> tuple[CausalLM, d
     found, expected = _shapes(files), expected_shapes(config)
     missing = sorted(set(expected) - set(found))
     extra = sorted(set(found) - set(expected) - ({"lm_head.weight"} if config.tie_embeddings else set()))
-    misshaped = [f"{name} {found[name]} (expected {expected[name]})" for name in sorted(set(found) & set(expected))
-                 if found[name] != expected[name]]
-    problems = [f"{label}: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
-                for label, names in (("missing", missing), ("unexpected", extra), ("misshaped", misshaped)) if names]
+    misshaped = [
+        f"{name} {found[name]} (expected {expected[name]})"
+        for name in sorted(set(found) & set(expected))
+        if found[name] != expected[name]
+    ]
+    problems = [
+        f"{label}: {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}"
+        for label, names in (("missing", missing), ("unexpected", extra), ("misshaped", misshaped))
+        if names
+    ]
     if problems:
         raise ValueError(f"the weights in {folder} do not fit its config.json; " + "; ".join(problems) + ".")
     tensors = _read(files, dtype)
@@ -117,7 +132,7 @@ def load(path, dtype: str = "float32", remat: bool = False) -> tuple[CausalLM, d
             raise ValueError(f"tie_word_embeddings is true but lm_head.weight in {folder} differs from the embedding.")
     params: dict = {}
     for pattern, (target, transposed) in hf_names(config).items():
-        take = lambda name: tensors[name].T if transposed else tensors[name]  # noqa: E731
+        take = lambda name: tensors[name].T if transposed else tensors[name]  # noqa: E731, B023 (used in this iteration)
         if "{}" in pattern:
             value = jnp.stack([take(pattern.format(i)) for i in range(config.num_layers)])
         else:
@@ -136,7 +151,7 @@ def _read(files: dict[str, pathlib.Path], dtype: str) -> dict[str, jax.Array]:
     return tensors
 
 
-def _at(tree: dict, path: tuple[str, ...]):
+def _at(tree: Any, path: tuple[str, ...]) -> Any:
     for name in path:
         tree = tree[name]
     return tree
@@ -151,14 +166,23 @@ def _set(tree: dict, path: tuple[str, ...], value) -> None:
 def hf_config(config: LMConfig) -> dict:
     """The `config.json` of a model of this shape: Qwen2 where only q/k/v have biases, else Llama."""
     qwen2 = config.qkv_bias and not config.output_bias and not config.mlp_bias
-    hf = {"architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
-          "model_type": "qwen2" if qwen2 else "llama", "hidden_act": "silu",
-          "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
-          "intermediate_size": config.intermediate_size, "num_hidden_layers": config.num_layers,
-          "num_attention_heads": config.num_heads, "num_key_value_heads": config.num_kv_heads,
-          "head_dim": config.head_dim, "rms_norm_eps": config.rms_norm_eps, "rope_theta": config.rope_theta,
-          "tie_word_embeddings": config.tie_embeddings, "initializer_range": config.initializer_range,
-          "torch_dtype": config.dtype}
+    hf = {
+        "architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
+        "model_type": "qwen2" if qwen2 else "llama",
+        "hidden_act": "silu",
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_hidden_layers": config.num_layers,
+        "num_attention_heads": config.num_heads,
+        "num_key_value_heads": config.num_kv_heads,
+        "head_dim": config.head_dim,
+        "rms_norm_eps": config.rms_norm_eps,
+        "rope_theta": config.rope_theta,
+        "tie_word_embeddings": config.tie_embeddings,
+        "initializer_range": config.initializer_range,
+        "torch_dtype": config.dtype,
+    }
     if not qwen2:
         hf.update(attention_bias=config.qkv_bias, mlp_bias=config.mlp_bias)
     if config.rope_scaling is not None:

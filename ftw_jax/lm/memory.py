@@ -21,11 +21,24 @@ from ftw_jax.lm.config import LMConfig
 
 # Qwen2.5's published shapes (their config.json): 0.49B, 1.54B and 3.09B parameters, embeddings tied.
 QWEN2_5 = {
-    name: LMConfig(vocab_size=151_936, hidden_size=hidden, intermediate_size=intermediate, num_layers=layers,
-                   num_heads=heads, num_kv_heads=2, head_dim=hidden // heads, rms_norm_eps=1e-6,
-                   rope_theta=1_000_000.0, qkv_bias=True, tie_embeddings=True)
-    for name, (hidden, intermediate, layers, heads) in
-    {"0.5B": (896, 4864, 24, 14), "1.5B": (1536, 8960, 28, 12), "3B": (2048, 11008, 36, 16)}.items()
+    name: LMConfig(
+        vocab_size=151_936,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=2,
+        head_dim=hidden // heads,
+        rms_norm_eps=1e-6,
+        rope_theta=1_000_000.0,
+        qkv_bias=True,
+        tie_embeddings=True,
+    )
+    for name, (hidden, intermediate, layers, heads) in {
+        "0.5B": (896, 4864, 24, 14),
+        "1.5B": (1536, 8960, 28, 12),
+        "3B": (2048, 11008, 36, 16),
+    }.items()
 }
 
 
@@ -40,8 +53,15 @@ def parameter_count(config: LMConfig) -> int:
     return config.num_layers * per_layer + embeddings + d
 
 
-def memory_estimate(config: LMConfig, batch: int, length: int, *, optimizer_moments: int = 2,
-                    fused_attention: bool = False, sample_slots: int | None = None) -> dict[str, int]:
+def memory_estimate(
+    config: LMConfig,
+    batch: int,
+    length: int,
+    *,
+    optimizer_moments: int = 2,
+    fused_attention: bool = False,
+    sample_slots: int | None = None,
+) -> dict[str, int]:
     """Bytes of one training step (and of a sampler's KV cache) for a batch of `batch` rows of `length` tokens.
 
     Args:
@@ -64,8 +84,13 @@ def memory_estimate(config: LMConfig, batch: int, length: int, *, optimizer_mome
     kept = config.num_layers * (tokens * d * width if config.remat else per_layer)
     activations = kept + per_layer  # and the working set of the layer the backward pass is in
     logits = 3 * tokens * config.vocab_size * 4  # float32 logits, log-probabilities and their gradient
-    estimate = {"parameters": count * width, "gradients": count * width,
-                "optimizer_state": optimizer_moments * count * width, "activations": activations, "logits": logits}
+    estimate = {
+        "parameters": count * width,
+        "gradients": count * width,
+        "optimizer_state": optimizer_moments * count * width,
+        "activations": activations,
+        "logits": logits,
+    }
     estimate["total"] = sum(estimate.values())
     slots = length if sample_slots is None else sample_slots
     estimate["kv_cache"] = 2 * config.num_layers * batch * slots * kv * width

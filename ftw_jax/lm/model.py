@@ -57,16 +57,29 @@ class RMSNorm(nn.Module):
 
 def _dense(config: LMConfig, features: int, use_bias: bool, name: str) -> nn.Dense:
     dtype = jnp.dtype(config.dtype)
-    return nn.Dense(features, use_bias=use_bias, dtype=dtype, param_dtype=dtype, name=name,
-                    kernel_init=nn.initializers.normal(config.initializer_range))
+    return nn.Dense(
+        features,
+        use_bias=use_bias,
+        dtype=dtype,
+        param_dtype=dtype,
+        name=name,
+        kernel_init=nn.initializers.normal(config.initializer_range),
+    )
 
 
 class Attention(nn.Module):
     config: LMConfig
 
     @nn.compact
-    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array | None,
-                 cache: tuple[jax.Array, jax.Array] | None, cache_index: jax.Array | None):
+    def __call__(
+        self,
+        x: jax.Array,
+        cos: jax.Array,
+        sin: jax.Array,
+        mask: jax.Array | None,
+        cache: tuple[jax.Array, jax.Array] | None,
+        cache_index: jax.Array | None,
+    ):
         """x [B, L, D] -> ([B, L, D], cache). mask [B, 1, L, S] (True = may attend), None for plain causal
         (S = L). With a cache (keys, values [B, S, G, H]) this step's keys and values are written into it at
         slots cache_index.. and the queries attend over all S slots; the updated cache is returned."""
@@ -77,9 +90,12 @@ class Attention(nn.Module):
         v = _dense(c, c.num_kv_heads * c.head_dim, c.qkv_bias, "v_proj")(x).reshape(batch, length, c.num_kv_heads, -1)
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         if cache is not None:
+            assert cache_index is not None  # a cache comes with the index to write at
             start = (0, cache_index, 0, 0)
-            cache = (jax.lax.dynamic_update_slice(cache[0], k.astype(cache[0].dtype), start),
-                     jax.lax.dynamic_update_slice(cache[1], v.astype(cache[1].dtype), start))
+            cache = (
+                jax.lax.dynamic_update_slice(cache[0], k.astype(cache[0].dtype), start),
+                jax.lax.dynamic_update_slice(cache[1], v.astype(cache[1].dtype), start),
+            )
             k, v = cache
         out = jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=mask is None)  # [B, L, N, H]
         return _dense(c, c.hidden_size, c.output_bias, "o_proj")(out.reshape(batch, length, -1)), cache
@@ -102,8 +118,9 @@ class Layer(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array | None, cache, cache_index):
         c, dtype = self.config, jnp.dtype(self.config.dtype)
-        attended, cache = Attention(c, name="self_attn")(RMSNorm(c.rms_norm_eps, dtype, name="input_layernorm")(x),
-                                                         cos, sin, mask, cache, cache_index)
+        attended, cache = Attention(c, name="self_attn")(
+            RMSNorm(c.rms_norm_eps, dtype, name="input_layernorm")(x), cos, sin, mask, cache, cache_index
+        )
         x = x + attended
         x = x + MLP(c, name="mlp")(RMSNorm(c.rms_norm_eps, dtype, name="post_attention_layernorm")(x))
         return x, cache  # (carry, this layer's cache) for nn.scan: the caches stack to [layers, ...]
@@ -117,9 +134,14 @@ class CausalLM(nn.Module):
     head: bool = True
 
     @nn.compact
-    def __call__(self, tokens: jax.Array, positions: jax.Array | None = None,
-                 attention_mask: jax.Array | None = None, cache: tuple[jax.Array, jax.Array] | None = None,
-                 cache_index: jax.Array | None = None):
+    def __call__(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array | None = None,
+        attention_mask: jax.Array | None = None,
+        cache: tuple[jax.Array, jax.Array] | None = None,
+        cache_index: jax.Array | None = None,
+    ):
         """Logits float32 [B, L, V] of tokens int [B, L].
 
         Args:
@@ -146,13 +168,24 @@ class CausalLM(nn.Module):
         elif attention_mask is not None:
             causal = jnp.tril(jnp.ones((length, length), bool))
             mask = (causal[None] & attention_mask[:, None, :].astype(bool))[:, None]  # [B, 1, L, L]
-        embed = nn.Embed(c.vocab_size, c.hidden_size, dtype=dtype, param_dtype=dtype, name="embed_tokens",
-                         embedding_init=nn.initializers.normal(c.initializer_range))
+        embed = nn.Embed(
+            c.vocab_size,
+            c.hidden_size,
+            dtype=dtype,
+            param_dtype=dtype,
+            name="embed_tokens",
+            embedding_init=nn.initializers.normal(c.initializer_range),
+        )
         x = embed(tokens)
         cos, sin = rotary_tables(c, positions)
         layer = nn.remat(Layer, prevent_cse=False) if c.remat else Layer  # inside a scan CSE cannot undo remat
-        layers = nn.scan(layer, variable_axes={"params": 0}, split_rngs={"params": True},
-                         in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0, nn.broadcast), length=c.num_layers)
+        layers = nn.scan(
+            layer,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            in_axes=(nn.broadcast, nn.broadcast, nn.broadcast, 0, nn.broadcast),  # pyright: ignore[reportArgumentType] (flax leaves it unannotated)
+            length=c.num_layers,
+        )
         x, cache = layers(c, name="layers")(x, cos, sin, mask, cache, cache_index)
         x = RMSNorm(c.rms_norm_eps, dtype, name="norm")(x)
         if not self.head:
@@ -160,8 +193,9 @@ class CausalLM(nn.Module):
         if c.tie_embeddings:
             table = embed.embedding  # [V, D]
         else:
-            table = self.param("lm_head", nn.initializers.normal(c.initializer_range), (c.vocab_size, c.hidden_size),
-                               dtype)
+            table = self.param(
+                "lm_head", nn.initializers.normal(c.initializer_range), (c.vocab_size, c.hidden_size), dtype
+            )
         logits = jnp.einsum("bld,vd->blv", x, table, preferred_element_type=jnp.float32)
         return logits if cache is None else (logits, cache)
 

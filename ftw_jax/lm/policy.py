@@ -21,7 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ftw_jax.envs.base import WithLegalActions
+from ftw_jax.envs.base import WithLegalActions, split_legal_actions
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.load import load
 from ftw_jax.lm.model import CausalLM, init_cache
@@ -36,8 +36,18 @@ def tiny_config(vocabulary_size: int) -> LMConfig:
     attention scores near 0 and learning slow (one-hop search, seeds 1 and 2: 20.7% and 13.3% success after
     400 iterations with 0.02, 99.2% and 100% with 1/√64; docs/lm.md).
     """
-    return LMConfig(vocab_size=vocabulary_size, hidden_size=64, intermediate_size=256, num_layers=2, num_heads=4,
-                    num_kv_heads=2, head_dim=16, qkv_bias=True, tie_embeddings=True, initializer_range=64 ** -0.5)
+    return LMConfig(
+        vocab_size=vocabulary_size,
+        hidden_size=64,
+        intermediate_size=256,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=16,
+        qkv_bias=True,
+        tie_embeddings=True,
+        initializer_range=64**-0.5,
+    )
 
 
 def pretrained_config(path: str) -> LMConfig:
@@ -48,12 +58,13 @@ def pretrained_config(path: str) -> LMConfig:
     return LMConfig.from_hf(json.loads((folder / "config.json").read_text()))
 
 
-def pretrained_params(policy: "LMPolicy") -> dict:
+def pretrained_params(policy: LMPolicy) -> dict:
     """The policy's params holding its checkpoint's weights (the model is its submodule "lm")."""
     _, params = load(policy.pretrained, dtype=policy.config.dtype)
     if policy.num_actions != policy.config.vocab_size:
-        raise ValueError(f"a pretrained LM acts over its vocabulary ({policy.config.vocab_size}), not "
-                         f"{policy.num_actions} actions.")
+        raise ValueError(
+            f"a pretrained LM acts over its vocabulary ({policy.config.vocab_size}), not {policy.num_actions} actions."
+        )
     return {"params": {"lm": params["params"]}}
 
 
@@ -73,18 +84,21 @@ class LMPolicy(nn.Module):
         return init_cache(self.config, 1, self.max_length)
 
     @nn.compact
-    def __call__(self, tokens: jax.Array | WithLegalActions, cache: tuple[jax.Array, jax.Array] | None = None,
-                 position: jax.Array | None = None):
-        legal = None
-        if isinstance(tokens, WithLegalActions):
-            tokens, legal = tokens.observation, tokens.legal
+    def __call__(
+        self,
+        tokens: jax.Array | WithLegalActions,
+        cache: tuple[jax.Array, jax.Array] | None = None,
+        position: jax.Array | None = None,
+    ):
+        ids, legal = split_legal_actions(tokens)  # ids [T]
         own_head = self.num_actions != self.config.vocab_size
         lm = CausalLM(self.config, head=not own_head, name="lm")
         if cache is None:
-            out = lm(tokens[None])[0]
+            out = lm(ids[None])[0]
         else:
+            assert position is not None  # a cache comes with the position to write at
             positions = jnp.reshape(position, (1, 1)).astype(jnp.int32)
-            out, cache = lm(tokens[None], positions=positions, cache=cache, cache_index=position)
+            out, cache = lm(ids[None], positions=positions, cache=cache, cache_index=position)
             out = out[0]
         logits = out
         if own_head:

@@ -14,10 +14,11 @@ importance ratio π_new/π_behaviour may use `model_logp` as the behaviour's onl
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import flax.struct
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -50,8 +51,7 @@ class SamplingConfig:
                 raise ValueError(f"stop and pad tokens must be ids in [0, {vocab_size}), got {token!r}.")
 
 
-@flax.struct.dataclass  # frozen
-class Sample:
+class Sample(flax.struct.PyTreeNode):  # frozen
     """Prompts and their continuations, aligned: column P + t holds the t-th generated token."""
 
     tokens: jax.Array  # [B, P + M] int32: the prompt (left-padded), then generated tokens, then pad_token
@@ -98,13 +98,21 @@ def make_sampler(model: CausalLM, config: SamplingConfig) -> Callable[..., Sampl
         steps, slots = config.max_new_tokens, prompts.shape[1] + config.max_new_tokens
         positions = jnp.maximum(jnp.cumsum(prompt_mask, axis=1) - 1, 0)
         key_mask = jnp.concatenate([prompt_mask, jnp.ones((batch, steps), bool)], axis=1)
-        logits, cache = model.apply(params, prompts, positions, key_mask,
-                                    cache=init_cache(model.config, batch, slots), cache_index=0)
+        logits, cache = model.apply(
+            params, prompts, positions, key_mask, cache=init_cache(model.config, batch, slots), cache_index=0
+        )
         pad = lambda fill, dtype: jnp.full((batch, steps), fill, dtype)  # noqa: E731
-        state = dict(step=jnp.int32(0), key=key, cache=cache, logits=logits[:, -1],
-                     tokens=jnp.concatenate([prompts.astype(jnp.int32), pad(config.pad_token, jnp.int32)], axis=1),
-                     generated=jnp.zeros((batch, slots), bool), logp=jnp.zeros((batch, slots)),
-                     model_logp=jnp.zeros((batch, slots)), done=jnp.zeros(batch, bool))
+        state = dict(
+            step=jnp.int32(0),
+            key=key,
+            cache=cache,
+            logits=logits[:, -1],
+            tokens=jnp.concatenate([prompts.astype(jnp.int32), pad(config.pad_token, jnp.int32)], axis=1),
+            generated=jnp.zeros((batch, slots), bool),
+            logp=jnp.zeros((batch, slots)),
+            model_logp=jnp.zeros((batch, slots)),
+            done=jnp.zeros(batch, bool),
+        )
         next_position = prompt_mask.sum(axis=1).astype(jnp.int32)
 
         def body(state):
@@ -116,30 +124,50 @@ def make_sampler(model: CausalLM, config: SamplingConfig) -> Callable[..., Sampl
             pick = lambda table: jnp.take_along_axis(table, token[:, None], axis=1)[:, 0]  # noqa: E731
             column = prompt_length + state["step"]
             write = lambda table, values: jax.lax.dynamic_update_slice(table, values[:, None], (0, column))  # noqa: E731
-            logits, cache = model.apply(params, token[:, None], (next_position + state["step"])[:, None], key_mask,
-                                        cache=state["cache"], cache_index=column)
-            return dict(step=state["step"] + 1, key=key, cache=cache, logits=logits[:, -1],
-                        tokens=write(state["tokens"], token), generated=write(state["generated"], active),
-                        logp=write(state["logp"], jnp.where(active, pick(log_probs), 0.0)),
-                        model_logp=write(state["model_logp"],
-                                         jnp.where(active, pick(jax.nn.log_softmax(state["logits"])), 0.0)),
-                        done=state["done"] | (active & jnp.isin(token, stops)))
+            logits, cache = model.apply(
+                params,
+                token[:, None],
+                (next_position + state["step"])[:, None],
+                key_mask,
+                cache=state["cache"],
+                cache_index=column,
+            )
+            return dict(
+                step=state["step"] + 1,
+                key=key,
+                cache=cache,
+                logits=logits[:, -1],
+                tokens=write(state["tokens"], token),
+                generated=write(state["generated"], active),
+                logp=write(state["logp"], jnp.where(active, pick(log_probs), 0.0)),
+                model_logp=write(
+                    state["model_logp"], jnp.where(active, pick(jax.nn.log_softmax(state["logits"])), 0.0)
+                ),
+                done=state["done"] | (active & jnp.isin(token, stops)),
+            )
 
         state = jax.lax.while_loop(lambda s: (s["step"] < steps) & ~jnp.all(s["done"]), body, state)
         mask = jnp.concatenate([prompt_mask, jnp.zeros((batch, steps), bool)], axis=1) | state["generated"]
-        return Sample(tokens=state["tokens"], generated=state["generated"], logp=state["logp"],
-                      model_logp=state["model_logp"], attention_mask=mask)
+        return Sample(
+            tokens=state["tokens"],
+            generated=state["generated"],
+            logp=state["logp"],
+            model_logp=state["model_logp"],
+            attention_mask=mask,
+        )
 
     def sample(params, key: jax.Array, prompts: jax.Array, prompt_mask: jax.Array) -> Sample:
         """Continues the prompts (see `make_sampler`); the key is consumed."""
         if prompts.ndim != 2 or prompt_mask.shape != prompts.shape:
-            raise ValueError(f"prompts and prompt_mask must both be [batch, length], got {prompts.shape} and "
-                             f"{prompt_mask.shape}.")
+            raise ValueError(
+                f"prompts and prompt_mask must both be [batch, length], got {prompts.shape} and {prompt_mask.shape}."
+            )
         if not isinstance(prompt_mask, jax.core.Tracer):
             mask = np.asarray(prompt_mask, bool)
             if not mask[:, -1].all() or (np.diff(mask.astype(np.int8), axis=1) < 0).any():
-                raise ValueError("prompt_mask must be left-padded (False then True in each row) and end every row "
-                                 "with a real token.")
+                raise ValueError(
+                    "prompt_mask must be left-padded (False then True in each row) and end every row with a real token."
+                )
         return run(params, key, jnp.asarray(prompts, jnp.int32), jnp.asarray(prompt_mask, bool))
 
     return sample

@@ -38,7 +38,7 @@ def make_mesh(data: int, model: int, devices=None) -> Mesh:
     devices = list(jax.devices() if devices is None else devices)
     if data < 1 or model < 1 or data * model > len(devices):
         raise ValueError(f"a {data} x {model} mesh needs {data * model} devices; {len(devices)} are available.")
-    return Mesh(np.array(devices[:data * model]).reshape(data, model), (DATA, MODEL))
+    return Mesh(np.array(devices[: data * model]).reshape(data, model), (DATA, MODEL))
 
 
 def param_specs(params, mesh: Mesh):
@@ -48,7 +48,7 @@ def param_specs(params, mesh: Mesh):
     def spec(path, leaf) -> PartitionSpec:
         names = tuple(getattr(entry, "key", str(entry)) for entry in path)
         stacked = "layers" in names  # [layers, ...]: the stacking axis stays whole
-        layout = next((axes for suffix, axes in _LAYOUT.items() if names[-len(suffix):] == suffix), None)
+        layout = next((axes for suffix, axes in _LAYOUT.items() if names[-len(suffix) :] == suffix), None)
         if layout is None:  # norm scales
             return PartitionSpec()
         shape = leaf.shape[1:] if stacked else leaf.shape
@@ -62,5 +62,10 @@ def shard_params(params, mesh: Mesh):
     """`params` placed on the mesh as `param_specs` lays them out. The mesh may span several processes (hosts),
     each holding the whole `params` (read from the same checkpoint): each device gets its block."""
     shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), param_specs(params, mesh))
-    return jax.tree.map(lambda leaf, sharding: jax.make_array_from_callback(
-        leaf.shape, sharding, lambda index: np.asarray(leaf)[index]), params, shardings)
+    return jax.tree.map(
+        lambda leaf, sharding: jax.make_array_from_callback(
+            leaf.shape, sharding, lambda index: np.asarray(leaf)[index]
+        ),
+        params,
+        shardings,
+    )

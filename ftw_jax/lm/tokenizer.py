@@ -15,8 +15,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # imported where a tokenizer is read, so that importing this module costs nothing
+    import tokenizers
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,7 +28,7 @@ class Tokenizer:
     """Text <-> token ids, and chat messages -> text. `pad_id` is the pad token's, else the end-of-sequence
     token's (as Qwen's files have it); None where the files name neither."""
 
-    backend: object  # tokenizers.Tokenizer
+    backend: tokenizers.Tokenizer
     chat_template: str | None
     special_tokens: dict  # bos_token, eos_token, pad_token as the config names them (strings), where given
     eos_id: int | None
@@ -45,10 +49,13 @@ class Tokenizer:
         """The conversation as the model was trained to read it; with `add_generation_prompt`, the opening of the
         assistant's next turn."""
         if self.chat_template is None:
-            raise ValueError("this tokenizer has no chat template (no chat_template.jinja, no chat_template in "
-                             "tokenizer_config.json).")
-        return _template(self.chat_template).render(messages=messages, add_generation_prompt=add_generation_prompt,
-                                                    **self.special_tokens, **variables)
+            raise ValueError(
+                "this tokenizer has no chat template (no chat_template.jinja, no chat_template in "
+                "tokenizer_config.json)."
+            )
+        return _template(self.chat_template).render(
+            messages=messages, add_generation_prompt=add_generation_prompt, **self.special_tokens, **variables
+        )
 
     def left_padded(self, texts: list[str], pad_id: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Token ids [B, P] of the texts, each row left-padded to the longest, and the mask of real tokens."""
@@ -62,7 +69,7 @@ class Tokenizer:
         ids = np.full((len(rows), length), pad, np.int32)
         mask = np.zeros((len(rows), length), bool)
         for row, tokens in enumerate(rows):
-            ids[row, length - len(tokens):], mask[row, length - len(tokens):] = tokens, True
+            ids[row, length - len(tokens) :], mask[row, length - len(tokens) :] = tokens, True
         return ids, mask
 
 
@@ -101,12 +108,19 @@ def load_tokenizer(path) -> Tokenizer:
         template = (folder / "chat_template.jinja").read_text()
     if isinstance(template, list):  # several named templates: the default one
         template = next((item["template"] for item in template if item.get("name") == "default"), None)
-    special = {name: _token_text(config[name]) for name in ("bos_token", "eos_token", "pad_token")
-               if _token_text(config.get(name))}
+    texts = {name: _token_text(config.get(name)) for name in ("bos_token", "eos_token", "pad_token")}
+    special = {name: text for name, text in texts.items() if text}
     ids = {}
     for name, text in special.items():
         ids[name] = backend.token_to_id(text)
         if ids[name] is None:
-            raise ValueError(f"{name} {text!r} in {config_file} is not in the vocabulary of {folder / 'tokenizer.json'}.")
-    return Tokenizer(backend=backend, chat_template=template, special_tokens=special,
-                     eos_id=ids.get("eos_token"), pad_id=ids.get("pad_token", ids.get("eos_token")))
+            raise ValueError(
+                f"{name} {text!r} in {config_file} is not in the vocabulary of {folder / 'tokenizer.json'}."
+            )
+    return Tokenizer(
+        backend=backend,
+        chat_template=template,
+        special_tokens=special,
+        eos_id=ids.get("eos_token"),
+        pad_id=ids.get("pad_token", ids.get("eos_token")),
+    )
