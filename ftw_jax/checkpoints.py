@@ -21,6 +21,8 @@ import pathlib
 import shutil
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -56,12 +58,12 @@ def _is_key(leaf) -> bool:
     return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
 
 
-def with_raw_keys(tree):
+def with_raw_keys(tree: Any) -> Any:
     """`tree` with PRNG key arrays replaced by their raw uint32 data (what Orbax stores; numpy can read it)."""
     return jax.tree.map(lambda leaf: jax.random.key_data(leaf) if _is_key(leaf) else leaf, tree)
 
 
-def with_keys_like(template, tree):
+def with_keys_like(template: Any, tree: Any) -> Any:
     """The inverse of `with_raw_keys`: `tree`'s raw key data wrapped as keys wherever `template` holds keys."""
 
     def rewrap(like, leaf):
@@ -97,7 +99,7 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=every, create=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 
-    def save(self, periods_done: int, carry, record: dict, *, final: bool = False) -> None:
+    def save(self, periods_done: int, carry: Any, record: dict, *, final: bool = False) -> None:
         """Saves every `every` periods, and always when `final` (writes continue in the background)."""
         ocp = self._ocp
         self._manager.save(
@@ -109,7 +111,7 @@ class Checkpointer:
             force=final,
         )
 
-    def restore(self, template, log=None):
+    def restore(self, template: Any, log: Callable[[str], object] | None = None) -> tuple[int, Any, dict] | None:
         """The newest intact checkpoint as (periods done, carry shaped and sharded like `template`, record), or None.
 
         A checkpoint that cannot be read (a truncated array file, empty metadata) is named through `log`

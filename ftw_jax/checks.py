@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 
-def check_positive_int(name: str, value) -> None:
+def check_positive_int(name: str, value: object) -> None:
     """Raises ValueError unless `value` is an int >= 1 (Python or NumPy; bool is not an int here)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}.")
 
 
-def check_non_negative(name: str, value) -> None:
+def check_non_negative(name: str, value: object) -> None:
     """Raises ValueError unless `value` is a number >= 0."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not value >= 0:
         raise ValueError(f"{name} must be a number >= 0, got {value!r}.")

@@ -19,10 +19,16 @@ import sys
 import threading
 import time
 import typing
+from collections.abc import Iterable
 
 import numpy as np
 
 from ftw_jax import __version__, compile_cache
+
+if typing.TYPE_CHECKING:  # imported where they are used, so that `ftw-jax --help` stays fast
+    from ftw_jax.envs import GaussianBandit
+    from ftw_jax.settings import Setting
+    from ftw_jax.train import TrainConfig
 
 # Every subcommand's default seeds (the bandit protocol's); `--num-seeds N` runs 42, 43, ..., 42 + N - 1.
 FIRST_SEED = 42
@@ -106,7 +112,9 @@ def _shown(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
-def add_settings(parser: argparse.ArgumentParser, settings, *, env_defaults: bool | str = False) -> None:
+def add_settings(
+    parser: argparse.ArgumentParser, settings: Iterable[Setting], *, env_defaults: bool | str = False
+) -> None:
     """One flag per setting name (the first declaration's help; its default shown, with each environment's own
     when `env_defaults` is True, or that environment's when it names one). Every flag defaults to None: not
     given."""
@@ -139,7 +147,7 @@ def add_settings(parser: argparse.ArgumentParser, settings, *, env_defaults: boo
         )
 
 
-def given_settings(args, settings) -> dict:
+def given_settings(args: argparse.Namespace, settings: Iterable[Setting]) -> dict:
     """{name: value} of the settings whose flags were given."""
     return {item.name: getattr(args, item.name) for item in settings if getattr(args, item.name, None) is not None}
 
@@ -180,7 +188,7 @@ def _add_seeds(parser: argparse.ArgumentParser, count: int = 3) -> None:
     )
 
 
-def seeds_of(args) -> list[int]:
+def seeds_of(args: argparse.Namespace) -> list[int]:
     """The seeds of `--seeds`, or `--num-seeds` of them from 42."""
     return args.seeds or [FIRST_SEED + i for i in range(args.num_seeds)]
 
@@ -266,7 +274,7 @@ def add_bandit_arguments(parser: argparse.ArgumentParser) -> None:
     add_settings(parser, _protocol_settings(), env_defaults="bandit")
 
 
-def bandit_protocol(args):
+def bandit_protocol(args: argparse.Namespace) -> tuple[TrainConfig, GaussianBandit]:
     """(TrainConfig, GaussianBandit) of the bandit command's flags."""
     from ftw_jax.envs import GaussianBandit
     from ftw_jax.reproduction import protocol_config
@@ -348,7 +356,7 @@ def _run_bandit(args) -> int:
     return 0
 
 
-def print_bandit_table(seeds, best, reward, max_rows: int = 20) -> None:
+def print_bandit_table(seeds: list[int], best: np.ndarray, reward: np.ndarray, max_rows: int = 20) -> None:
     print(f"{'seed':>8}  {'P(best) initial':>15}  {'P(best) final':>13}  {'E[reward] final':>15}")
     for seed, curve, rewards in list(zip(seeds, best, reward))[:max_rows]:
         print(f"{seed:>8}  {curve[0]:>15.6f}  {curve[-1]:>13.6f}  {rewards[-1]:>15.6f}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
+from collections.abc import Mapping
 
 ENVIRONMENT_VARIABLE = "FTW_JAX_COMPILE_CACHE"
 OFF = ("off", "0", "false", "no", "none")
@@ -23,7 +24,7 @@ MIN_COMPILE_SECONDS = 0.5
 MAX_BYTES = 4 * 2**30
 
 
-def folder(environ=os.environ) -> pathlib.Path | None:
+def folder(environ: Mapping[str, str] = os.environ) -> pathlib.Path | None:
     """Where the cache lives for this environment, or None when it is turned off or JAX's own setting rules."""
     chosen = environ.get(ENVIRONMENT_VARIABLE)
     if chosen is not None:
@@ -67,7 +68,7 @@ def disable() -> None:
         jax.config.update("jax_compilation_cache_dir", None)
 
 
-def configure(turned_off: bool = False, environ=os.environ) -> pathlib.Path | None:
+def configure(turned_off: bool = False, environ: Mapping[str, str] = os.environ) -> pathlib.Path | None:
     """The command line's setting: the cache's folder, or None when it is off (`--no-compile-cache`, the
     environment variable) or left to JAX (`JAX_COMPILATION_CACHE_DIR`)."""
     try:

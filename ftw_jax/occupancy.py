@@ -16,12 +16,17 @@ of relative accuracy); the result is exact to ~1e-12 relative for N up to 100,00
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
 from ftw_jax.checks import check_positive_int
+
+if TYPE_CHECKING:
+    import jax
+    from numpy.typing import ArrayLike
 
 # Stirling series of log n! − (n log n − n + ½ log 2πn): B_2m / (2m (2m − 1) n^(2m − 1)), m = 1..7.
 # At n >= 10 the first omitted term is below 1e-18.
@@ -128,7 +133,9 @@ def _logsumexp_rows(terms: np.ndarray) -> np.ndarray:
         return safe_peak + np.log(np.exp(terms - safe_peak[:, None]).sum(axis=1))
 
 
-def rank_occupancy_jax(pool_size: int, batch_size, num_elites, *, max_num_elites: int | None = None):
+def rank_occupancy_jax(
+    pool_size: int, batch_size: int | jax.Array, num_elites: int | jax.Array, *, max_num_elites: int | None = None
+) -> jax.Array:
     """Eq. 5 in JAX, jittable, with C and K possibly traced (e.g. swept inside one program).
 
     Accuracy follows the default float dtype (enable x64 for the numpy version's precision).
@@ -163,7 +170,7 @@ def expected_selection_counts(pool_size: int, batch_size: int, num_elites: int, 
     return num_batches * num_elites * rank_occupancy(pool_size, batch_size, num_elites)
 
 
-def tied_occupancy(returns, batch_size: int, num_elites: int, valid=None) -> np.ndarray:
+def tied_occupancy(returns: ArrayLike, batch_size: int, num_elites: int, valid: ArrayLike | None = None) -> np.ndarray:
     """Probability that a kept slot holds each pool entry when returns may tie.
 
     Selection breaks ties uniformly at random, so every entry of a block of equal returns gets the mean of
@@ -201,7 +208,7 @@ def tied_occupancy(returns, batch_size: int, num_elites: int, valid=None) -> np.
     return result
 
 
-def expected_failure_share(pool_size: int, num_successes, batch_size: int, num_elites: int) -> np.ndarray:
+def expected_failure_share(pool_size: int, num_successes: ArrayLike, batch_size: int, num_elites: int) -> np.ndarray:
     """Expected share of failures among the K kept of a C-subset when returns are binary: E[max(0, K − S)] / K.
 
     S, the successes in the minibatch, is Hypergeometric(N, m successes in the pool, C). With top-K

@@ -7,12 +7,25 @@ is left alone (a notebook that calls these keeps showing its own plots inline).
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
 
 def save_learning_curves(
-    path, curves, labels, *, title: str, ylabel: str, xlabel: str = "iteration", x=None, show_mean: bool = True
+    path: pathlib.Path,
+    curves: ArrayLike,
+    labels: Iterable[str],
+    *,
+    title: str,
+    ylabel: str,
+    xlabel: str = "iteration",
+    x: ArrayLike | None = None,
+    show_mean: bool = True,
 ) -> pathlib.Path:
     """One line per run (`curves` [S, I]) plus their mean (seeds of one setting; `show_mean=False` when the
     lines are different settings); returns the path written.
@@ -47,7 +60,9 @@ def save_learning_curves(
     return path
 
 
-def save_histogram(path, values, *, title: str, xlabel: str, markers: dict[str, float] | None = None) -> pathlib.Path:
+def save_histogram(
+    path: pathlib.Path, values: ArrayLike, *, title: str, xlabel: str, markers: dict[str, float] | None = None
+) -> pathlib.Path:
     """A histogram of `values` with labelled vertical lines at `markers`; returns the path written."""
     from matplotlib.figure import Figure
 
@@ -67,7 +82,17 @@ def save_histogram(path, values, *, title: str, xlabel: str, markers: dict[str, 
     return path
 
 
-def save_heatmap(path, means, spreads, *, x_values, y_values, x_label: str, y_label: str, title: str) -> pathlib.Path:
+def save_heatmap(
+    path: pathlib.Path,
+    means: ArrayLike,
+    spreads: ArrayLike,
+    *,
+    x_values: Sequence[Any],
+    y_values: Sequence[Any],
+    x_label: str,
+    y_label: str,
+    title: str,
+) -> pathlib.Path:
     """A heatmap of `means` [Y, X], each cell annotated "mean ± spread"; returns the path written."""
     from matplotlib.figure import Figure
 
@@ -98,7 +123,15 @@ def save_heatmap(path, means, spreads, *, x_values, y_values, x_label: str, y_la
     return path
 
 
-def save_banded_curves(path, x, bands: dict[str, tuple], *, title: str, xlabel: str, ylabel: str) -> pathlib.Path:
+def save_banded_curves(
+    path: pathlib.Path,
+    x: ArrayLike | dict[str, ArrayLike],
+    bands: dict[str, tuple],
+    *,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+) -> pathlib.Path:
     """One line per label with a shaded band: `bands[label] = (mean, low, high)`, each [I] at `x` [I] (or at
     `x[label]` when each label has its own x, e.g. env steps)."""
     from matplotlib.figure import Figure

@@ -10,7 +10,7 @@ selection only ties (and a policy-gradient method zero advantage); filtering spe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import flax.linen as nn
 import jax
@@ -19,8 +19,11 @@ import jax.numpy as jnp
 from ftw_jax.envs.base import Environment
 from ftw_jax.rollout import rollout
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
-def informative_probability(success_probability, num_probes: int):
+
+def informative_probability(success_probability: ArrayLike, num_probes: int) -> jax.Array:
     """Pr(0 < S < n) for S ~ Binomial(n, p): 1 − pⁿ − (1 − p)ⁿ (elementwise in p)."""
     p = jnp.asarray(success_probability, jnp.float32)
     return 1.0 - p**num_probes - (1.0 - p) ** num_probes

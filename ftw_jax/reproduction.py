@@ -13,6 +13,9 @@ read off the logits after every pull, where the training program evaluates by pl
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,7 +44,7 @@ PROTOCOL_SETTINGS = (
 )
 
 
-def protocol_config(**settings) -> TrainConfig:
+def protocol_config(**settings: Any) -> TrainConfig:
     """The bandit's training config with `settings` (of `PROTOCOL_SETTINGS`) changed; the protocol reports once,
     after its last pull."""
     unknown = sorted(set(settings) - set(PROTOCOL_SETTINGS))
@@ -77,7 +80,9 @@ def pull_record(action: jax.Array, log_prob: jax.Array, version: jax.Array, rewa
     )
 
 
-def make_run(config: TrainConfig, env: GaussianBandit = GaussianBandit(), metric_names: tuple[str, ...] | None = None):
+def make_run(
+    config: TrainConfig, env: GaussianBandit = GaussianBandit(), metric_names: tuple[str, ...] | None = None
+) -> Callable[[jax.Array], dict]:
     """Builds `run(key) -> curves`, the whole protocol for one seed (vmap it over keys).
 
     `curves` holds `best_arm_probability` and `expected_reward` [I + 1] (before the first pull, then after

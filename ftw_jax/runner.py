@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +28,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from ftw_jax.algos.base import Hyperparameters
 from ftw_jax.checkpoints import Checkpointer, rows_from_record, rows_record
-from ftw_jax.train import Trainer
+from ftw_jax.train import TrainCarry, Trainer
 
 
 class Interrupted(Exception):
@@ -40,7 +42,7 @@ class Interrupted(Exception):
 _stop_signal: list[int] = []  # the signal that asked this process to stop, if one did
 
 
-def request_stop(signum: int, frame=None) -> None:
+def request_stop(signum: int, frame: types.FrameType | None = None) -> None:
     """A signal handler: the run stops after the period in progress (asked twice, at once)."""
     if _stop_signal:
         raise KeyboardInterrupt
@@ -101,7 +103,7 @@ def check_memory(trainer: Trainer, num_members: int, share: float = 0.5) -> None
         )
 
 
-def check_working_memory(stats, share: float = 0.8) -> None:
+def check_working_memory(stats: Any, share: float = 0.8) -> None:
     """Refuses, before running it, a compiled period whose temporaries and outputs (XLA's own count) exceed
     `share` of the memory here: large J·K, B or T make the update's working arrays big, not the state."""
     if stats is None:
@@ -142,7 +144,9 @@ def member_loop() -> str:
     return choice
 
 
-def over_members(run, loop: str | None = None):
+def over_members(
+    run: Callable[[TrainCarry, int], tuple[TrainCarry, tuple[dict, dict]]], loop: str | None = None
+) -> Callable[[TrainCarry, int], tuple[TrainCarry, tuple[dict, dict]]]:
     """`run(carry, num_periods)` (a `Trainer.run`) over the leading member axis of `carry`, by `member_loop()`."""
     if (loop or member_loop()) == "vmap":
         return jax.vmap(run, in_axes=(0, None))

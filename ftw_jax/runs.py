@@ -8,9 +8,13 @@ import datetime
 import json
 import os
 import pathlib
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ftw_jax.checkpoints import Checkpointer
 
 
 def make_folder(path: pathlib.Path) -> pathlib.Path:
@@ -119,7 +123,7 @@ def check_run_name(name: str) -> str:
 
 
 @contextlib.contextmanager
-def locked(folder: pathlib.Path):
+def locked(folder: pathlib.Path) -> Iterator[pathlib.Path]:
     """Holds `folder/.lock` (this process's pid) while the block runs, so two runs never write one folder.
 
     A lock whose process is gone (killed) is taken over; one held by a live process is refused (ValueError).
@@ -168,7 +172,7 @@ def open_run(
     checkpoint_every: int | None = 1,
     writer: bool = True,
     cleanup: contextlib.ExitStack | None = None,
-):
+) -> tuple[pathlib.Path, Checkpointer | None]:
     """(run folder, Checkpointer or None): a new folder (`out/name`, or `out/default_name-DATE-TIME`) holding
     config.json, or the `resume` folder after checking that it was started with the same configuration.
     `checkpoint_every=None` writes no checkpoints (refused with `resume`: it would start again and overwrite the

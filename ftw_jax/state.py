@@ -33,7 +33,9 @@ class PolicyState(flax.struct.PyTreeNode):
             optimizer=optimizer,
         )
 
-    def apply_if_finite(self, grads: Any, loss: jax.Array, ready: jax.Array | bool = True):
+    def apply_if_finite(
+        self, grads: Any, loss: jax.Array, ready: jax.Array | bool = True
+    ) -> tuple[PolicyState, jax.Array, jax.Array]:
         """(state after one step, applied [] bool, finite [] bool); see `apply_if_finite`. Applied steps count
         as versions."""
         params, opt_state, applied, finite = apply_if_finite(
@@ -43,12 +45,12 @@ class PolicyState(flax.struct.PyTreeNode):
         return state, applied, finite
 
 
-def all_finite(tree) -> jax.Array:
+def all_finite(tree: Any) -> jax.Array:
     """Whether every leaf of `tree` is finite ([] bool)."""
     return jnp.all(jnp.asarray([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(tree)]))
 
 
-def select_tree(condition: jax.Array, on_true, on_false):
+def select_tree(condition: jax.Array, on_true: Any, on_false: Any) -> Any:
     """`on_true` where `condition`, else `on_false`, leaf by leaf (a skipped step keeps the old tree)."""
     return jax.tree.map(lambda a, b: jnp.where(condition, a, b), on_true, on_false)
 
@@ -60,7 +62,7 @@ def apply_if_finite(
     grads: Any,
     loss: jax.Array,
     ready: jax.Array | bool = True,
-):
+) -> tuple[Any, optax.OptState, jax.Array, jax.Array]:
     """One Optax step, taken only where `ready` and the loss, gradients and updates are all finite.
 
     Otherwise params and optimizer state stay as they were (a NaN must not reach Adam's moments either).

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -80,7 +81,7 @@ class Sweep:
 
 
 def make_sweep(
-    env: str, grid: dict[str, list], seeds: list[int], env_options: dict | None = None, **overrides
+    env: str, grid: dict[str, list], seeds: list[int], env_options: dict | None = None, **overrides: Any
 ) -> Sweep:
     """Members = every combination of the grid's values × seeds; axes not in the grid keep the env's defaults."""
     base = TrainConfig.for_env(env, **overrides)

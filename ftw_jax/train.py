@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import flax.struct
 import jax
@@ -29,6 +29,12 @@ from ftw_jax.checks import check_positive_int
 from ftw_jax.policies import ARCHITECTURES
 from ftw_jax.rollout import rollout, rollouts
 from ftw_jax.settings import check_settings, describe, setting
+
+if TYPE_CHECKING:
+    import flax.linen as nn
+
+    from ftw_jax.lm.policy import LMPolicy
+    from ftw_jax.pool import Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +105,7 @@ class TrainConfig(LearnerSettings):
     algorithm_config: Any = None
 
     @classmethod
-    def for_env(cls, env: str, **overrides) -> TrainConfig:
+    def for_env(cls, env: str, **overrides: Any) -> TrainConfig:
         """The environment's defaults (`envs.ENVIRONMENTS`) with `overrides`, each a field of this class or of the
         algorithm's config; a field of another algorithm's config is refused (`split_overrides` sorts them)."""
         algorithm = algos.get(overrides.get("algorithm", "ftw"))
@@ -159,7 +165,7 @@ class TrainConfig(LearnerSettings):
     def num_periods(self) -> int:
         return self.num_iterations // self.eval_every
 
-    def replace(self, **changes) -> TrainConfig:
+    def replace(self, **changes: Any) -> TrainConfig:
         """A copy with `changes` to fields of this class or of the algorithm's config (validated again)."""
         own = {name: value for name, value in changes.items() if name in RUN_FIELDS}
         others = {name: value for name, value in changes.items() if name not in own}
@@ -224,17 +230,19 @@ class Trainer:
     evaluate: Any  # (key, carry) -> evaluation: the same as a period's, e.g. of the starting policy
     start_params: Any = dataclasses.field(default=None, repr=False, compare=False)  # weights: not for printing
 
-    def train(self, key: jax.Array, hyperparameters: Hyperparameters | None = None):
+    def train(
+        self, key: jax.Array, hyperparameters: Hyperparameters | None = None
+    ) -> tuple[TrainCarry, tuple[dict, dict]]:
         return self.run(self.init(key, hyperparameters), self.config.num_periods)
 
 
-def make_policy(config: TrainConfig, env: envs.Environment, num_outputs: int | None = None):
+def make_policy(config: TrainConfig, env: envs.Environment, num_outputs: int | None = None) -> nn.Module:
     """The config's policy network; with `num_outputs` (1 for a critic) the same architecture with that many outputs."""
     assert config.policy is not None  # the environment's default, set when the config was made
     return ARCHITECTURES[config.policy](num_outputs or env.num_actions, env, config)
 
 
-def example_trajectory(env: envs.Environment, env_params, policy):
+def example_trajectory(env: envs.Environment, env_params: Any, policy: nn.Module) -> Trajectory:
     """An all-zero trajectory with the shapes and dtypes of one the policy plays in `env`."""
 
     def play(key):
@@ -255,7 +263,7 @@ def make_optimizer(config: LearnerSettings) -> optax.GradientTransformation:
     return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optimizer)
 
 
-def make_train(config: TrainConfig, **env_options) -> Trainer:
+def make_train(config: TrainConfig, **env_options: Any) -> Trainer:
     """Builds the training program for `config` (env options go to `ftw_jax.envs.make`)."""
     env = envs.make(config.env, **env_options)
     if config.probe_tasks and not env.has_success:
@@ -275,7 +283,7 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
     if getattr(policy, "pretrained", ""):  # a checkpoint's weights, read once
         from ftw_jax.lm.policy import pretrained_params
 
-        start_params = pretrained_params(policy)
+        start_params = pretrained_params(cast("LMPolicy", policy))  # a policy with a checkpoint is an LM's
     learner = algos.get(config.algorithm).make_learner(config.algorithm_config, context)
     if not isinstance(learner, Learner):
         raise ValueError(f"{config.algorithm}'s make_learner returned {type(learner).__name__}, not a Learner.")
@@ -309,7 +317,9 @@ def make_train(config: TrainConfig, **env_options) -> Trainer:
     )
 
 
-def make_init_params(config: TrainConfig, env: envs.Environment, env_params, policy):
+def make_init_params(
+    config: TrainConfig, env: envs.Environment, env_params: Any, policy: nn.Module
+) -> Callable[[jax.Array, Any, Any], Any] | None:
     """`init_params(key, observation, start) -> params` of the starting policy: `start` (a checkpoint's) or its
     initialiser's, fitted to demonstrations first when the config asks for a warm start (None: no warm start)."""
     if not config.warm_start_demonstrations:
@@ -328,7 +338,9 @@ def make_init_params(config: TrainConfig, env: envs.Environment, env_params, pol
     return init_params
 
 
-def make_iteration(config: TrainConfig, env: envs.Environment, env_params, policy, learner: Learner):
+def make_iteration(
+    config: TrainConfig, env: envs.Environment, env_params: Any, policy: nn.Module, learner: Learner
+) -> Callable[[TrainCarry, tuple[jax.Array, jax.Array] | None], tuple[TrainCarry, dict]]:
     """`iteration(carry, tasks) -> (carry, metrics)`: B episodes with the current policy, then `learner.learn`."""
 
     def kl_coef_at(carry: TrainCarry) -> jax.Array:
@@ -383,7 +395,9 @@ def make_iteration(config: TrainConfig, env: envs.Environment, env_params, polic
     return iteration
 
 
-def make_evaluation(config: TrainConfig, env: envs.Environment, env_params, policy):
+def make_evaluation(
+    config: TrainConfig, env: envs.Environment, env_params: Any, policy: nn.Module
+) -> Callable[[jax.Array, TrainCarry], dict]:
     """`evaluate(key, carry) -> evaluation`: `eval_episodes` episodes of the current policy on the evaluation
     params (the key is consumed; the carry is only read)."""
     eval_params = env.evaluation_params(env_params)
@@ -404,7 +418,9 @@ def make_evaluation(config: TrainConfig, env: envs.Environment, env_params, poli
     return evaluate
 
 
-def make_periods(config: TrainConfig, env: envs.Environment, env_params, policy, learner: Learner):
+def make_periods(
+    config: TrainConfig, env: envs.Environment, env_params: Any, policy: nn.Module, learner: Learner
+) -> Callable[[TrainCarry, int], tuple[TrainCarry, tuple[dict, dict]]]:
     """`run(carry, num_periods) -> (carry, (metrics, evaluation))`, jitted: the scan over evaluation periods,
     each (task filtering,) `eval_every` iterations, and an evaluation."""
     iteration = make_iteration(config, env, env_params, policy, learner)

@@ -13,6 +13,7 @@ per program. `ftw_jax.compare` runs them on tuning seeds and keeps the configura
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +78,7 @@ def as_overrides(point: dict, num_iterations: int) -> dict:
 
 
 def group_sweeps(
-    env: str, configurations: list[dict], seeds: list[int], env_options: dict | None = None, **overrides
+    env: str, configurations: list[dict], seeds: list[int], env_options: dict | None = None, **overrides: Any
 ) -> list[tuple[Sweep, list[int]]]:
     """One sweep per compiled program: (sweep, the indices of `configurations` it runs), in first-seen order.
 

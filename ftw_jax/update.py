@@ -219,7 +219,9 @@ def without_unused_observations(trajectories: pool_lib.Trajectory, weights: jax.
     return trajectories.replace(observation=jax.tree.map(zeroed, trajectories.observation))
 
 
-def make_step_losses(apply_fn: ApplyFn, config: UpdateConfig):
+def make_step_losses(
+    apply_fn: ApplyFn, config: UpdateConfig
+) -> Callable[[Any, Any, Any, jax.Array, jax.Array], dict[str, jax.Array]]:
     """`step_losses(params, reference_params, observation [T, ...], action [T], mask [T]) -> {name: [T]}`: the
     cross-entropy, the configured KL and the entropy of each step of one sequence (0 where masked out)."""
 
@@ -252,7 +254,12 @@ def step_coefficients(config: UpdateConfig, step_weights: jax.Array) -> jax.Arra
     )
 
 
-def make_loss(apply_fn: ApplyFn, config: UpdateConfig):
+def make_loss(
+    apply_fn: ApplyFn, config: UpdateConfig
+) -> Callable[
+    [Any, Any, float | jax.Array, pool_lib.Trajectory, jax.Array],
+    tuple[jax.Array, tuple[dict[str, jax.Array], jax.Array, jax.Array]],
+]:
     """Phase 2: `loss(params, reference_params, kl_coef, trajectories [M], weights [M]) -> (loss, (terms,
     log importance weights [M], kept steps))`: cross-entropy + β·KL over the kept steps, averaged as configured."""
     step_losses = make_step_losses(apply_fn, config)
@@ -290,7 +297,12 @@ def make_loss(apply_fn: ApplyFn, config: UpdateConfig):
 STEP_CHUNKS = 16
 
 
-def make_stepwise_loss_and_grad(apply_fn: ApplyFn, config: UpdateConfig):
+def make_stepwise_loss_and_grad(
+    apply_fn: ApplyFn, config: UpdateConfig
+) -> Callable[
+    [Any, Any, float | jax.Array, pool_lib.Trajectory, jax.Array],
+    tuple[tuple[jax.Array, tuple[dict[str, jax.Array], jax.Array, jax.Array]], Any],
+]:
     """Phase 2 for a Markov policy (a step's logits depend on its own observation only): `value_and_grad` of
     `make_loss`, `(params, reference_params, kl_coef, trajectories [M], weights [M]) -> ((loss, aux), grads)`,
     run on the kept steps alone. The padding after each episode's end and the entries of weight 0 cost nothing.
@@ -348,7 +360,9 @@ def make_stepwise_loss_and_grad(apply_fn: ApplyFn, config: UpdateConfig):
     return loss_and_grad
 
 
-def apply_step(config: UpdateConfig, state: PolicyState, grads, loss: jax.Array, ready: jax.Array):
+def apply_step(
+    config: UpdateConfig, state: PolicyState, grads: Any, loss: jax.Array, ready: jax.Array
+) -> tuple[PolicyState, jax.Array, jax.Array]:
     """Phase 3: one optimizer step if `ready` and everything is finite; "previous" moves the reference along."""
     new_state, applied, finite = state.apply_if_finite(grads, loss, ready)
     if config.reference == "previous":
@@ -384,7 +398,7 @@ def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: ja
     }
 
 
-def make_trust_region(apply_fn: ApplyFn, config: UpdateConfig):
+def make_trust_region(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[Any, Any, pool_lib.Pool], dict]:
     """Phase 4b: `monitor(old_params, new_params, pool) -> metrics`, KL(π_old ‖ π_new) and total variation on the
     policy steps of `monitor_entries` evenly spaced pool entries, and the TRPO penalty term they imply."""
 
@@ -415,7 +429,9 @@ def staleness_histogram(pool: pool_lib.Pool, staleness: jax.Array, bins: int) ->
     return jnp.zeros(bins, jnp.int32).at[jnp.minimum(staleness, bins - 1)].add(filled)
 
 
-def make_pool_diagnostics(apply_fn: ApplyFn, config: UpdateConfig):
+def make_pool_diagnostics(
+    apply_fn: ApplyFn, config: UpdateConfig
+) -> Callable[[Any, Any, pool_lib.Pool, jax.Array], dict]:
     """Phase 4c: `diagnose(old_params, new_params, pool, version) -> metrics` that read the whole pool or run the
     policy on it: the pool's staleness (a pass over [N, T]), its histogram, and the trust-region monitor."""
     trust_region = make_trust_region(apply_fn, config)

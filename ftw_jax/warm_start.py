@@ -14,7 +14,7 @@ of cross-entropy on their model-written steps (the environment's own tokens are 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +24,9 @@ from ftw_jax import losses
 from ftw_jax.algos.base import Policy
 from ftw_jax.envs.base import Environment
 from ftw_jax.rollout import demonstration
+
+if TYPE_CHECKING:
+    from ftw_jax.pool import Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,14 +39,16 @@ class WarmStart:
     batch_size: int = 64
 
 
-def demonstrations(key: jax.Array, env: Environment, env_params: Any, num_episodes: int):
+def demonstrations(
+    key: jax.Array, env: Environment, env_params: Any, num_episodes: int
+) -> tuple[Trajectory, jax.Array]:
     """(trajectories [D, T, ...], success [D]) written by the environment's demonstrator."""
     if not env.has_expert:
         raise ValueError(f"{type(env).__name__} has no demonstrator, so it cannot give a supervised warm start.")
     return jax.vmap(demonstration, in_axes=(0, None, None))(jax.random.split(key, num_episodes), env, env_params)
 
 
-def imitation_loss(policy: Policy, params: Any, trajectories) -> jax.Array:
+def imitation_loss(policy: Policy, params: Any, trajectories: Trajectory) -> jax.Array:
     """Mean cross-entropy over the model-written steps of trajectories [M, T, ...]."""
     log_likelihood = jax.vmap(
         lambda trajectory: losses.log_likelihood(

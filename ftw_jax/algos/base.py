@@ -34,7 +34,7 @@ class Policy(Protocol):
         ...
 
 
-def updates_per_iteration_setting():
+def updates_per_iteration_setting() -> Any:
     """U, declared by every algorithm that takes several steps per batch."""
     return setting(1, "U, updates per iteration (FTW: from the pool; GRPO: steps on the batch; PPO: epochs)")
 

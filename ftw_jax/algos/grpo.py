@@ -9,7 +9,8 @@ actions as TRL's GRPOTrainer computes it (the default; its gradient follows KL(�
 from __future__ import annotations
 
 import dataclasses
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import chex
 import jax
@@ -25,7 +26,9 @@ from ftw_jax.algos.policy_gradient import (
     repeated_steps,
 )
 from ftw_jax.checks import check_non_negative, check_positive_int
+from ftw_jax.pool import Trajectory
 from ftw_jax.settings import check_settings, setting
+from ftw_jax.state import PolicyState
 
 
 def group_advantages(returns: jax.Array, group_size: int, *, normalise: bool = True) -> jax.Array:
@@ -72,14 +75,16 @@ class GRPOConfig:
             raise ValueError(f"clip_epsilon must be in (0, 1), got {self.clip_epsilon!r}.")
 
 
-def make_step(config: GRPOConfig, apply_fn):
+def make_step(
+    config: GRPOConfig, apply_fn: Callable[[Any, Any], jax.Array]
+) -> Callable[[PolicyState, Trajectory, jax.Array], tuple[PolicyState, dict]]:
     """GRPO's step: the clipped ratio to the behaviour policy + β·KL (k3 or exact) − the entropy bonus."""
     return make_policy_gradient_update(
         apply_fn, clip_epsilon=config.clip_epsilon, kl_estimate=config.kl_estimate, entropy_coef=config.entropy_coef
     )
 
 
-def advantages(config: GRPOConfig, returns):
+def advantages(config: GRPOConfig, returns: jax.Array) -> jax.Array:
     """Group-relative advantages of B returns in group order."""
     return group_advantages(returns, config.group_size, normalise=config.normalise_advantages)
 

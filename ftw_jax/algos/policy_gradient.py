@@ -24,12 +24,12 @@ from ftw_jax.state import PolicyState
 ADVANTAGE_EPSILON = 1e-6
 
 
-def clip_epsilon_setting():
+def clip_epsilon_setting() -> Any:
     """ε, declared by the clipped-ratio baselines."""
     return setting(0.2, "the ratio clip of GRPO and PPO (and PPO's value clip)")
 
 
-def entropy_coef_setting(default: float = 0.0):
+def entropy_coef_setting(default: float = 0.0) -> Any:
     """The entropy bonus's weight, declared by every baseline (PPO's references use 0.01, TRL's GRPO none)."""
     return setting(
         default,
@@ -78,7 +78,7 @@ def make_policy_gradient_update(
     clip_epsilon: float | None = None,
     kl_estimate: Literal["exact", "k3"] = "exact",
     entropy_coef: float = 0.0,
-):
+) -> Callable[[PolicyState, Trajectory, jax.Array], tuple[PolicyState, dict]]:
     """`update(state, batch, advantages) -> (state, metrics)`: one gradient step on a batch of B trajectories.
 
     loss = surrogate + β·KL − entropy_coef·entropy, each averaged over the policy's steps. The surrogate is
@@ -137,7 +137,13 @@ def make_policy_gradient_update(
     return update
 
 
-def repeated_steps(update, state: BatchLearnerState, batch: Trajectory, advantages: jax.Array, steps: int):
+def repeated_steps(
+    update: Callable[[PolicyState, Trajectory, jax.Array], tuple[PolicyState, dict]],
+    state: BatchLearnerState,
+    batch: Trajectory,
+    advantages: jax.Array,
+    steps: int,
+) -> tuple[BatchLearnerState, dict]:
     """(state, metrics [steps]) after `steps` updates on the same batch and advantages."""
     policy, metrics = jax.lax.scan(
         lambda policy, _: update(policy, batch, advantages), state.policy, None, length=steps

@@ -117,7 +117,7 @@ class PPOLearnerState(flax.struct.PyTreeNode):
     critic: Critic
 
 
-def without_legal_actions(observation):
+def without_legal_actions(observation: Any) -> Any:
     """A critic reads the observation only (legal-action masks shape logits, not values)."""
     return split_legal_actions(observation)[0]
 
@@ -126,7 +126,7 @@ def make_critic_update(
     value_fn: Callable[[Any, Any], jax.Array],
     optimizer: optax.GradientTransformation,
     clip_epsilon: float | None = None,
-):
+) -> Callable[[Critic, Trajectory, jax.Array, jax.Array], tuple[Critic, jax.Array]]:
     """`update(critic, batch, targets, old_values) -> (critic, value_loss)`: one step on ½ (V(h_t) − target_t)²
     averaged over the alive steps; with `clip_epsilon` on ½ max((V − target)², (V_clipped − target)²) with
     V_clipped = V_old + clip(V − V_old, −ε, ε). `value_fn(params, observation [T, ...]) -> [T]`; a non-finite
@@ -149,7 +149,9 @@ def make_critic_update(
     return update
 
 
-def ppo_advantages(config: PPOConfig, value_fn, critic_params, batch: Trajectory):
+def ppo_advantages(
+    config: PPOConfig, value_fn: Callable[[Any, Any], jax.Array], critic_params: Any, batch: Trajectory
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(advantages, value targets, values), each [B, T], for one PPO iteration: from before its epochs."""
     values = jax.lax.stop_gradient(jax.vmap(value_fn, in_axes=(None, 0))(critic_params, batch.observation))
     advantages = gae_advantages(
@@ -158,7 +160,9 @@ def ppo_advantages(config: PPOConfig, value_fn, critic_params, batch: Trajectory
     return advantages, advantages + values, values
 
 
-def make_step(config: PPOConfig, apply_fn):
+def make_step(
+    config: PPOConfig, apply_fn: Callable[[Any, Any], jax.Array]
+) -> Callable[[PolicyState, Trajectory, jax.Array], tuple[PolicyState, dict]]:
     """PPO's policy step: the clipped ratio to the behaviour policy + β·KL(π ‖ π_ref), exact, − the entropy bonus."""
     return make_policy_gradient_update(apply_fn, clip_epsilon=config.clip_epsilon, entropy_coef=config.entropy_coef)
 

@@ -7,6 +7,10 @@ off-policy; U = 1 (the default) is REINFORCE as written, U > 1 gives it as many 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
 
 from ftw_jax.algos.base import Algorithm, Context, Learner, updates_per_iteration_setting
 from ftw_jax.algos.policy_gradient import (
@@ -17,7 +21,9 @@ from ftw_jax.algos.policy_gradient import (
     repeated_steps,
 )
 from ftw_jax.checks import check_non_negative, check_positive_int
+from ftw_jax.pool import Trajectory
 from ftw_jax.settings import check_settings
+from ftw_jax.state import PolicyState
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,12 +37,14 @@ class ReinforceConfig:
         check_non_negative("entropy_coef", self.entropy_coef)
 
 
-def make_step(config: ReinforceConfig, apply_fn):
+def make_step(
+    config: ReinforceConfig, apply_fn: Callable[[Any, Any], jax.Array]
+) -> Callable[[PolicyState, Trajectory, jax.Array], tuple[PolicyState, dict]]:
     """REINFORCE's step: −A·log π + β·KL(π ‖ π_ref), exact, − the entropy bonus."""
     return make_policy_gradient_update(apply_fn, entropy_coef=config.entropy_coef)
 
 
-def advantages(config: ReinforceConfig, returns):
+def advantages(config: ReinforceConfig, returns: jax.Array) -> jax.Array:
     return mean_baseline_advantages(returns)
 
 

@@ -128,7 +128,7 @@ def entry(name: str) -> EnvEntry:
     return ENVIRONMENTS[name]
 
 
-def make(name: str, **options) -> Environment:
+def make(name: str, **options: Any) -> Environment:
     """An environment by registry name; options go to its class (a ValueError names one it does not take)."""
     try:
         env = entry(name).make(**options)

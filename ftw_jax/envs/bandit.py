@@ -48,10 +48,12 @@ class GaussianBandit(Environment):
     def default_params(self) -> BanditParams:
         return BanditParams(jnp.asarray(self.arm_means, jnp.float32), jnp.asarray(self.noise_sd, jnp.float32))
 
-    def reset(self, key, params):
+    def reset(self, key: jax.Array, params: BanditParams) -> tuple[jax.Array, jax.Array]:
         del key, params
         return jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32)
 
-    def step(self, key, state, action, params):
+    def step(
+        self, key: jax.Array, state: jax.Array, action: jax.Array, params: BanditParams
+    ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array, dict[str, jax.Array]]:
         reward = params.arm_means[action] + params.noise_sd * jax.random.normal(key)
         return jnp.zeros((), jnp.int32), state + 1, reward, jnp.ones((), bool), {}

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
+
 from ftw_jax.envs.base import Environment
 
 
@@ -42,12 +44,14 @@ class GymnaxEnvironment(Environment):
     def max_steps(self) -> int:
         return int(self.gymnax_params.max_steps_in_episode)
 
-    def default_params(self):
+    def default_params(self) -> Any:
         return self.gymnax_params
 
-    def reset(self, key, params):
+    def reset(self, key: jax.Array, params: Any) -> tuple[Any, Any]:
         return self.gymnax_env.reset(key, params)
 
-    def step(self, key, state, action, params):
+    def step(
+        self, key: jax.Array, state: Any, action: jax.Array, params: Any
+    ) -> tuple[Any, Any, jax.Array, jax.Array, dict]:
         obs, state, reward, terminated, truncated, info = self.gymnax_env.step(key, state, action, params)
         return obs, state, reward, terminated | truncated, info

@@ -95,13 +95,13 @@ class SearchTask(Environment):
     def max_steps(self) -> int:
         return self.step_limit
 
-    def entity_token(self, index):
+    def entity_token(self, index: int | jax.Array) -> int | jax.Array:
         return FIRST_ENTITY + index
 
-    def value_token(self, index):
+    def value_token(self, index: int | jax.Array) -> int | jax.Array:
         return FIRST_ENTITY + self.num_entities + index
 
-    def default_params(self):
+    def default_params(self) -> tuple[()]:
         return ()
 
     def legal_actions(self, state: SearchState) -> jax.Array:
@@ -114,10 +114,10 @@ class SearchTask(Environment):
         # Forced steps (the environment writing) never enter the loss; leave them unconstrained.
         return by_phase[state.phase] | (state.queue_length > 0)
 
-    def observe(self, token, state: SearchState) -> WithLegalActions:
+    def observe(self, token: int | jax.Array, state: SearchState) -> WithLegalActions:
         return WithLegalActions(observation=jnp.asarray(token, jnp.int32), legal=self.legal_actions(state))
 
-    def reset(self, key, params):
+    def reset(self, key: jax.Array, params: tuple[()]) -> tuple[WithLegalActions, SearchState]:
         link_key, value_key, question_key = jax.random.split(key, 3)
         entities, values = self.num_entities, self.num_values
         link = jax.random.randint(link_key, (entities,), 0, entities - 1)
@@ -138,10 +138,12 @@ class SearchTask(Environment):
         )
         return self.observe(BOS, state), state
 
-    def forced_action(self, state, params):
+    def forced_action(self, state: SearchState, params: tuple[()]) -> tuple[jax.Array, jax.Array]:
         return state.queue_length > 0, state.queue[0]
 
-    def step(self, key, state, action, params):
+    def step(
+        self, key: jax.Array, state: SearchState, action: jax.Array, params: tuple[()]
+    ) -> tuple[WithLegalActions, SearchState, jax.Array, jax.Array, dict[str, jax.Array]]:
         del key, params
         forced, forced_token = self.forced_action(state, ())
         token = jnp.where(forced, forced_token, action).astype(jnp.int32)

@@ -103,14 +103,16 @@ class Sokoban(Environment):
     def level_key(self, split: jax.Array, index: jax.Array) -> jax.Array:
         return jax.random.fold_in(jax.random.fold_in(jax.random.key(self.level_seed), split), index)
 
-    def reset(self, key, params):
+    def reset(self, key: jax.Array, params: SokobanParams) -> tuple[jax.Array, SokobanState]:
         unlimited = jnp.iinfo(jnp.int32).max
         finite_training_set = (params.split == 0) & (self.num_train_levels > 0)
         index = jax.random.randint(key, (), 0, jnp.where(finite_training_set, self.num_train_levels, unlimited))
         level = generate_level(self.level_key(params.split, index), self)
         return observe(level), SokobanState(level=level, time=jnp.zeros((), jnp.int32))
 
-    def step(self, key, state, action, params):
+    def step(
+        self, key: jax.Array, state: SokobanState, action: jax.Array, params: SokobanParams
+    ) -> tuple[jax.Array, SokobanState, jax.Array, jax.Array, dict[str, jax.Array]]:
         del key, params
         level = state.level
         move = jnp.asarray(MOVES)[action]
@@ -225,7 +227,7 @@ _COLOURS = {
 }
 
 
-def render(observation, cell: int = 16) -> np.ndarray:
+def render(observation: jax.Array | np.ndarray, cell: int = 16) -> np.ndarray:
     """An RGB picture of Sokoban observations: [..., H, W, 4] one-hot planes -> uint8 [..., H·cell, W·cell, 3].
 
     Walls dark, floor light, a target a red dot, a box a brown square (green on its target), the player a blue

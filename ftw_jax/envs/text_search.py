@@ -26,12 +26,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
 from ftw_jax.envs.base import Environment
+
+if TYPE_CHECKING:  # the tokenizer is imported where one is made
+    from ftw_jax.lm.tokenizer import Tokenizer
 
 SPECIAL = ("<pad>", "<bos>", "<unk>")
 TAGS = ("<search>", "</search>", "<information>", "</information>", "<answer>", "</answer>")
@@ -206,10 +211,10 @@ class TextSearchTask(Environment):
     def max_steps(self) -> int:
         return self.step_limit
 
-    def default_params(self):
+    def default_params(self) -> tuple[()]:
         return ()
 
-    def tokenizer(self):
+    def tokenizer(self) -> Tokenizer:
         """The task's word-level Hugging Face tokenizer over `WORDS` (`ftw_jax.lm.Tokenizer`; ids = the
         environment's), or the model's own."""
         from ftw_jax.lm.tokenizer import Tokenizer, load_tokenizer
@@ -282,7 +287,7 @@ class TextSearchTask(Environment):
         tokens, length = self._spell(jnp.where(found, block, nothing), jnp.where(found, 12, 4))
         return self._fit(tokens), length
 
-    def reset(self, key, params):
+    def reset(self, key: jax.Array, params: tuple[()]) -> tuple[jax.Array, TextSearchState]:
         keys = jax.random.split(key, 8)
         people, values = self.num_people, self.num_values
         friend = jax.random.randint(keys[0], (people,), 0, people - 1)
@@ -320,7 +325,7 @@ class TextSearchTask(Environment):
         )
         return jnp.int32(self.lexicon.prompt_prefix[0]), state
 
-    def forced_action(self, state, params):
+    def forced_action(self, state: TextSearchState, params: tuple[()]) -> tuple[jax.Array, jax.Array]:
         return state.queue_length > 0, state.queue[0]
 
     def _ends_with(self, recent: jax.Array, word, before: int | jax.Array = 0) -> jax.Array:
@@ -335,7 +340,9 @@ class TextSearchTask(Environment):
         same = (recent[index] == table[word]) | (jnp.arange(pieces) >= length[..., None])
         return jnp.all(same, axis=-1) & (start >= 0)
 
-    def step(self, key, state, action, params):
+    def step(
+        self, key: jax.Array, state: TextSearchState, action: jax.Array, params: tuple[()]
+    ) -> tuple[jax.Array, TextSearchState, jax.Array, jax.Array, dict[str, jax.Array]]:
         del key, params
         forced, forced_token = self.forced_action(state, ())
         token = jnp.where(forced, forced_token, action).astype(jnp.int32)
@@ -408,6 +415,6 @@ class TextSearchTask(Environment):
         return table[word, state.expert_offset]
 
 
-def text(tokens) -> str:
+def text(tokens: Iterable[int] | jax.Array) -> str:
     """The words of token ids (padding left out)."""
     return " ".join(WORDS[int(token)] for token in tokens if int(token) != PAD)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal
+from typing import Any, Literal
 
 # Hugging Face's class name -> its family; the families differ only in which projections have biases.
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2"}
@@ -81,11 +81,11 @@ class LMConfig:
                 f"{self.rope_theta}, {self.initializer_range}."
             )
 
-    def replace(self, **changes) -> LMConfig:
+    def replace(self, **changes: Any) -> LMConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_hf(cls, hf: dict, **options) -> LMConfig:
+    def from_hf(cls, hf: dict, **options: Any) -> LMConfig:
         """The config of a Hugging Face `config.json` (as a dict); `options`: `dtype`, `remat`.
 
         Raises ValueError naming what is not supported: another architecture, sliding-window attention,

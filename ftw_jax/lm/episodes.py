@@ -24,13 +24,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import pathlib
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ftw_jax.pool import Trajectory
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ftw_jax.lm.sampler import Sample
 
 SCHEMA_VERSION = 1
 
@@ -129,7 +135,7 @@ class ReadReport:
 
 
 def read_episodes(
-    path, *, vocab_size: int, max_length: int, skip_bad: bool = False
+    path: str | os.PathLike[str], *, vocab_size: int, max_length: int, skip_bad: bool = False
 ) -> tuple[list[Episode], ReadReport]:
     """Every episode of a JSONL file, in order. A bad line raises ValueError naming its line and field, before
     anything is learnt from the file, or with `skip_bad` is left out and listed in the report. Blank lines are
@@ -218,7 +224,7 @@ def episode_records(trajectories: Trajectory) -> Iterable[dict]:
         yield {"tokens": tokens, "spans": spans, "reward": float(arrays["episode_return"][row])}
 
 
-def write_episodes(path, records: Iterable[dict]) -> int:
+def write_episodes(path: str | os.PathLike[str], records: Iterable[dict]) -> int:
     """Appends records to a JSONL file, one line each; returns how many."""
     count = 0
     with pathlib.Path(path).open("a") as file:
@@ -228,7 +234,7 @@ def write_episodes(path, records: Iterable[dict]) -> int:
     return count
 
 
-def sample_records(sample, rewards, version: int) -> list[dict]:
+def sample_records(sample: Sample, rewards: npt.ArrayLike, version: int) -> list[dict]:
     """The JSONL records of the in-process sampler's continuations (`lm.make_sampler`'s `Sample` [B, P + M]):
     each row's real tokens (its left padding dropped), the tokens it generated as one span written by `version`
     with the log-probs they were sampled with, and its reward ([B] floats, e.g. from a verifier)."""

@@ -21,7 +21,8 @@ import functools
 import json
 import pathlib
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -29,13 +30,18 @@ import numpy as np
 
 from ftw_jax import algos, runs
 from ftw_jax.algos.base import Context, Hyperparameters, Learner
-from ftw_jax.algos.ftw import FTWConfig
+from ftw_jax.algos.ftw import FTWConfig, FTWLearnerState
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.policy import LMPolicy
 from ftw_jax.pool import Trajectory
 from ftw_jax.runner import host_array, raise_if_stopped
 from ftw_jax.settings import check_settings, setting
 from ftw_jax.train import LearnerSettings, make_optimizer
+
+if TYPE_CHECKING:
+    from jax.sharding import Mesh
+
+    from ftw_jax.checkpoints import Checkpointer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +119,7 @@ class EpisodeLearner:
 
         return cls(config, model_config, policy, learner, jax.jit(learn))
 
-    def init(self, model_params: dict):
+    def init(self, model_params: dict) -> FTWLearnerState:
         """The learner state starting from (and KL-anchored to) these CausalLM params: an empty pool, version 0.
         Compiled, so that a state built from weights laid out on a mesh lies on that mesh, pool and all."""
 
@@ -124,13 +130,13 @@ class EpisodeLearner:
 
         return jax.jit(init)(model_params)
 
-    def step(self, state, batch: Trajectory, iteration: int):
+    def step(self, state: FTWLearnerState, batch: Trajectory, iteration: int) -> tuple[FTWLearnerState, dict]:
         """(state, metrics with leaves [U]) after adding the batch [B, T] (numpy, or global arrays) to the pool and
         running U updates, with iteration `iteration`'s key (the same on a resumed run as on one never stopped)."""
         return self.learn(state, batch, np.int32(iteration))
 
     @staticmethod
-    def model_params(state) -> dict:
+    def model_params(state: FTWLearnerState) -> dict:
         """The CausalLM's params in a learner state (for `lm.save`)."""
         return {"params": state.policy.params["params"]["lm"]}
 
@@ -181,7 +187,9 @@ def weights_folder(run_folder: pathlib.Path, version: int) -> pathlib.Path:
     return run_folder / "weights" / f"version-{version:06d}"
 
 
-def save_weights(run_folder: pathlib.Path, learner: EpisodeLearner, state, model_path: pathlib.Path) -> pathlib.Path:
+def save_weights(
+    run_folder: pathlib.Path, learner: EpisodeLearner, state: FTWLearnerState, model_path: pathlib.Path
+) -> pathlib.Path:
     """Writes the state's weights as a Hugging Face folder (once per version; atomic) with the starting
     checkpoint's config.json and tokenizer files, and points `weights/latest.json` at it."""
     from ftw_jax.lm.load import save
@@ -204,7 +212,7 @@ def save_weights(run_folder: pathlib.Path, learner: EpisodeLearner, state, model
     return folder
 
 
-def replicated(tree, mesh):
+def replicated(tree: Any, mesh: Mesh) -> Any:
     """Host arrays, the same on every process, as global arrays that every device of `mesh` holds whole."""
     from jax.sharding import NamedSharding, PartitionSpec
 
@@ -219,8 +227,8 @@ def learn_from_file(
     episodes_path: pathlib.Path,
     model_path: pathlib.Path,
     run_folder: pathlib.Path,
-    checkpointer,
-    log,
+    checkpointer: Checkpointer | None,
+    log: Callable[[str], None],
     *,
     dtype: str = "float32",
     skip_bad: bool = False,

@@ -17,6 +17,7 @@ import os
 import pathlib
 import shutil
 import tempfile
+from collections.abc import Iterable
 from typing import Any
 
 import jax
@@ -100,7 +101,7 @@ def expected_shapes(config: LMConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def load(path, dtype: str = "float32", remat: bool = False) -> tuple[CausalLM, dict]:
+def load(path: str | os.PathLike[str], dtype: str = "float32", remat: bool = False) -> tuple[CausalLM, dict]:
     """The model and its parameters ({"params": ...}, cast to `dtype`) from a Hugging Face folder.
 
     Raises ValueError, before reading any tensor, for an unknown architecture or option (`LMConfig.from_hf`),
@@ -190,7 +191,14 @@ def hf_config(config: LMConfig) -> dict:
     return hf
 
 
-def save(path, config: LMConfig, params: dict, *, config_json: dict | None = None, copy_files=()) -> pathlib.Path:
+def save(
+    path: str | os.PathLike[str],
+    config: LMConfig,
+    params: dict,
+    *,
+    config_json: dict | None = None,
+    copy_files: Iterable[str | os.PathLike[str]] = (),
+) -> pathlib.Path:
     """Writes a Hugging Face folder that `load` (and transformers, vLLM, SGLang) reads: `model.safetensors` in
     the params' dtype and `config.json` (`config_json` if given, e.g. the checkpoint's own, else `hf_config`),
     and copies `copy_files` (tokenizer files) beside them.

@@ -79,7 +79,7 @@ class Attention(nn.Module):
         mask: jax.Array | None,
         cache: tuple[jax.Array, jax.Array] | None,
         cache_index: jax.Array | None,
-    ):
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         """x [B, L, D] -> ([B, L, D], cache). mask [B, 1, L, S] (True = may attend), None for plain causal
         (S = L). With a cache (keys, values [B, S, G, H]) this step's keys and values are written into it at
         slots cache_index.. and the queries attend over all S slots; the updated cache is returned."""
@@ -116,7 +116,15 @@ class Layer(nn.Module):
     config: LMConfig
 
     @nn.compact
-    def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array | None, cache, cache_index):
+    def __call__(
+        self,
+        x: jax.Array,
+        cos: jax.Array,
+        sin: jax.Array,
+        mask: jax.Array | None,
+        cache: tuple[jax.Array, jax.Array] | None,
+        cache_index: jax.Array | None,
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
         c, dtype = self.config, jnp.dtype(self.config.dtype)
         attended, cache = Attention(c, name="self_attn")(
             RMSNorm(c.rms_norm_eps, dtype, name="input_layernorm")(x), cos, sin, mask, cache, cache_index
@@ -141,7 +149,7 @@ class CausalLM(nn.Module):
         attention_mask: jax.Array | None = None,
         cache: tuple[jax.Array, jax.Array] | None = None,
         cache_index: jax.Array | None = None,
-    ):
+    ) -> jax.Array | tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         """Logits float32 [B, L, V] of tokens int [B, L].
 
         Args:

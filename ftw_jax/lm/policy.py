@@ -89,7 +89,7 @@ class LMPolicy(nn.Module):
         tokens: jax.Array | WithLegalActions,
         cache: tuple[jax.Array, jax.Array] | None = None,
         position: jax.Array | None = None,
-    ):
+    ) -> jax.Array | tuple[jax.Array, tuple[jax.Array, jax.Array]]:
         ids, legal = split_legal_actions(tokens)  # ids [T]
         own_head = self.num_actions != self.config.vocab_size
         lm = CausalLM(self.config, head=not own_head, name="lm")

@@ -15,6 +15,9 @@ whole (a tiny test model on a large mesh is still correct, only less split). Nor
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -33,7 +36,11 @@ _LAYOUT = {
 }
 
 
-def make_mesh(data: int, model: int, devices=None) -> Mesh:
+def make_mesh(
+    data: int,
+    model: int,
+    devices: Iterable[jax.Device] | None = None,  # pyright: ignore[reportInvalidTypeForm] (jaxlib's Device has no stub)
+) -> Mesh:
     """A data × model mesh over the first data·model devices (default: all of jax.devices())."""
     devices = list(jax.devices() if devices is None else devices)
     if data < 1 or model < 1 or data * model > len(devices):
@@ -41,7 +48,7 @@ def make_mesh(data: int, model: int, devices=None) -> Mesh:
     return Mesh(np.array(devices[: data * model]).reshape(data, model), (DATA, MODEL))
 
 
-def param_specs(params, mesh: Mesh):
+def param_specs(params: Any, mesh: Mesh) -> Any:
     """A PartitionSpec per parameter (same tree as `params`, arrays or ShapeDtypeStructs); only the mesh's
     axis sizes are read (an `AbstractMesh` will do)."""
 
@@ -58,7 +65,7 @@ def param_specs(params, mesh: Mesh):
     return jax.tree_util.tree_map_with_path(spec, params)
 
 
-def shard_params(params, mesh: Mesh):
+def shard_params(params: Any, mesh: Mesh) -> Any:
     """`params` placed on the mesh as `param_specs` lays them out. The mesh may span several processes (hosts),
     each holding the whole `params` (read from the same checkpoint): each device gets its block."""
     shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), param_specs(params, mesh))

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 if TYPE_CHECKING:  # imported where a tokenizer is read, so that importing this module costs nothing
+    import jax
     import tokenizers
 
 
@@ -42,10 +45,10 @@ class Tokenizer:
         """The ids of `text` as written (no special tokens added: a chat template writes its own)."""
         return self.backend.encode(text, add_special_tokens=False).ids
 
-    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+    def decode(self, ids: Iterable[int] | jax.Array, skip_special_tokens: bool = False) -> str:
         return self.backend.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)
 
-    def chat(self, messages: list[dict], add_generation_prompt: bool = True, **variables) -> str:
+    def chat(self, messages: list[dict], add_generation_prompt: bool = True, **variables: Any) -> str:
         """The conversation as the model was trained to read it; with `add_generation_prompt`, the opening of the
         assistant's next turn."""
         if self.chat_template is None:
@@ -91,7 +94,7 @@ def _token_text(value) -> str | None:
     return value.get("content") if isinstance(value, dict) else value
 
 
-def load_tokenizer(path) -> Tokenizer:
+def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
     """The tokenizer of a Hugging Face folder: `tokenizer.json` (required), `tokenizer_config.json` and
     `chat_template.jinja` (optional). Raises ValueError naming a missing file or a special token the
     vocabulary lacks."""
