@@ -1,8 +1,17 @@
-"""Shared test set-up: key-reuse checking on, and small shared helpers."""
+"""Shared test set-up: programs compiled for speed of compiling, key-reuse checking on, and small shared helpers."""
 
 import os
 import shutil
 import tempfile
+
+# The suite's programs are tiny and most of a test's time is XLA compiling them: LLVM's optimisations off (a
+# third less time to compile, docs/testing.md) for this process and the commands it starts. The numbers are
+# the same maths rounded another way, which the tests' tolerances and the golden runs' margins are made for;
+# FTW_JAX_TEST_OPTIMIZED=1 runs the suite with the compiler's defaults, as users run the package.
+if os.environ.get("FTW_JAX_TEST_OPTIMIZED") != "1" and "xla_backend_optimization_level" not in os.environ.get(
+    "XLA_FLAGS", ""
+):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
 
 import jax
 import jax.numpy as jnp
@@ -93,3 +102,9 @@ def write_tiny_bpe_checkpoint(folder, vocab_size: int = 320):
         json.dumps({"chat_template": CHAT_TEMPLATE, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})
     )
     return folder
+
+
+def with_cpu_devices(count: int) -> dict[str, str]:
+    """The environment of a child process that sees `count` CPU devices, with this suite's XLA flags kept."""
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={count}".strip()
+    return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}

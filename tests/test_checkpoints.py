@@ -101,6 +101,7 @@ def test_a_run_killed_mid_write_resumes_where_it_stopped_to_the_uninterrupted_re
         assert (killed / log_file).read_text() == (tmp_path / "whole" / log_file).read_text()
 
 
+@pytest.mark.slow
 def test_resume_refuses_a_different_config_and_a_missing_run(tmp_path, capsys):
     argv = ["train", "--env", "bandit", "--eval-every", "2", "--no-plot", "--out", str(tmp_path), "--iterations"]
     assert cli.main([*argv, "4", "--name", "run"]) == 0

@@ -56,6 +56,7 @@ def run(cache, *flags):
     return json.loads(done.stdout), sorted(path.name for path in pathlib.Path(cache).glob("*"))
 
 
+@pytest.mark.slow
 def test_a_second_run_reads_the_program_the_first_wrote_and_gives_the_same_numbers(tmp_path):
     first, written = run(tmp_path / "cache")
     assert any(name.startswith("jit_run") for name in written)  # the protocol's vmapped program
@@ -64,11 +65,13 @@ def test_a_second_run_reads_the_program_the_first_wrote_and_gives_the_same_numbe
     assert second["best_arm_probability_final"] == first["best_arm_probability_final"]
 
 
+@pytest.mark.slow
 def test_no_compile_cache_reads_and_writes_nothing(tmp_path):
     _, written = run(tmp_path / "cache", "--no-compile-cache")
     assert written == []
 
 
+@pytest.mark.slow
 def test_a_cache_folder_that_cannot_be_made_warns_and_the_run_goes_on(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

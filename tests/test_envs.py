@@ -18,6 +18,7 @@ def test_bandit_env_pays_the_arm_mean_plus_noise():
     assert float(reward) == 2.0 and bool(done) and env.num_actions == 3 and env.max_steps == 1 and env.best_arm == 1
 
 
+@pytest.mark.slow
 def test_gymnax_cartpole_through_the_adapter():
     env = envs.make("cartpole")
     assert env.num_actions == 2 and env.max_steps == 500
@@ -35,6 +36,7 @@ def test_gymnax_cartpole_through_the_adapter():
     assert total == steps  # +1 per step, including the one that ends the episode
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("unchecked_key_reuse")
 def test_cartpole_rollout_masks_after_the_end():
     env = envs.make("cartpole")

@@ -72,6 +72,7 @@ def test_rope_settings_read_from_either_layout():
     assert LMConfig.from_hf(plain).rope_theta == 7.0 and LMConfig.from_hf(plain).rope_scaling is None
 
 
+@pytest.mark.slow
 def test_fresh_weights_have_the_configs_initializer_range():
     written = json.loads((DATA / "qwen2-untied" / "config.json").read_text())
     assert LMConfig.from_hf(written).initializer_range == written["initializer_range"] == 0.02
@@ -149,6 +150,7 @@ def test_a_tied_checkpoint_may_carry_its_lm_head_only_if_it_equals_the_embedding
     assert model.config.tie_embeddings and "lm_head" not in params["params"]
 
 
+@pytest.mark.slow
 def test_bfloat16_computes_close_to_float32():
     model32, params32 = lm.load(DATA / "llama3-scaled")
     model16, params16 = lm.load(DATA / "llama3-scaled", dtype="bfloat16")
@@ -160,6 +162,7 @@ def test_bfloat16_computes_close_to_float32():
     assert 0 < np.abs(np.asarray(logits16) - reference).max() < 0.05 * np.abs(reference).max()
 
 
+@pytest.mark.slow
 def test_remat_changes_neither_logits_nor_gradients():
     model, params = lm.load(DATA / "qwen2-untied")
     remat = lm.CausalLM(model.config.replace(remat=True))
@@ -169,6 +172,7 @@ def test_remat_changes_neither_logits_nor_gradients():
     jax.tree.map(chex_close, jax.grad(loss(remat))(params), jax.grad(loss(model))(params))
 
 
+@pytest.mark.slow
 def test_decoding_through_the_cache_equals_the_full_forward():
     model, params = lm.load(DATA / "qwen2-untied")
     reference = _reference("qwen2-untied")

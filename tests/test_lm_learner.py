@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import with_cpu_devices
 
 from ftw_jax import cli, diagnostics
 from ftw_jax.algos.ftw import FTWConfig
@@ -137,6 +138,7 @@ def test_a_bad_line_is_named_by_number_and_refused_or_skipped(tmp_path):
 # ---------------------------------------------------------------------------------------- token trajectories
 
 
+@pytest.mark.slow
 def test_rollout_episodes_survive_the_jsonl_round_trip(engine, tmp_path):
     _, _, trajectories = played(engine, 16)
     path = tmp_path / "episodes.jsonl"
@@ -155,6 +157,7 @@ def test_rollout_episodes_survive_the_jsonl_round_trip(engine, tmp_path):
     assert np.asarray(trajectories.mask).any() and not np.asarray(trajectories.mask).all()  # both kinds of token
 
 
+@pytest.mark.slow
 def test_changing_an_environment_tokens_target_changes_no_gradient(engine):
     """The loss mask: a step whose next token the environment wrote contributes nothing, whatever that token."""
     learner, params, trajectories = played(engine, 4)
@@ -334,11 +337,10 @@ print(json.dumps({"devices": jax.device_count(), "difference": max(
 
 @pytest.mark.slow
 def test_lm_learn_on_a_data_by_model_mesh_learns_what_one_device_does(tmp_path):
-    import os
     import subprocess
     import sys
 
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    env = with_cpu_devices(4)
     folder = pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied"
     result = subprocess.run(
         [sys.executable, "-c", MESH_SCRIPT, str(folder), str(tmp_path)],
@@ -409,7 +411,6 @@ with (out / "episodes.jsonl").open("w") as file:
 def test_lm_learn_over_two_processes_learns_what_one_does(tmp_path):
     """jax.distributed on loopback, 2 processes of 2 forced CPU devices each, the weights on a 2 x 2 mesh across
     both: the weights written equal those of one process on one device; only process 0 writes and prints."""
-    import os
     import socket
     import subprocess
     import sys
@@ -461,7 +462,7 @@ def test_lm_learn_over_two_processes_learns_what_one_does(tmp_path):
         "--num-processes",
         "2",
     ]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = with_cpu_devices(2)
     processes = [
         subprocess.Popen([*argv, "--process-id", str(i)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         for i in (0, 1)

@@ -53,6 +53,7 @@ def test_qwen2_5_sizes_are_the_published_ones():
         assert abs(parameter_count(config) / published[name] - 1) < 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("remat", [False, True])
 def test_activation_estimate_is_within_a_factor_of_xlas_count(remat):
     config = LMConfig(

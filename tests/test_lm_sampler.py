@@ -32,6 +32,7 @@ def full_log_probs(model, params, out) -> np.ndarray:
     return np.asarray(log_probs[:, :-1]), np.asarray(out.tokens[:, 1:])
 
 
+@pytest.mark.slow
 def test_plain_sampling_log_probs_equal_a_full_forward(checkpoint):
     model, params, prompts, mask = checkpoint
     sample = make_sampler(model, SamplingConfig(max_new_tokens=NEW))

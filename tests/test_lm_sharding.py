@@ -1,13 +1,13 @@
 """The LM sharded over a 2 × 2 (data, model) mesh of 4 forced CPU devices computes what it does on one."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
 
 import jax
 import pytest
+from conftest import with_cpu_devices
 
 from ftw_jax.lm.sharding import PartitionSpec, make_mesh, param_specs
 
@@ -59,7 +59,7 @@ print(json.dumps({
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["qwen2-untied", "llama3-scaled"])
 def test_sharded_forward_and_gradient_step_equal_the_unsharded_ones(name):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+    env = with_cpu_devices(4)
     result = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(DATA / name)], env=env, capture_output=True, text=True, timeout=600
     )

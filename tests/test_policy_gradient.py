@@ -169,6 +169,7 @@ def test_grpo_groups_share_their_start_state():
     assert not (np.asarray(batch.action[:4]) == np.asarray(batch.action[0])).all()  # the actions differ
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["reinforce", "grpo", "ppo"])
 def test_baselines_learn_the_probe_bandit(algorithm):
     # Arms with means 1.0 and 0.3: a uniform policy earns 0.65, the best arm 1.0.

@@ -1,5 +1,7 @@
 """The search task: forced tokens, tool results, exact-match scoring, two hops, caps."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,14 +13,22 @@ from ftw_jax.policies import ARCHITECTURES
 from ftw_jax.rollout import rollout
 
 
+@functools.cache
+def jitted(env):
+    """The task's reset, forced_action and step, jitted once per task for the module (called eagerly, each of their
+    operations would compile on its own)."""
+    return jax.jit(env.reset), jax.jit(env.forced_action), jax.jit(env.step)
+
+
 def run(env, seed, chooser):
     """Plays an episode; `chooser(state)` gives the policy's token at free steps. Returns the log."""
-    observation, state = env.reset(jax.random.key(seed), ())
+    reset, forced_action, step = jitted(env)
+    observation, state = reset(jax.random.key(seed), ())
     log = []
     for _ in range(env.max_steps):
-        forced, forced_token = env.forced_action(state, ())
+        forced, forced_token = forced_action(state, ())
         action = forced_token if bool(forced) else chooser(state)
-        observation, state, reward, done, info = env.step(jax.random.key(0), state, jnp.int32(action), ())
+        observation, state, reward, done, info = step(jax.random.key(0), state, jnp.int32(action), ())
         log.append((int(observation.observation), bool(forced), float(reward), bool(done), bool(info["solved"])))
         if bool(done):
             break
@@ -32,7 +42,7 @@ def history_policy(name, env, num_outputs=None):
 
 def first_state(env, seed):
     """The state after reset, and the entity the question asks about."""
-    _, state = env.reset(jax.random.key(seed), ())
+    _, state = jitted(env)[0](jax.random.key(seed), ())
     return state, int(state.queue[1]) - env.entity_token(0)
 
 
@@ -93,13 +103,14 @@ def test_search_cap_and_step_limit_end_the_episode():
     assert len(log) == SearchTask().step_limit and log[-1][3] and not log[-1][4]
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("unchecked_key_reuse")
 @pytest.mark.parametrize("architecture", ["lm", "transformer"])
 def test_rollout_masks_forced_tokens_and_the_policy_is_causal(architecture):
     env = SearchTask()
     policy = history_policy(architecture, env)
-    params = policy.init(jax.random.key(0), jnp.zeros((env.max_steps,), jnp.int32))
-    batch, success = jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0)))(
+    params = jax.jit(policy.init)(jax.random.key(0), jnp.zeros((env.max_steps,), jnp.int32))
+    batch, success = jax.jit(jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0))))(
         jax.random.split(jax.random.key(1), 6)
     )
     mask = np.asarray(batch.mask)
@@ -115,7 +126,8 @@ def test_rollout_masks_forced_tokens_and_the_policy_is_causal(architecture):
     assert np.all(np.asarray(batch.behaviour_logp)[:, :2] == 0.0)  # forced steps carry no log-prob
     tokens = jnp.arange(env.max_steps) % env.vocabulary_size
     changed = tokens.at[-1].set(0)
-    np.testing.assert_allclose(policy.apply(params, tokens)[:-1], policy.apply(params, changed)[:-1], atol=1e-6)
+    apply = jax.jit(policy.apply)
+    np.testing.assert_allclose(apply(params, tokens)[:-1], apply(params, changed)[:-1], atol=1e-6)
 
 
 def test_grammar_allows_search_or_answer_then_an_entity_or_a_value():
@@ -124,8 +136,9 @@ def test_grammar_allows_search_or_answer_then_an_entity_or_a_value():
     values = {env.value_token(i) for i in range(env.num_values)}
     state, entity = first_state(env, 8)
     seen = []
+    step = jitted(env)[2]
     for action in [0, 0, SEARCH, env.entity_token(entity), 0, 0, 0, ANSWER]:  # 0: forced steps ignore it
-        observation, state, *_ = env.step(jax.random.key(0), state, jnp.int32(action), ())
+        observation, state, *_ = step(jax.random.key(0), state, jnp.int32(action), ())
         seen.append(set(np.flatnonzero(np.asarray(observation.legal)).tolist()))
     everything = set(range(env.num_actions))
     assert seen == [
@@ -150,18 +163,20 @@ def test_illegal_tokens_get_zero_probability_and_losses_stay_finite(architecture
     history = jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (env.max_steps,) + leaf.shape), observation)
     legal = jnp.zeros((env.max_steps, env.num_actions), bool).at[:, SEARCH].set(True).at[:, ANSWER].set(True)
     history = history.replace(legal=legal)
-    params = policy.init(jax.random.key(1), history)
-    logits = policy.apply(params, history)
+    init, apply = jax.jit(policy.init), jax.jit(policy.apply)
+    params = init(jax.random.key(1), history)
+    logits = apply(params, history)
     probabilities = jax.nn.softmax(logits)
     np.testing.assert_array_equal(np.asarray(probabilities)[:, [BOS, RESULT, env.entity_token(0)]], 0.0)
     np.testing.assert_allclose(np.asarray(probabilities[:, SEARCH] + probabilities[:, ANSWER]), 1.0, rtol=1e-6)
-    other = policy.apply(policy.init(jax.random.key(2), history), history)
+    other = apply(init(jax.random.key(2), history), history)
     mask = jnp.ones((env.max_steps,), bool)
     kl, step_entropy = np.asarray(categorical_kl(logits, other, mask)), np.asarray(entropy(logits, mask))
     assert np.isfinite(kl).all() and (kl >= 0).all() and kl.max() < 1.0  # over two actions, not over 1e9-sized logits
     assert np.isfinite(step_entropy).all() and (step_entropy <= np.log(2) + 1e-6).all()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("unchecked_key_reuse")
 def test_the_lm_acting_through_its_cache_logs_the_log_probs_of_a_full_pass():
     """A rollout feeds the LM one token a step through its KV cache; the update re-reads whole trajectories.
@@ -170,10 +185,10 @@ def test_the_lm_acting_through_its_cache_logs_the_log_probs_of_a_full_pass():
     policy = history_policy("lm", env)
     observation, _ = env.reset(jax.random.key(0), ())
     history = jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (env.max_steps,) + leaf.shape), observation)
-    params = policy.init(jax.random.key(1), history)
+    params = jax.jit(policy.init)(jax.random.key(1), history)
     keys = jax.random.split(jax.random.key(2), 16)
-    batch, _ = jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0)))(keys)
-    logits = jax.vmap(lambda o: policy.apply(params, o))(batch.observation)
+    batch, _ = jax.jit(jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0))))(keys)
+    logits = jax.jit(jax.vmap(lambda o: policy.apply(params, o)))(batch.observation)
     full_pass = jnp.take_along_axis(jax.nn.log_softmax(logits), batch.action[..., None], -1)[..., 0]
     mask = np.asarray(batch.mask)
     assert mask[:, 5:].any()  # steps past the question were acted on
@@ -185,8 +200,8 @@ def test_the_lm_critic_reads_its_own_head_off_the_hidden_state():
     env = SearchTask()
     critic = history_policy("lm", env, num_outputs=1)
     tokens = jnp.arange(env.max_steps) % env.vocabulary_size
-    params = critic.init(jax.random.key(0), tokens)
-    assert critic.apply(params, tokens).shape == (env.max_steps, 1)
+    params = jax.jit(critic.init)(jax.random.key(0), tokens)
+    assert jax.jit(critic.apply)(params, tokens).shape == (env.max_steps, 1)
     assert params["params"]["head"]["kernel"].shape == (64, 1) and "lm_head" not in params["params"]["lm"]
 
 

@@ -129,6 +129,7 @@ def shortest_solution(level, limit):
     return None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env", [Sokoban(), Sokoban(height=7, width=7, num_boxes=2, step_limit=30, reverse_moves=24)])
 @pytest.mark.parametrize("split", [0, 1])
 def test_generated_levels_are_solvable_within_the_step_limit(env, split):
@@ -156,6 +157,7 @@ def test_levels_are_deterministic_and_splits_differ():
     assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(test)))
 
 
+@pytest.mark.slow
 def test_reset_draws_from_the_split():
     env = Sokoban(num_train_levels=3)
     params = env.default_params()

@@ -1,7 +1,6 @@
 """Sweeps: the grid syntax, members that reproduce their own runs, sharding over devices, the CLI's files."""
 
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -10,6 +9,7 @@ import sys
 import jax
 import numpy as np
 import pytest
+from conftest import with_cpu_devices
 
 from ftw_jax import cli
 from ftw_jax.checkpoints import Checkpointer
@@ -150,7 +150,7 @@ def test_two_processes_of_five_devices_give_the_one_device_results(small_sweep, 
         "2",
         "--json",
     ]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=5"}
+    env = with_cpu_devices(5)
     processes = [subprocess.Popen([*argv, "--process-id", str(i)], env=env, stdout=subprocess.PIPE) for i in (0, 1)]
     outputs = [process.communicate(timeout=600)[0] for process in processes]
     assert [process.returncode for process in processes] == [0, 0]

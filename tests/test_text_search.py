@@ -1,6 +1,8 @@
 """The text search agent's task: the protocol in words, exact-match reward, forced tool output, the tokenizer,
 the demonstrator and the supervised warm start."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,15 +16,23 @@ from ftw_jax.warm_start import WarmStart, demonstrations, fit_demonstrations, im
 ID = {word: index for index, word in enumerate(WORDS)}
 
 
+@functools.cache
+def jitted(env):
+    """The environment's reset, forced_action and step, jitted once per task for the module (called eagerly, each
+    of their operations would compile on its own)."""
+    return jax.jit(env.reset), jax.jit(env.forced_action), jax.jit(env.step)
+
+
 def play(env, seed, words):
     """Plays the model's `words` (one per free step) after reset(seed); returns (the whole text, forced flags,
     total reward, done)."""
-    observation, state = env.reset(jax.random.key(seed), ())
+    reset, forced_action, step = jitted(env)
+    observation, state = reset(jax.random.key(seed), ())
     tokens, forced_flags, total, script = [int(observation)], [], 0.0, iter(words)
     for _ in range(env.max_steps):
-        forced, forced_token = env.forced_action(state, ())
+        forced, forced_token = forced_action(state, ())
         action = int(forced_token) if bool(forced) else ID[next(script)]
-        observation, state, reward, done, _ = env.step(jax.random.key(0), state, jnp.int32(action), ())
+        observation, state, reward, done, _ = step(jax.random.key(0), state, jnp.int32(action), ())
         tokens.append(int(observation))
         forced_flags.append(bool(forced))
         total += float(reward)
@@ -33,7 +43,7 @@ def play(env, seed, words):
 
 def question(env, seed):
     """(asked name, attribute, two hops?, the right word) of episode `seed`."""
-    _, state = env.reset(jax.random.key(seed), ())
+    _, state = jitted(env)[0](jax.random.key(seed), ())
     words = text(state.queue[: int(state.queue_length)]).split()
     return words[-2], words[5], bool(state.two_hop), WORDS[int(state.answer)]
 
@@ -59,7 +69,7 @@ def test_two_hops_read_the_friend_then_answer():
     env = TextSearchTask()
     seed = find(env, 0, two_hop=True)
     name, attribute, _, right = question(env, seed)
-    _, state = env.reset(jax.random.key(seed), ())
+    _, state = jitted(env)[0](jax.random.key(seed), ())
     friend = WORDS[ID["alice"] + int(state.friend[ID[name] - ID["alice"]])]
     words = ["<search>", name, "</search>", "<search>", friend, "</search>", "<answer>", right, "</answer>"]
     story, _, reward, _ = play(env, seed, words)
@@ -107,7 +117,7 @@ def test_a_query_that_is_not_one_name_finds_nothing_and_the_search_cap_ends_the_
 
 def test_the_tokenizer_reads_and_writes_the_environments_ids():
     env = TextSearchTask()
-    trajectory, _ = demonstration(jax.random.key(3), env, ())
+    trajectory, _ = jax.jit(demonstration, static_argnums=1)(jax.random.key(3), env, ())
     steps = int(trajectory.alive.sum())
     ids = [int(trajectory.observation[0])] + [int(token) for token in trajectory.action[:steps]]
     tokenizer = env.tokenizer()
@@ -115,6 +125,7 @@ def test_the_tokenizer_reads_and_writes_the_environments_ids():
     assert tokenizer.vocab_size == env.vocabulary_size == len(WORDS)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("unchecked_key_reuse")
 def test_the_demonstrator_is_right_unless_it_guesses():
     demonstrate = jax.jit(demonstrations, static_argnums=(1, 3))
@@ -127,11 +138,13 @@ def test_the_demonstrator_is_right_unless_it_guesses():
 @pytest.mark.slow
 @pytest.mark.usefixtures("unchecked_key_reuse")
 def test_a_warm_start_imitates_the_demonstrator():
+    # Each piece jitted whole: run eagerly, every scan and while loop in it would be compiled on its own.
     env = TextSearchTask(guess_rate=0.0)
     config = TrainConfig.for_env("text-search", warm_start_demonstrations=0, eval_episodes=64)
     trainer = make_train(config, guess_rate=0.0)
-    fresh = trainer.init(jax.random.key(0))
-    params, losses = fit_demonstrations(
+    fresh = jax.jit(trainer.init)(jax.random.key(0))
+    fit = jax.jit(fit_demonstrations, static_argnums=(1, 3, 5))
+    params, losses = fit(
         jax.random.key(1),
         env,
         (),
@@ -140,11 +153,12 @@ def test_a_warm_start_imitates_the_demonstrator():
         WarmStart(256, steps=80, learning_rate=3e-3, batch_size=32),
     )
     assert float(losses[-1]) < 0.3 * float(losses[0])
-    demos, _ = demonstrations(jax.random.key(2), env, (), 32)  # held-out demonstrations
-    assert float(imitation_loss(trainer.policy, params, demos)) < 0.3 * float(losses[0])
+    demos, _ = jax.jit(demonstrations, static_argnums=(1, 3))(jax.random.key(2), env, (), 32)  # held out
+    assert float(jax.jit(imitation_loss, static_argnums=0)(trainer.policy, params, demos)) < 0.3 * float(losses[0])
     fitted = fresh.replace(learner=fresh.learner.replace(policy=fresh.learner.policy.replace(params=params)))
-    before = trainer.evaluate(jax.random.key(3), fresh)["success"]
-    after = trainer.evaluate(jax.random.key(3), fitted)["success"]
+    evaluate = jax.jit(trainer.evaluate)
+    before = evaluate(jax.random.key(3), fresh)["success"]
+    after = evaluate(jax.random.key(3), fitted)["success"]
     assert float(before) < 0.1 < 0.3 < float(after)
 
 
@@ -162,6 +176,7 @@ def chat_model(tmp_path_factory):
     return write_tiny_bpe_checkpoint(tmp_path_factory.mktemp("chat") / "tiny-chat")
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("unchecked_key_reuse")
 def test_the_task_in_a_chat_models_tokens_reads_words_of_several_tokens(chat_model):
     env = TextSearchTask(model=str(chat_model), guess_rate=0.0, step_limit=240)
@@ -177,6 +192,7 @@ def test_the_task_in_a_chat_models_tokens_reads_words_of_several_tokens(chat_mod
         TextSearchTask(model=str(chat_model))  # 64 steps cannot hold a two-hop episode in these tokens
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("unchecked_key_reuse")
 def test_a_checkpoints_weights_are_an_argument_of_the_compiled_init(chat_model):
     import dataclasses
@@ -204,7 +220,7 @@ def test_lm_train_runs_on_a_checkpoint_from_its_weights(chat_model, tmp_path, ca
     config = TrainConfig.for_env("text-search", warm_start_demonstrations=0)
     trainer = make_train(config, model=str(chat_model), step_limit=240)
     _, params = load(chat_model)
-    start = trainer.init(jax.random.key(0)).learner.policy.params["params"]["lm"]
+    start = jax.jit(trainer.init)(jax.random.key(0)).learner.policy.params["params"]["lm"]
     for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(params["params"])):
         np.testing.assert_array_equal(a, b)
     argv = [

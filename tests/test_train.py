@@ -76,9 +76,9 @@ def test_cartpole_learns_on_a_small_budget():
 
 def initial_success(trainer, key, num_episodes):
     """Success rate of the untrained policy on the evaluation tasks."""
-    carry = trainer.init(key)
+    carry = jax.jit(trainer.init)(key)
     env = trainer.env
-    play = jax.vmap(rollout, in_axes=(0, None, None, None, None, None))
+    play = jax.jit(jax.vmap(rollout, in_axes=(0, None, None, None, None, None)), static_argnums=(1, 3))
     _, success = play(
         jax.random.split(key, num_episodes),
         env,

@@ -1,5 +1,7 @@
 """The jitted FTW update: exact loss, no-op before C entries, skipping non-finite steps, one trace."""
 
+import functools
+
 import chex
 import flax.linen as nn
 import jax
@@ -39,6 +41,13 @@ def config(**overrides):
     return ftw_jax.UpdateConfig(**{**sizes, **overrides})
 
 
+@functools.cache
+def shared_update(markov: bool = False, **overrides):
+    """`make_update(linear_apply, config(**overrides))`, made once per setting for the module: a test that
+    builds its own compiles it again (the jit cache is per function)."""
+    return ftw_jax.make_update(linear_apply, config(**overrides), markov=markov)
+
+
 def filled_pool(count=N, seed=0, returns=None):
     batch = make_trajectories(count, T, seed=seed, returns=returns)
     # Give the trajectories different numbers of policy steps, so the normalisations differ.
@@ -70,9 +79,7 @@ def test_loss_and_step_match_the_written_out_loss(normalisation, elite_path):
     pool = filled_pool()
     key = jax.random.key(3)
     start = state()
-    new_state, metrics = ftw_jax.make_update(linear_apply, config(normalisation=normalisation, elite_path=elite_path))(
-        start, pool, key
-    )
+    new_state, metrics = shared_update(normalisation=normalisation, elite_path=elite_path)(start, pool, key)
     elites = ftw_jax.select_elites(
         jax.random.key(3),
         pool.trajectories.episode_return,
@@ -97,7 +104,7 @@ def test_loss_and_step_match_the_written_out_loss(normalisation, elite_path):
 def test_traced_sizes_inside_the_config_give_the_written_out_loss_for_those_sizes(elite_path):
     pool = filled_pool()
     start = state()
-    update = ftw_jax.make_update(linear_apply, config(elite_path=elite_path))  # maxima J=3, C=4, K=2
+    update = shared_update(elite_path=elite_path)  # maxima J=3, C=4, K=2
     TRACES.clear()
     for sizes in ((2, 3, 1), (3, 4, 2), (1, 2, 2)):
         new_state, metrics = update(start, pool, jax.random.key(3), ftw_jax.Sizes(*map(jnp.int32, sizes)))
@@ -128,7 +135,7 @@ def test_traced_sizes_inside_the_config_give_the_written_out_loss_for_those_size
 
 
 def test_no_op_until_the_pool_holds_c_entries():
-    update = ftw_jax.make_update(linear_apply, config())
+    update = shared_update()
     start = state(optimizer=optax.adam(0.1))
     for count in (1, 3):
         new_state, metrics = update(start, filled_pool(count), jax.random.key(count))
@@ -146,21 +153,19 @@ def test_non_finite_steps_never_reach_the_params():
         trajectories=pool.trajectories.replace(observation=pool.trajectories.observation.at[:, 0, 0].set(jnp.nan))
     )
     start = state()
-    new_state, metrics = ftw_jax.make_update(linear_apply, config())(start, poisoned, jax.random.key(0))
+    new_state, metrics = shared_update()(start, poisoned, jax.random.key(0))
     chex.assert_trees_all_equal(new_state, start)
     assert bool(metrics["nonfinite"]) and bool(metrics["ready"]) and not bool(metrics["applied"])
 
 
 def test_nan_returns_are_ranked_last_and_do_not_stop_learning():
     returns = jnp.array([jnp.nan, 1.0, jnp.nan, 3.0, 2.0, jnp.nan, 0.0, 5.0])
-    _, metrics = ftw_jax.make_update(linear_apply, config(batch_size=8, num_elites=5))(
-        state(), filled_pool(returns=returns), jax.random.key(0)
-    )
+    _, metrics = shared_update(batch_size=8, num_elites=5)(state(), filled_pool(returns=returns), jax.random.key(0))
     assert bool(metrics["applied"]) and float(metrics["elite_return_min"]) == 0.0
 
 
 def test_traces_once_and_keys_matter():
-    update = ftw_jax.make_update(linear_apply, config())
+    update = ftw_jax.make_update(linear_apply, config())  # its own, not `shared_update`'s: it counts traces
     current = state()
     TRACES.clear()
     current, first = update(current, filled_pool(seed=0), jax.random.key(0))
@@ -177,7 +182,7 @@ def test_traces_once_and_keys_matter():
 
 
 def test_previous_reference_lags_one_update():
-    update = ftw_jax.make_update(linear_apply, config(reference="previous"))
+    update = shared_update(reference="previous")
     first, _ = update(state(), filled_pool(), jax.random.key(0))
     chex.assert_trees_all_equal(first.reference_params, initial_params())
     second, metrics = update(first, filled_pool(), jax.random.key(1))
@@ -188,14 +193,13 @@ def test_previous_reference_lags_one_update():
 def test_reverse_kl_direction_changes_the_kl():
     pool = filled_pool()
     moved = state().replace(params=jax.tree.map(lambda p: p + jnp.array([0.7, -0.7]), initial_params()))
-    _, forward = ftw_jax.make_update(linear_apply, config())(moved, pool, jax.random.key(0))
-    _, reverse = ftw_jax.make_update(linear_apply, config(kl_direction="reference_to_policy"))(
-        moved, pool, jax.random.key(0)
-    )
+    _, forward = shared_update()(moved, pool, jax.random.key(0))
+    _, reverse = shared_update(kl_direction="reference_to_policy")(moved, pool, jax.random.key(0))
     assert float(forward["kl"]) > 0 and float(reverse["kl"]) > 0
     assert not np.isclose(float(forward["kl"]), float(reverse["kl"]))
 
 
+@pytest.mark.slow
 def test_repeated_updates_converge_to_the_kept_action_frequency():
     """Without KL the cross-entropy's fixed point is the share of kept slots that took action 1."""
     batch = make_trajectories(N, T, returns=jnp.arange(N))
@@ -205,7 +209,7 @@ def test_repeated_updates_converge_to_the_kept_action_frequency():
         action=jnp.broadcast_to((jnp.arange(N) >= 4)[:, None], (N, T)).astype(jnp.int32),
     )
     pool = pool_lib.add(pool_lib.init(N, jax.tree.map(lambda leaf: leaf[0], batch)), batch)
-    update = ftw_jax.make_update(linear_apply, config())
+    update = shared_update()
     current = state(kl_coef=0.0, optimizer=optax.adam(0.02))
 
     def probability(s):
@@ -241,13 +245,13 @@ def test_bad_config_raises(overrides, message):
 
 
 def test_pool_of_the_wrong_capacity_raises():
-    update = ftw_jax.make_update(linear_apply, config(pool_capacity=16))
+    update = shared_update(pool_capacity=16)
     with pytest.raises(ValueError, match="capacity 16"):
         update(state(), filled_pool(), jax.random.key(0))
 
 
 def test_beat_minimum_on_tied_returns_keeps_nothing_and_applies_nothing():
-    update = ftw_jax.make_update(linear_apply, config(elite_rule="beat_minimum", num_batches=8))
+    update = shared_update(elite_rule="beat_minimum", num_batches=8)
     start = state(optimizer=optax.adam(0.1))
     new_state, metrics = update(start, filled_pool(returns=jnp.ones(N)), jax.random.key(0))
     chex.assert_trees_all_equal(new_state, start)
@@ -266,7 +270,7 @@ def stale_pool(versions, returns=None):
 
 def test_staleness_metrics_and_histogram():
     versions = [5, 5, 4, 4, 3, 1, 0, 0]  # staleness at version 5: 0 0 1 1 2 4 5 5
-    update = ftw_jax.make_update(linear_apply, config(staleness_histogram_bins=4))
+    update = shared_update(staleness_histogram_bins=4)
     _, metrics = update(state().replace(version=jnp.int32(5)), stale_pool(versions), jax.random.key(0))
     assert float(metrics["pool_staleness_mean"]) == pytest.approx(18 / 8)
     assert int(metrics["pool_staleness_max"]) == 5
@@ -278,12 +282,12 @@ def test_max_staleness_evicts_old_entries_from_selection():
     # The oldest entries have the best returns: FIFO alone keeps them, eviction by version never does.
     versions, returns = [9, 9, 9, 9, 8, 8, 2, 1], jnp.arange(N, dtype=jnp.float32)
     for max_staleness, expect_old in ((None, True), (1, False)):
-        update = ftw_jax.make_update(linear_apply, config(max_staleness=max_staleness, num_batches=16))
+        update = shared_update(max_staleness=max_staleness, num_batches=16)
         _, metrics = update(state().replace(version=jnp.int32(9)), stale_pool(versions, returns), jax.random.key(1))
         assert (int(metrics["elite_staleness_max"]) > 1) == expect_old
         assert float(metrics["usable_fraction"]) == (1.0 if max_staleness is None else 0.75)
     # Fewer usable entries than C: not ready, nothing applied.
-    update = ftw_jax.make_update(linear_apply, config(max_staleness=0))  # none usable at version 10
+    update = shared_update(max_staleness=0)  # none usable at version 10
     new_state, metrics = update(state().replace(version=jnp.int32(10)), stale_pool(versions), jax.random.key(2))
     assert not bool(metrics["ready"]) and not bool(metrics["applied"]) and int(new_state.version) == 10
 
@@ -298,7 +302,7 @@ def on_policy(pool, params):
 def test_importance_weights_and_their_cap():
     pool = on_policy(filled_pool(), initial_params())
     full = dict(num_batches=1, batch_size=N, num_elites=N, elite_path="gather")  # every entry kept once
-    _, metrics = ftw_jax.make_update(linear_apply, config(**full))(state(kl_coef=0.0), pool, jax.random.key(0))
+    _, metrics = shared_update(**full)(state(kl_coef=0.0), pool, jax.random.key(0))
     assert (
         float(metrics["elite_ess_fraction"]) == pytest.approx(1.0)
         and abs(float(metrics["elite_log_weight_mean"])) < 1e-6
@@ -308,9 +312,7 @@ def test_importance_weights_and_their_cap():
         trajectories=pool.trajectories.replace(behaviour_logp=pool.trajectories.behaviour_logp - 0.1)
     )
     cap = 1.2
-    _, metrics = ftw_jax.make_update(linear_apply, config(**full, importance_weight_cap=cap))(
-        state(kl_coef=0.0), shifted, jax.random.key(0)
-    )
+    _, metrics = shared_update(**full, importance_weight_cap=cap)(state(kl_coef=0.0), shifted, jax.random.key(0))
     batch = shifted.trajectories
     steps = batch.mask.sum(1)
     weights = jnp.minimum(jnp.exp(0.1 * steps), cap)
@@ -323,7 +325,7 @@ def test_importance_weights_and_their_cap():
 
 def test_trust_region_monitor_measures_the_step_it_logs():
     pool = filled_pool(returns=jnp.array([-7.0, 1, 2, 3, 4, 5, 6, 0]))
-    update = ftw_jax.make_update(linear_apply, config(monitor_entries=4, monitor_discount=0.9))
+    update = shared_update(monitor_entries=4, monitor_discount=0.9)
     new_state, metrics = update(state(), pool, jax.random.key(3))
     assert bool(metrics["applied"])
     monitored = jax.tree.map(lambda leaf: leaf[jnp.array([0, 2, 4, 6])], pool.trajectories)  # evenly spaced
@@ -360,10 +362,8 @@ def test_the_stepwise_loss_of_a_markov_policy_takes_the_same_step(normalisation,
     )
     options = dict(normalisation=normalisation, elite_path=elite_path, num_batches=5)
     start = state(kl_coef=0.3, optimizer=optax.adam(0.1))
-    dense_state, dense = ftw_jax.make_update(linear_apply, config(**options))(start, pool, jax.random.key(4))
-    stepwise_state, stepwise = ftw_jax.make_update(linear_apply, config(**options), markov=True)(
-        start, pool, jax.random.key(4)
-    )
+    dense_state, dense = shared_update(**options)(start, pool, jax.random.key(4))
+    stepwise_state, stepwise = shared_update(**options, markov=True)(start, pool, jax.random.key(4))
     assert bool(dense["applied"]) and bool(stepwise["applied"])
     chex.assert_trees_all_close(stepwise_state, dense_state, rtol=1e-5, atol=1e-7)
     assert set(stepwise) == set(dense)
@@ -408,7 +408,7 @@ DIAGNOSTICS = (
 def test_an_update_without_diagnostics_takes_the_same_step_and_marks_them_unmeasured(traced):
     pool = filled_pool(returns=jnp.arange(N, dtype=jnp.float32))
     start = state().replace(version=jnp.asarray(5, jnp.int32))  # staleness > 0
-    update = ftw_jax.make_update(linear_apply, config(monitor_entries=4, staleness_histogram_bins=3))
+    update = shared_update(monitor_entries=4, staleness_histogram_bins=3)
     diagnosed_state, diagnosed = update(start, pool, jax.random.key(1))
     flag = jnp.asarray(False) if traced else False
     lean_state, lean = update(start, pool, jax.random.key(1), None, flag)
@@ -423,6 +423,7 @@ def test_an_update_without_diagnostics_takes_the_same_step_and_marks_them_unmeas
             np.testing.assert_array_equal(lean[name], diagnosed[name], err_msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("unchecked_key_reuse")  # the checker's false positive on vmapped scans
 def test_ftw_runs_the_pool_diagnostics_once_per_batch_even_under_vmap():
     """Only the last of U updates measures the monitor, with a loop index the vmap over members does not batch, so
@@ -485,7 +486,7 @@ def test_a_nan_gradient_with_a_finite_loss_is_skipped_and_adam_keeps_its_state()
 def test_a_non_finite_optimizer_update_from_finite_gradients_is_skipped():
     # Adam's step scaled by infinity: loss and gradients are finite, the update is not.
     start = state(optimizer=optax.chain(optax.adam(0.1), optax.scale(jnp.inf)))
-    new_state, metrics = ftw_jax.make_update(linear_apply, config())(start, filled_pool(), jax.random.key(0))
+    new_state, metrics = shared_update()(start, filled_pool(), jax.random.key(0))
     assert np.isfinite(float(metrics["loss"])) and np.isfinite(float(metrics["grad_norm"]))
     assert bool(metrics["nonfinite"]) and not bool(metrics["applied"])
     chex.assert_trees_all_equal(new_state, start)
@@ -506,7 +507,7 @@ def test_kl_value_and_gradient_by_hand_away_from_the_reference(kl_direction):
     params = {"w": reference["w"] + jnp.array([[0.9, -0.4], [-0.6, 0.8], [0.3, 0.5]]), "b": jnp.array([0.4, -0.2])}
     start = ftw_jax.PolicyState.create(reference, optax.sgd(learning_rate), kl_coef=kl_coef).replace(params=params)
     pool = filled_pool()
-    update = ftw_jax.make_update(linear_apply, config(kl_direction=kl_direction, elite_path="gather"))
+    update = shared_update(kl_direction=kl_direction, elite_path="gather")
     new_state, metrics = update(start, pool, jax.random.key(3))
 
     elites = np.asarray(
@@ -555,7 +556,7 @@ def test_nan_inputs_that_cannot_reach_the_loss_do_not_block_the_update(elite_pat
     after_the_end = dict(alive=trajectories.alive.at[5, 2].set(False), mask=trajectories.mask.at[5, 2].set(False))
     poisoned = pool.replace(trajectories=trajectories.replace(observation=observation, **after_the_end))
     clean = pool.replace(trajectories=trajectories.replace(observation=jnp.nan_to_num(observation), **after_the_end))
-    update = ftw_jax.make_update(linear_apply, config(elite_path=elite_path))
+    update = shared_update(elite_path=elite_path)
     new_state, metrics = update(state(), poisoned, jax.random.key(7))
     expected_state, expected = update(state(), clean, jax.random.key(7))
     assert bool(metrics["applied"]) and not bool(metrics["nonfinite"])
@@ -567,7 +568,7 @@ def test_an_action_outside_the_action_space_fails_the_step_instead_of_training_a
     pool = filled_pool()
     bad = pool.replace(trajectories=pool.trajectories.replace(action=pool.trajectories.action.at[:, 0].set(-1)))
     start = state(optimizer=optax.adam(0.1))
-    new_state, metrics = ftw_jax.make_update(linear_apply, config())(start, bad, jax.random.key(8))
+    new_state, metrics = shared_update()(start, bad, jax.random.key(8))
     assert bool(metrics["nonfinite"]) and not bool(metrics["applied"])
     chex.assert_trees_all_equal(new_state, start)
 
@@ -576,13 +577,13 @@ def test_elites_without_a_step_of_the_policy_s_own_are_not_an_update():
     pool = filled_pool()
     silent = pool.replace(trajectories=pool.trajectories.replace(mask=jnp.zeros_like(pool.trajectories.mask)))
     start = state(optimizer=optax.adam(0.1))  # Adam's momentum would move the params on a zero gradient
-    new_state, metrics = ftw_jax.make_update(linear_apply, config())(start, silent, jax.random.key(9))
+    new_state, metrics = shared_update()(start, silent, jax.random.key(9))
     assert bool(metrics["ready"]) and not bool(metrics["applied"]) and int(metrics["version"]) == 0
     chex.assert_trees_all_equal(new_state, start)
 
 
 def test_sizes_outside_the_maxima_are_refused_when_concrete_and_clamped_and_flagged_when_traced():
-    update = ftw_jax.make_update(linear_apply, config())  # maxima J=3, C=4, K=2
+    update = shared_update()  # maxima J=3, C=4, K=2
     for bad in ((2, 3, 4), (2, 9, 1), (4, 3, 1)):  # K > C, C > C_max, J > J_max
         with pytest.raises(ValueError, match=r"sizes \(J, C, K\) = .* must lie within the config's \(3, 4, 2\)"):
             update(state(), filled_pool(), jax.random.key(10), ftw_jax.Sizes(*map(jnp.int32, bad)))
@@ -599,7 +600,7 @@ def test_nan_behaviour_log_probs_are_flagged():
     bad = pool.replace(
         trajectories=pool.trajectories.replace(behaviour_logp=jnp.full_like(pool.trajectories.behaviour_logp, jnp.nan))
     )
-    _, metrics = ftw_jax.make_update(linear_apply, config())(state(), bad, jax.random.key(13))
+    _, metrics = shared_update()(state(), bad, jax.random.key(13))
     assert bool(metrics["behaviour_logp_nonfinite"]) and bool(metrics["applied"])
-    _, metrics = ftw_jax.make_update(linear_apply, config())(state(), pool, jax.random.key(14))
+    _, metrics = shared_update()(state(), pool, jax.random.key(14))
     assert not bool(metrics["behaviour_logp_nonfinite"])
