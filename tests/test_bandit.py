@@ -28,6 +28,7 @@ def test_one_seed_reuses_no_key():
 SHORT = ["--iterations", "60", "--no-plot"]
 
 
+@pytest.mark.slow
 def test_short_run_learns_the_best_arm_and_seeds_differ():
     curves = run_seeds(protocol_config(num_iterations=60), [0, 1, 2, 3])
     best = np.asarray(curves["best_arm_probability"])

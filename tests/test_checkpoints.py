@@ -154,6 +154,7 @@ def test_checkpoint_every_saves_every_pth_period_and_the_last(tmp_path):
     assert not (tmp_path / "none" / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_a_run_restored_finished_compiles_nothing_and_keeps_its_seconds(tmp_path):
     trainer = make_train(TrainConfig.for_env("bandit", num_iterations=4, eval_every=2))
     first = MemberRun(trainer, seed_keys([0]), checkpointer=Checkpointer(tmp_path, {"test": 1}))

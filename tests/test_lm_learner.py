@@ -299,6 +299,7 @@ def test_a_short_last_batch_is_learnt_from_and_resumed_after(engine, model_folde
     assert [row["episodes"] for row in rows] == [8, 12, 20]
 
 
+@pytest.mark.slow
 def test_lm_learn_refuses_a_bad_line_in_one_line(model_folder, tmp_path, capsys):
     episodes = tmp_path / "episodes.jsonl"
     episodes.write_text(json.dumps({**GOOD, "tokens": [1, 9, 10, 7, 30, 999]}) + "\n")

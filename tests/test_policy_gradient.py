@@ -156,6 +156,7 @@ def test_critic_step_descends_the_squared_error_on_alive_steps():
     np.testing.assert_allclose(critic.params["w"], params["w"] - 0.5 * jax.grad(written_out)(params)["w"], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_grpo_groups_share_their_start_state():
     env = envs.make("cartpole")  # a random start state per reset
     policy = MLPPolicy(num_actions=env.num_actions, hidden_sizes=(8,))

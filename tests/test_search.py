@@ -155,7 +155,7 @@ def test_grammar_allows_search_or_answer_then_an_entity_or_a_value():
     assert bool(SearchTask(grammar=False).legal_actions(free.replace(queue_length=jnp.int32(0))).all())
 
 
-@pytest.mark.parametrize("architecture", ["lm", "transformer"])
+@pytest.mark.parametrize("architecture", [pytest.param("lm", marks=pytest.mark.slow), "transformer"])
 def test_illegal_tokens_get_zero_probability_and_losses_stay_finite(architecture):
     env = SearchTask()
     policy = history_policy(architecture, env)

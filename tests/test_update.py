@@ -73,6 +73,14 @@ def expected_loss(params, reference, pool, elites, kl_coef, normalisation):
     return jnp.mean(per_step.sum(1) / batch.mask.sum(1))
 
 
+# Jitted, like the update they check: run eagerly, each of their operations would compile on its own.
+expected_value_and_grad = jax.jit(jax.value_and_grad(expected_loss), static_argnums=5)
+select_elites = jax.jit(ftw_jax.select_elites, static_argnames=("num_batches", "batch_size", "num_elites"))
+select_elites_masked = jax.jit(
+    ftw_jax.select_elites_masked, static_argnames=("max_batches", "max_batch_size", "max_elites")
+)
+
+
 @pytest.mark.parametrize("normalisation", ["token", "trajectory"])
 @pytest.mark.parametrize("elite_path", ["gather", "counts"])
 def test_loss_and_step_match_the_written_out_loss(normalisation, elite_path):
@@ -80,7 +88,7 @@ def test_loss_and_step_match_the_written_out_loss(normalisation, elite_path):
     key = jax.random.key(3)
     start = state()
     new_state, metrics = shared_update(normalisation=normalisation, elite_path=elite_path)(start, pool, key)
-    elites = ftw_jax.select_elites(
+    elites = select_elites(
         jax.random.key(3),
         pool.trajectories.episode_return,
         pool_lib.valid_mask(pool),
@@ -88,7 +96,7 @@ def test_loss_and_step_match_the_written_out_loss(normalisation, elite_path):
         batch_size=4,
         num_elites=2,
     )
-    loss, grads = jax.value_and_grad(expected_loss)(start.params, start.params, pool, elites, 0.3, normalisation)
+    loss, grads = expected_value_and_grad(start.params, start.params, pool, elites, 0.3, normalisation)
     np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-5)
     chex.assert_trees_all_close(
         new_state.params, jax.tree.map(lambda p, g: p - 0.5 * g, start.params, grads), rtol=1e-5
@@ -108,7 +116,7 @@ def test_traced_sizes_inside_the_config_give_the_written_out_loss_for_those_size
     TRACES.clear()
     for sizes in ((2, 3, 1), (3, 4, 2), (1, 2, 2)):
         new_state, metrics = update(start, pool, jax.random.key(3), ftw_jax.Sizes(*map(jnp.int32, sizes)))
-        elites = ftw_jax.select_elites_masked(
+        elites = select_elites_masked(
             jax.random.key(3),
             pool.trajectories.episode_return,
             pool_lib.valid_mask(pool),
@@ -119,9 +127,7 @@ def test_traced_sizes_inside_the_config_give_the_written_out_loss_for_those_size
         )
         kept = np.asarray(elites)[: sizes[0], : sizes[2]]
         assert (kept >= 0).all() and (np.asarray(elites) >= 0).sum() == sizes[0] * sizes[2]
-        loss, grads = jax.value_and_grad(expected_loss)(
-            start.params, start.params, pool, jnp.asarray(kept), 0.3, "token"
-        )
+        loss, grads = expected_value_and_grad(start.params, start.params, pool, jnp.asarray(kept), 0.3, "token")
         np.testing.assert_allclose(metrics["loss"], loss, rtol=1e-5)
         chex.assert_trees_all_close(
             new_state.params, jax.tree.map(lambda p, g: p - 0.5 * g, start.params, grads), rtol=1e-5
@@ -278,6 +284,7 @@ def test_staleness_metrics_and_histogram():
     assert 0 <= float(metrics["elite_staleness_mean"]) <= int(metrics["elite_staleness_max"]) <= 5
 
 
+@pytest.mark.slow
 def test_max_staleness_evicts_old_entries_from_selection():
     # The oldest entries have the best returns: FIFO alone keeps them, eviction by version never does.
     versions, returns = [9, 9, 9, 9, 8, 8, 2, 1], jnp.arange(N, dtype=jnp.float32)
@@ -299,6 +306,7 @@ def on_policy(pool, params):
     return pool.replace(trajectories=pool.trajectories.replace(behaviour_logp=log_probs))
 
 
+@pytest.mark.slow
 def test_importance_weights_and_their_cap():
     pool = on_policy(filled_pool(), initial_params())
     full = dict(num_batches=1, batch_size=N, num_elites=N, elite_path="gather")  # every entry kept once
@@ -323,6 +331,7 @@ def test_importance_weights_and_their_cap():
     assert float(metrics["elite_ess_fraction"]) < 1.0
 
 
+@pytest.mark.slow
 def test_trust_region_monitor_measures_the_step_it_logs():
     pool = filled_pool(returns=jnp.array([-7.0, 1, 2, 3, 4, 5, 6, 0]))
     update = shared_update(monitor_entries=4, monitor_discount=0.9)
@@ -349,9 +358,16 @@ def test_trust_region_monitor_measures_the_step_it_logs():
     assert not bool(idle["applied"]) and float(idle["policy_kl_max"]) == 0.0
 
 
-@pytest.mark.parametrize("normalisation", ["token", "trajectory"])
-@pytest.mark.parametrize("elite_path", ["gather", "counts"])
-def test_the_stepwise_loss_of_a_markov_policy_takes_the_same_step(normalisation, elite_path):
+@pytest.mark.parametrize(
+    ("elite_path", "normalisation"),
+    [
+        ("gather", "token"),
+        ("counts", "trajectory"),
+        pytest.param("gather", "trajectory", marks=pytest.mark.slow),  # the fast tier keeps two of the four
+        pytest.param("counts", "token", marks=pytest.mark.slow),
+    ],
+)
+def test_the_stepwise_loss_of_a_markov_policy_takes_the_same_step(elite_path, normalisation):
     """Run on the kept steps alone, in chunks, the loss, the gradient step and every metric are the dense loss's."""
     pool = filled_pool(returns=jnp.array([3.0, 1, 7, 2, 5, 0, 6, 4]))
     ended = jnp.arange(T)[None, :] < (1 + jnp.arange(N)[:, None] % T)  # episodes of 1..T steps, then padding
@@ -511,7 +527,7 @@ def test_kl_value_and_gradient_by_hand_away_from_the_reference(kl_direction):
     new_state, metrics = update(start, pool, jax.random.key(3))
 
     elites = np.asarray(
-        ftw_jax.select_elites(
+        select_elites(
             jax.random.key(3),
             pool.trajectories.episode_return,
             pool_lib.valid_mask(pool),
