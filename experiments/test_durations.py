@@ -3,6 +3,7 @@
     python -m pytest --durations=0 > pytest.log             # every test's setup, call and teardown seconds
     python experiments/test_durations.py pytest.log         # the 40 slowest tests and the seconds per file
     python experiments/test_durations.py before.log after.log   # the same, side by side
+    python experiments/test_durations.py .venv/junit.xml    # what `.ci/run` wrote (pytest's --junitxml)
 
 With `--compiles FILE` (lines `WALL wall SECONDS compile COUNT n  NODEID  [...]`, as written by a pytest plugin
 that listens to JAX's `jax_log_compiles` messages, e.g. the one described in docs/testing.md) the table also
@@ -22,7 +23,15 @@ SUBPROCESS_FILES = ("test_faults.py", "test_notebooks.py", "test_docs.py", "test
 
 
 def seconds_per_test(log: pathlib.Path) -> dict[str, float]:
-    """{node id: seconds} from the `slowest durations` section of a pytest log."""
+    """{node id: seconds} from the `slowest durations` section of a pytest log, or from a JUnit XML report."""
+    if log.suffix == ".xml":
+        import xml.etree.ElementTree as ElementTree
+
+        cases = ElementTree.parse(log).getroot().iter("testcase")
+        return {
+            f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}": float(case.get("time", 0))
+            for case in cases
+        }
     text = log.read_text()
     if "slowest durations" not in text:
         raise SystemExit(f"error: {log} has no durations; run pytest with --durations=0")

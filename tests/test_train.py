@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_golden import SMALL
 
 from ftw_jax import cli, runner
 from ftw_jax.rollout import rollout
@@ -141,24 +142,9 @@ def test_bad_config_raises(overrides, message):
 
 @pytest.mark.slow
 def test_train_cli_json_and_run_folder(capsys, tmp_path):
-    argv = [
-        "train",
-        "--env",
-        "cartpole",
-        "--seeds",
-        "0,1",
-        "--iterations",
-        "4",
-        "--eval-every",
-        "2",
-        "--episodes-per-iteration",
-        "4",
-        "--eval-episodes",
-        "4",
-        "--out",
-        str(tmp_path),
-        "--json",
-    ]
+    # The golden CartPole FTW run's settings, so that its compiled program is read from the suite's cache.
+    small = [arg for arg in SMALL if arg != "--no-plot"]
+    argv = ["train", "--env", "cartpole", *small, "--out", str(tmp_path), "--json"]
     assert cli.main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["seeds"] == [0, 1] and len(result["return"]) == 2 and len(result["env_steps"]) == 2
