@@ -5,8 +5,8 @@
     python experiments/test_durations.py before.log after.log   # the same, side by side
     python experiments/test_durations.py .venv/junit.xml    # what `.ci/run` wrote (pytest's --junitxml)
 
-With `--compiles FILE` (lines `WALL wall SECONDS compile COUNT n  NODEID  [...]`, as written by a pytest plugin
-that listens to JAX's `jax_log_compiles` messages, e.g. the one described in docs/testing.md) the table also
+With `--compiles FILE` (lines `WALL wall SECONDS compile COUNT n  NODEID  [...]`, as written by the pytest plugin
+`experiments/pytest_compile_times.py`) the table also
 says how many of each test's seconds went to XLA compiling, and how many programs it compiled.
 A test's time is the sum of its setup, call and teardown; pytest leaves out those under 5 ms.
 """
@@ -19,7 +19,6 @@ import pathlib
 import re
 
 LINE = re.compile(r"^\s*([\d.]+)s (setup|call|teardown)\s+(\S+)")
-SUBPROCESS_FILES = ("test_faults.py", "test_notebooks.py", "test_docs.py", "test_compile_cache.py")
 
 
 def seconds_per_test(log: pathlib.Path) -> dict[str, float]:
@@ -81,8 +80,7 @@ def main() -> None:
     print(f"| file | {' | '.join(names)} |")
     print("|---|" + "---:|" * len(names))
     for file in sorted(files, key=lambda file: totals[-1][file], reverse=True):
-        note = " (starts processes)" if file.endswith(SUBPROCESS_FILES) else ""
-        print(f"| {file.removeprefix('tests/')}{note} | {' | '.join(f'{total[file]:.0f}' for total in totals)} |")
+        print(f"| {file.removeprefix('tests/')} | {' | '.join(f'{total[file]:.0f}' for total in totals)} |")
     print(f"| **all** | {' | '.join(f'{sum(run.values()):.0f}' for run in runs)} |")
 
 

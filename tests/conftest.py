@@ -1,5 +1,6 @@
 """Shared test set-up: programs compiled for speed of compiling, key-reuse checking on, and small shared helpers."""
 
+import functools
 import os
 import shutil
 import tempfile
@@ -108,3 +109,10 @@ def with_cpu_devices(count: int) -> dict[str, str]:
     """The environment of a child process that sees `count` CPU devices, with this suite's XLA flags kept."""
     flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={count}".strip()
     return {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": flags}
+
+
+@functools.cache
+def jitted_steps(env):
+    """A task's `reset`, `forced_action` and `step`, jitted once per task for the session: scripted episodes
+    call them step by step, and called eagerly each of their operations would compile on its own."""
+    return jax.jit(env.reset), jax.jit(env.forced_action), jax.jit(env.step)

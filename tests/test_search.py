@@ -1,11 +1,10 @@
 """The search task: forced tokens, tool results, exact-match scoring, two hops, caps."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import jitted_steps
 
 from ftw_jax.envs.search import ANSWER, BOS, NONE, QUESTION_ONE_HOP, QUESTION_TWO_HOP, RESULT, SEARCH, SearchTask
 from ftw_jax.losses import categorical_kl, entropy
@@ -13,16 +12,9 @@ from ftw_jax.policies import ARCHITECTURES
 from ftw_jax.rollout import rollout
 
 
-@functools.cache
-def jitted(env):
-    """The task's reset, forced_action and step, jitted once per task for the module (called eagerly, each of their
-    operations would compile on its own)."""
-    return jax.jit(env.reset), jax.jit(env.forced_action), jax.jit(env.step)
-
-
 def run(env, seed, chooser):
     """Plays an episode; `chooser(state)` gives the policy's token at free steps. Returns the log."""
-    reset, forced_action, step = jitted(env)
+    reset, forced_action, step = jitted_steps(env)
     observation, state = reset(jax.random.key(seed), ())
     log = []
     for _ in range(env.max_steps):
@@ -42,7 +34,7 @@ def history_policy(name, env, num_outputs=None):
 
 def first_state(env, seed):
     """The state after reset, and the entity the question asks about."""
-    _, state = jitted(env)[0](jax.random.key(seed), ())
+    _, state = jitted_steps(env)[0](jax.random.key(seed), ())
     return state, int(state.queue[1]) - env.entity_token(0)
 
 
@@ -136,7 +128,7 @@ def test_grammar_allows_search_or_answer_then_an_entity_or_a_value():
     values = {env.value_token(i) for i in range(env.num_values)}
     state, entity = first_state(env, 8)
     seen = []
-    step = jitted(env)[2]
+    step = jitted_steps(env)[2]
     for action in [0, 0, SEARCH, env.entity_token(entity), 0, 0, 0, ANSWER]:  # 0: forced steps ignore it
         observation, state, *_ = step(jax.random.key(0), state, jnp.int32(action), ())
         seen.append(set(np.flatnonzero(np.asarray(observation.legal)).tolist()))

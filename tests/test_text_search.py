@@ -1,12 +1,11 @@
 """The text search agent's task: the protocol in words, exact-match reward, forced tool output, the tokenizer,
 the demonstrator and the supervised warm start."""
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import jitted_steps
 
 from ftw_jax.envs.text_search import WORDS, TextSearchTask, text
 from ftw_jax.rollout import demonstration
@@ -16,17 +15,10 @@ from ftw_jax.warm_start import WarmStart, demonstrations, fit_demonstrations, im
 ID = {word: index for index, word in enumerate(WORDS)}
 
 
-@functools.cache
-def jitted(env):
-    """The environment's reset, forced_action and step, jitted once per task for the module (called eagerly, each
-    of their operations would compile on its own)."""
-    return jax.jit(env.reset), jax.jit(env.forced_action), jax.jit(env.step)
-
-
 def play(env, seed, words):
     """Plays the model's `words` (one per free step) after reset(seed); returns (the whole text, forced flags,
     total reward, done)."""
-    reset, forced_action, step = jitted(env)
+    reset, forced_action, step = jitted_steps(env)
     observation, state = reset(jax.random.key(seed), ())
     tokens, forced_flags, total, script = [int(observation)], [], 0.0, iter(words)
     for _ in range(env.max_steps):
@@ -43,7 +35,7 @@ def play(env, seed, words):
 
 def question(env, seed):
     """(asked name, attribute, two hops?, the right word) of episode `seed`."""
-    _, state = jitted(env)[0](jax.random.key(seed), ())
+    _, state = jitted_steps(env)[0](jax.random.key(seed), ())
     words = text(state.queue[: int(state.queue_length)]).split()
     return words[-2], words[5], bool(state.two_hop), WORDS[int(state.answer)]
 
@@ -69,7 +61,7 @@ def test_two_hops_read_the_friend_then_answer():
     env = TextSearchTask()
     seed = find(env, 0, two_hop=True)
     name, attribute, _, right = question(env, seed)
-    _, state = jitted(env)[0](jax.random.key(seed), ())
+    _, state = jitted_steps(env)[0](jax.random.key(seed), ())
     friend = WORDS[ID["alice"] + int(state.friend[ID[name] - ID["alice"]])]
     words = ["<search>", name, "</search>", "<search>", friend, "</search>", "<answer>", right, "</answer>"]
     story, _, reward, _ = play(env, seed, words)
