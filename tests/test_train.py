@@ -14,7 +14,7 @@ from ftw_jax.rollout import rollout
 from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
-SMALL_CARTPOLE = dict(num_iterations=6, eval_every=3, episodes_per_iteration=4, eval_episodes=4)
+SMALL_CARTPOLE = dict(num_iterations=12, eval_every=3, episodes_per_iteration=4, eval_episodes=4)  # 4 periods
 
 
 @pytest.fixture(scope="module")
@@ -24,16 +24,20 @@ def cartpole():
 
 @pytest.mark.slow
 def test_chunks_give_the_same_result_as_one_scan_and_compile_once(cartpole):
+    # Chunks of two periods: a chunk of one is a loop XLA removes, and the code around it can then fuse (and
+    # round) differently under some code generators (the suite's, conftest.py), so equal only to rounding there.
     carry = cartpole.init(jax.random.key(0))
-    whole, (metrics, evaluation) = cartpole.run(carry, 2)
-    first, (_, first_evaluation) = cartpole.run(carry, 1)
+    whole, (metrics, evaluation) = cartpole.run(carry, 4)
+    first, (_, first_evaluation) = cartpole.run(carry, 2)
     cache_before = cartpole.run._cache_size()
-    second, (_, second_evaluation) = cartpole.run(first, 1)
+    second, (_, second_evaluation) = cartpole.run(first, 2)
     assert cartpole.run._cache_size() == cache_before  # the second chunk reuses the first compile
     jax.tree.map(np.testing.assert_array_equal, whole.learner.policy.params, second.learner.policy.params)
-    np.testing.assert_array_equal(evaluation["return"], [first_evaluation["return"][0], second_evaluation["return"][0]])
-    assert metrics["return_mean"].shape == (2, 3)
-    assert int(whole.iteration) == 6 and int(whole.env_steps) == int(metrics["env_steps"][-1, -1])
+    np.testing.assert_array_equal(
+        evaluation["return"], np.concatenate([first_evaluation["return"], second_evaluation["return"]])
+    )
+    assert metrics["return_mean"].shape == (4, 3)
+    assert int(whole.iteration) == 12 and int(whole.env_steps) == int(metrics["env_steps"][-1, -1])
 
 
 @pytest.mark.slow
@@ -121,7 +125,7 @@ def test_bandit_through_the_training_program_matches_the_reproduction():
 def test_kl_coef_decays_linearly_to_its_final_value():
     trainer = make_train(TrainConfig.for_env("cartpole", **SMALL_CARTPOLE, kl_coef=0.5, kl_coef_final=0.0))
     _, (metrics, _) = trainer.train(jax.random.key(5))
-    np.testing.assert_allclose(np.ravel(metrics["kl_coef"]), np.linspace(0.5, 0.0, 6), atol=1e-7)
+    np.testing.assert_allclose(np.ravel(metrics["kl_coef"]), np.linspace(0.5, 0.0, 12), atol=1e-7)
 
 
 @pytest.mark.parametrize(
