@@ -233,7 +233,10 @@ class Trainer:
     def train(
         self, key: jax.Array, hyperparameters: Hyperparameters | None = None
     ) -> tuple[TrainCarry, tuple[dict, dict]]:
-        return self.run(self.init(key, hyperparameters), self.config.num_periods)
+        # Jitted: run op by op, each of init's operations (the networks' initialisers, a warm start) would
+        # compile as a program of its own.
+        carry = jax.jit(self.init)(key, hyperparameters, self.start_params)
+        return self.run(carry, self.config.num_periods)
 
 
 def make_policy(config: TrainConfig, env: envs.Environment, num_outputs: int | None = None) -> nn.Module:

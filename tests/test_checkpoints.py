@@ -116,7 +116,7 @@ def test_resume_refuses_a_different_config_and_a_missing_run(tmp_path, capsys):
 
 def test_checkpointer_round_trip_ignores_partial_writes_and_checks_the_fingerprint(tmp_path):
     trainer = make_train(TrainConfig.for_env("bandit", num_iterations=4, eval_every=2))
-    carry = trainer.init(jax.random.key(0))
+    carry = jax.jit(trainer.init)(jax.random.key(0))
     later, _ = trainer.run(carry, 1)
     checkpointer = Checkpointer(tmp_path, {"config": (1, 2)})
     checkpointer.save(1, later, {"history": [1.5]})

@@ -14,7 +14,7 @@ from ftw_jax.rollout import rollout
 from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
-SMALL_CARTPOLE = dict(num_iterations=12, eval_every=3, episodes_per_iteration=4, eval_episodes=4)  # 4 periods
+SMALL_CARTPOLE = dict(num_iterations=4, eval_every=1, episodes_per_iteration=4, eval_episodes=4)  # 4 periods
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def cartpole():
 def test_chunks_give_the_same_result_as_one_scan_and_compile_once(cartpole):
     # Chunks of two periods: a chunk of one is a loop XLA removes, and the code around it can then fuse (and
     # round) differently under some code generators (the suite's, conftest.py), so equal only to rounding there.
-    carry = cartpole.init(jax.random.key(0))
+    carry = jax.jit(cartpole.init)(jax.random.key(0))
     whole, (metrics, evaluation) = cartpole.run(carry, 4)
     first, (_, first_evaluation) = cartpole.run(carry, 2)
     cache_before = cartpole.run._cache_size()
@@ -36,23 +36,23 @@ def test_chunks_give_the_same_result_as_one_scan_and_compile_once(cartpole):
     np.testing.assert_array_equal(
         evaluation["return"], np.concatenate([first_evaluation["return"], second_evaluation["return"]])
     )
-    assert metrics["return_mean"].shape == (4, 3)
-    assert int(whole.iteration) == 12 and int(whole.env_steps) == int(metrics["env_steps"][-1, -1])
+    assert metrics["return_mean"].shape == (4, 1)
+    assert int(whole.iteration) == 4 and int(whole.env_steps) == int(metrics["env_steps"][-1, -1])
 
 
 @pytest.mark.slow
 def test_vmapped_seeds_differ_and_match_single_runs(cartpole):
     keys = jnp.stack([jax.random.key(1), jax.random.key(2)])
-    carries, (_, evaluation) = jax.vmap(cartpole.run, in_axes=(0, None))(jax.vmap(cartpole.init)(keys), 2)
+    carries, (_, evaluation) = jax.vmap(cartpole.run, in_axes=(0, None))(jax.jit(jax.vmap(cartpole.init))(keys), 2)
     assert not np.array_equal(carries.env_steps[0], carries.env_steps[1])
-    single, (_, single_evaluation) = cartpole.run(cartpole.init(jax.random.key(2)), 2)
+    single, (_, single_evaluation) = cartpole.run(jax.jit(cartpole.init)(jax.random.key(2)), 2)
     np.testing.assert_allclose(evaluation["return"][1], single_evaluation["return"], rtol=1e-5)
 
 
 @pytest.mark.slow
 def test_looped_members_equal_the_vmapped_ones(cartpole):
     """One program that loops over its members (the CPU default) gives the same runs as the vmapped one."""
-    carries = jax.vmap(cartpole.init)(jnp.stack([jax.random.key(1), jax.random.key(2)]))
+    carries = jax.jit(jax.vmap(cartpole.init))(jnp.stack([jax.random.key(1), jax.random.key(2)]))
     results = {
         loop: jax.jit(runner.over_members(cartpole.run, loop), static_argnums=1)(carries, 2) for loop in ("vmap", "map")
     }
@@ -105,11 +105,11 @@ def test_sokoban_learns_on_a_small_budget():
 
 @pytest.mark.slow
 def test_search_learns_to_search_on_a_small_budget():
-    trainer = make_train(TrainConfig.for_env("search", num_iterations=80, eval_every=40))
+    trainer = make_train(TrainConfig.for_env("search", num_iterations=40, eval_every=40))
     _, (_, evaluation) = trainer.train(jax.random.key(8))
     chance = 1 / trainer.env.num_values  # answering without searching
     before, after = initial_success(trainer, jax.random.key(9), 256), float(evaluation["success"][-1])
-    assert before < 1.5 * chance and after > 2.5 * chance, (before, after)
+    assert before < 1.5 * chance and after > 2.5 * chance, (before, after)  # 0.07 -> 0.56; chance 0.125
 
 
 @pytest.mark.slow
@@ -125,7 +125,7 @@ def test_bandit_through_the_training_program_matches_the_reproduction():
 def test_kl_coef_decays_linearly_to_its_final_value():
     trainer = make_train(TrainConfig.for_env("cartpole", **SMALL_CARTPOLE, kl_coef=0.5, kl_coef_final=0.0))
     _, (metrics, _) = trainer.train(jax.random.key(5))
-    np.testing.assert_allclose(np.ravel(metrics["kl_coef"]), np.linspace(0.5, 0.0, 12), atol=1e-7)
+    np.testing.assert_allclose(np.ravel(metrics["kl_coef"]), np.linspace(0.5, 0.0, 4), atol=1e-7)
 
 
 @pytest.mark.parametrize(
