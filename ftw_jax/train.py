@@ -259,11 +259,27 @@ def example_trajectory(env: envs.Environment, env_params: Any, policy: nn.Module
 
 def make_optimizer(config: LearnerSettings) -> optax.GradientTransformation:
     """The run's Optax optimizer, its learning rate a state array (`optax.inject_hyperparams`) so that members of
-    a sweep can differ in it and a schedule can set it; after global-norm clipping when `max_grad_norm` is set."""
-    optimizer = optax.inject_hyperparams(getattr(optax, config.optimizer))(learning_rate=config.learning_rate)
+    a sweep can differ in it and a schedule can set it; after global-norm clipping when `max_grad_norm` is set.
+    Its hyperparameters are float32 whatever the parameters' dtype (in bfloat16 Adam's b2 = 0.999 is 1.0, and
+    its first step divides by zero), and its state keeps the dtypes `init` gave it."""
+    optimizer = optax.inject_hyperparams(getattr(optax, config.optimizer), hyperparam_dtype=jnp.float32)(
+        learning_rate=config.learning_rate
+    )
+    optimizer = _state_dtypes_kept(optimizer)
     if config.max_grad_norm is None:
         return optimizer
     return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optimizer)
+
+
+def _state_dtypes_kept(optimizer: optax.GradientTransformation) -> optax.GradientTransformation:
+    """`optimizer` with every state leaf cast back to the dtype it had: float32 hyperparameters would otherwise
+    promote bfloat16 moments, and a training loop's carry must keep its types."""
+
+    def update(updates, state, params=None):
+        updates, new_state = optimizer.update(updates, state, params)
+        return updates, jax.tree.map(lambda new, old: jnp.asarray(new).astype(jnp.asarray(old).dtype), new_state, state)
+
+    return optax.GradientTransformation(optimizer.init, update)
 
 
 def make_train(config: TrainConfig, **env_options: Any) -> Trainer:

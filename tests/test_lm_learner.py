@@ -475,3 +475,19 @@ def test_lm_learn_over_two_processes_learns_what_one_does(tmp_path):
     _, two = load(tmp_path / "two" / "weights" / "version-000002")
     for a, b in zip(jax.tree.leaves(one), jax.tree.leaves(two)):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_lm_learn_in_bfloat16_with_adam_applies_its_updates(engine, model_folder, tmp_path, capsys):
+    """Issue 31: with bfloat16 weights every Adam step was skipped as non-finite (b2 = 0.999 became 1.0) while
+    the command exited 0 and wrote version 0."""
+    _, _, trajectories = played(engine, 16)
+    episodes = tmp_path / "episodes.jsonl"
+    write_episodes(episodes, episode_records(trajectories))
+    assert lm_learn(model_folder, episodes, tmp_path, "--dtype", "bfloat16", "--optimizer", "adam") == 0
+    assert json.loads(capsys.readouterr().out)["version"] == 2
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(row["applied"], row["nonfinite"]) for row in rows] == [(True, False)] * 2
+    _, start = load(model_folder)
+    _, learnt = load(tmp_path / "run" / "weights" / "version-000002")
+    assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(learnt)))

@@ -151,6 +151,23 @@ def test_global_norm_clipping_scales_the_gradient_as_written():
             np.testing.assert_allclose(updates[name], -0.5 * scale * gradient[name], rtol=1e-6)
 
 
+@pytest.mark.parametrize("optimizer_name", ["adam", "sgd"])
+def test_bfloat16_parameters_take_the_steps_float32_hyperparameters_give(optimizer_name):
+    # Issue 31: hyperparameters injected in the parameters' dtype made Adam's b2 = 0.999 a bfloat16 1.0, and
+    # every step a division by zero. Adam's first step is -lr * sign(g) (bias-corrected m / sqrt(v)).
+    gradient = {"w": jnp.array([0.5, -2.0, 0.25], jnp.bfloat16)}
+    params = jax.tree.map(jnp.ones_like, gradient)
+    config = TrainConfig.for_env("bandit", optimizer=optimizer_name, learning_rate=0.01, max_grad_norm=None)
+    optimizer = make_optimizer(config)
+    state = optimizer.init(params)
+    updates, new_state = optimizer.update(gradient, state, params)
+    expected = -0.01 * (np.sign(gradient["w"]) if optimizer_name == "adam" else np.asarray(gradient["w"], np.float32))
+    np.testing.assert_allclose(np.asarray(updates["w"], np.float32), expected, rtol=1e-3)
+    assert jax.tree.map(lambda leaf: leaf.dtype, new_state) == jax.tree.map(lambda leaf: leaf.dtype, state)
+    stepped = optax.apply_updates(params, updates)
+    assert stepped["w"].dtype == jnp.bfloat16 and not np.array_equal(stepped["w"], params["w"])
+
+
 @pytest.mark.slow
 def test_annealing_sets_every_learning_rate_of_the_learner_each_iteration():
     config = TrainConfig.for_env(
