@@ -277,7 +277,7 @@ def _state_dtypes_kept(optimizer: optax.GradientTransformation) -> optax.Gradien
 
     def update(updates, state, params=None):
         updates, new_state = optimizer.update(updates, state, params)
-        return updates, jax.tree.map(lambda new, old: jnp.asarray(new).astype(jnp.asarray(old).dtype), new_state, state)
+        return updates, optax.tree_utils.tree_cast_like(new_state, state)
 
     return optax.GradientTransformation(optimizer.init, update)
 
