@@ -1016,12 +1016,6 @@ def _add_lm_parser(subparsers) -> None:
         help="a Hugging Face Llama/Qwen2 folder: the starting weights and the KL's reference",
     )
     learn.add_argument(
-        "--dtype",
-        choices=("float32", "bfloat16"),
-        default="float32",
-        help="the weights' dtype while learning and as written (default float32)",
-    )
-    learn.add_argument(
         "--skip-bad-lines",
         action="store_true",
         help="leave out lines that break the schema (each named) instead of refusing the file",
@@ -1089,7 +1083,6 @@ def _run_lm_learn(args) -> int:
     fingerprint = {
         "episodes": str(args.episodes),
         "model": str(args.model),
-        "dtype": args.dtype,
         "skip_bad_lines": args.skip_bad_lines,
         "mesh": args.mesh,
         **dataclasses.asdict(config),
@@ -1109,7 +1102,6 @@ def _run_lm_learn(args) -> int:
                 folder,
                 checkpointer,
                 log,
-                dtype=args.dtype,
                 skip_bad=args.skip_bad_lines,
                 mesh=args.mesh,
             )

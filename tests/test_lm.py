@@ -163,6 +163,37 @@ def test_bfloat16_computes_close_to_float32():
 
 
 @pytest.mark.slow
+def test_float32_master_weights_compute_exactly_as_bfloat16_weights():
+    """Mixed precision: float32 parameters cast to bfloat16 where they are used give the logits of bfloat16
+    parameters bit for bit, and the gradient reaches the float32 parameters in float32."""
+    model16, params16 = lm.load(DATA / "qwen2-untied", dtype="bfloat16")
+    mixed, master = lm.load(DATA / "qwen2-untied", dtype="bfloat16", param_dtype="float32")
+    assert {leaf.dtype for leaf in jax.tree.leaves(master)} == {jnp.dtype(jnp.float32)}
+    tokens = jnp.asarray(_reference("qwen2-untied")["tokens"])
+    np.testing.assert_array_equal(mixed.apply(master, tokens), model16.apply(params16, tokens))
+    grads = jax.grad(lambda p: jnp.mean(jax.nn.log_softmax(mixed.apply(p, tokens))[..., 0]))(master)
+    assert {leaf.dtype for leaf in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
+    assert all(np.any(np.asarray(leaf) != 0) for leaf in jax.tree.leaves(grads))
+
+
+def test_a_saved_folder_says_the_dtype_it_holds(tmp_path):
+    """config.json's torch_dtype and dtype name the tensors' dtype (transformers loads "auto" by them), whatever
+    the config.json given says; save casts to the dtype asked for."""
+    model, params = lm.load(DATA / "qwen2-untied")
+    for dtype in ("float32", "bfloat16"):
+        folder = lm.save(
+            tmp_path / dtype, model.config, params, config_json={"dtype": "float16", "torch_dtype": "x"}, dtype=dtype
+        )
+        data = (folder / "model.safetensors").read_bytes()
+        header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])
+        assert {entry["dtype"] for name, entry in header.items() if name != "__metadata__"} == {
+            {"float32": "F32", "bfloat16": "BF16"}[dtype]
+        }
+        written = json.loads((folder / "config.json").read_text())
+        assert (written["torch_dtype"], written["dtype"]) == (dtype, dtype)
+
+
+@pytest.mark.slow
 def test_remat_changes_neither_logits_nor_gradients():
     model, params = lm.load(DATA / "qwen2-untied")
     remat = lm.CausalLM(model.config.replace(remat=True))

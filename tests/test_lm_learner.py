@@ -477,17 +477,58 @@ def test_lm_learn_over_two_processes_learns_what_one_does(tmp_path):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
 
 
+def saved_dtypes(folder: pathlib.Path) -> tuple[set, str, str]:
+    """(the dtypes in model.safetensors' header, config.json's torch_dtype, its dtype)."""
+    data = (folder / "model.safetensors").read_bytes()
+    header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])
+    names = {"F32": "float32", "BF16": "bfloat16"}
+    tensors = {names[entry["dtype"]] for name, entry in header.items() if name != "__metadata__"}
+    config = json.loads((folder / "config.json").read_text())
+    return tensors, config["torch_dtype"], config["dtype"]
+
+
 @pytest.mark.slow
-def test_lm_learn_in_bfloat16_with_adam_applies_its_updates(engine, model_folder, tmp_path, capsys):
+@pytest.mark.parametrize("param_dtype", ["float32", "bfloat16"])
+def test_lm_learn_in_bfloat16_with_adam_applies_its_updates(engine, model_folder, tmp_path, capsys, param_dtype):
     """Issue 31: with bfloat16 weights every Adam step was skipped as non-finite (b2 = 0.999 became 1.0) while
-    the command exited 0 and wrote version 0."""
+    the command exited 0 and wrote version 0. bfloat16 compute with float32 master weights (the default) and
+    pure bfloat16 both apply every step; the export is in the compute dtype and its config.json says so."""
     _, _, trajectories = played(engine, 16)
     episodes = tmp_path / "episodes.jsonl"
     write_episodes(episodes, episode_records(trajectories))
-    assert lm_learn(model_folder, episodes, tmp_path, "--dtype", "bfloat16", "--optimizer", "adam") == 0
+    extra = ("--dtype", "bfloat16", "--param-dtype", param_dtype, "--optimizer", "adam")
+    assert lm_learn(model_folder, episodes, tmp_path, *extra) == 0
     assert json.loads(capsys.readouterr().out)["version"] == 2
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(row["applied"], row["nonfinite"]) for row in rows] == [(True, False)] * 2
     _, start = load(model_folder)
-    _, learnt = load(tmp_path / "run" / "weights" / "version-000002")
+    learnt_folder = tmp_path / "run" / "weights" / "version-000002"
+    _, learnt = load(learnt_folder)
     assert any(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(learnt)))
+    assert saved_dtypes(learnt_folder) == ({"bfloat16"}, "bfloat16", "bfloat16")
+    assert saved_dtypes(model_folder) == ({"float32"}, "float32", "float32")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("param_dtype", ["float32", "bfloat16"])
+def test_bfloat16_compute_applies_every_step_and_lowers_the_loss_on_a_fixed_batch(engine, model_folder, param_dtype):
+    _, _, trajectories = played(engine, 8)
+    model, params = load(model_folder, dtype="bfloat16", param_dtype=param_dtype)
+    assert {leaf.dtype for leaf in jax.tree.leaves(params)} == {jnp.dtype(param_dtype)}
+    config = small_config(dtype="bfloat16", param_dtype=param_dtype, kl_coef=0.0)
+    learner = EpisodeLearner.build(config, model.config)
+    state = learner.init(params)
+    loss = jax.jit(make_loss(learner.policy.apply, config.algorithm_config))
+    weights = jnp.ones(8)
+
+    def cross_entropy(state):
+        return float(loss(state.policy.params, state.policy.params, 0.0, trajectories, weights)[0])
+
+    before = cross_entropy(state)
+    applied = []
+    for iteration in range(4):
+        state, metrics = learner.step(state, trajectories, iteration)
+        applied += np.asarray(metrics["applied"]).tolist()
+    assert applied == [True] * 8 and int(state.policy.version) == 8
+    assert {leaf.dtype for leaf in jax.tree.leaves(state.policy.params)} == {jnp.dtype(param_dtype)}
+    assert cross_entropy(state) < before - 0.05, (before, cross_entropy(state))

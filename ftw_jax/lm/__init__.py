@@ -1,6 +1,7 @@
 """A decoder-only LM of the Llama and Qwen2 families: Hugging Face checkpoints, exact logits, a KV-cached sampler.
 
     model, params = ftw_jax.lm.load(path, dtype="float32")   # a Hugging Face folder
+    ftw_jax.lm.save(folder, model.config, params)             # one that transformers and engines read
     logits = model.apply(params, tokens)                     # int32 [B, L] -> float32 [B, L, V]
     tokenizer = ftw_jax.lm.load_tokenizer(path)              # tokenizer.json and the chat template
     sample = ftw_jax.lm.make_sampler(model, ftw_jax.lm.SamplingConfig(max_new_tokens=64, top_p=0.9))
@@ -11,7 +12,7 @@ model mesh), `memory` (what a step needs), `tokenizer`.
 """
 
 from ftw_jax.lm.config import LMConfig, RopeScaling
-from ftw_jax.lm.load import load
+from ftw_jax.lm.load import load, save
 from ftw_jax.lm.model import CausalLM, init_cache
 from ftw_jax.lm.sampler import Sample, SamplingConfig, make_sampler
 from ftw_jax.lm.tokenizer import Tokenizer, load_tokenizer
@@ -27,4 +28,5 @@ __all__ = [
     "load",
     "load_tokenizer",
     "make_sampler",
+    "save",
 ]

@@ -47,7 +47,9 @@ class LMConfig:
     mlp_bias: bool = False  # Llama's `mlp_bias`
     tie_embeddings: bool = False  # logits from the input embedding (no lm_head)
     initializer_range: float = 0.02  # sd of fresh weights (a checkpoint's replace them), as Hugging Face's
-    dtype: Literal["float32", "bfloat16"] = "float32"  # parameters and compute; softmax and logits in float32
+    dtype: Literal["float32", "bfloat16"] = "float32"  # compute; norms' statistics, softmax and logits in float32
+    param_dtype: Literal["float32", "bfloat16"] | None = None  # the parameters' (None: `dtype`); float32 master
+    # weights with bfloat16 compute keep the small updates that bfloat16 weights would round away
     remat: bool = False  # recompute each layer's activations in the backward pass (memory for time)
 
     def __post_init__(self):
@@ -75,18 +77,25 @@ class LMConfig:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}.")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}.")
+        if self.param_dtype is not None and self.param_dtype not in DTYPES:
+            raise ValueError(f"param_dtype must be one of {', '.join(DTYPES)} or None, got {self.param_dtype!r}.")
         if not (self.rms_norm_eps > 0 and self.rope_theta > 0 and self.initializer_range > 0):
             raise ValueError(
                 f"rms_norm_eps, rope_theta and initializer_range must be > 0, got {self.rms_norm_eps}, "
                 f"{self.rope_theta}, {self.initializer_range}."
             )
 
+    @property
+    def weights_dtype(self) -> str:
+        """The parameters' dtype: `param_dtype`, or `dtype` where it is None."""
+        return self.param_dtype or self.dtype
+
     def replace(self, **changes: Any) -> LMConfig:
         return dataclasses.replace(self, **changes)
 
     @classmethod
     def from_hf(cls, hf: dict, **options: Any) -> LMConfig:
-        """The config of a Hugging Face `config.json` (as a dict); `options`: `dtype`, `remat`.
+        """The config of a Hugging Face `config.json` (as a dict); `options`: `dtype`, `param_dtype`, `remat`.
 
         Raises ValueError naming what is not supported: another architecture, sliding-window attention,
         a rope type other than the default and "llama3", a missing size.

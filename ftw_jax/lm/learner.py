@@ -22,7 +22,7 @@ import json
 import pathlib
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +50,14 @@ class LearnConfig(LearnerSettings):
 
     max_length: int = setting(
         128, "the longest episode in tokens, prompt and tool output included (longer ones are refused)"
+    )
+    dtype: Literal["float32", "bfloat16"] = setting(
+        "float32", "the dtype the model computes in, and the weights' dtype as written for the engine"
+    )
+    param_dtype: Literal["float32", "bfloat16"] = setting(
+        "float32",
+        "the weights' and optimizer state's dtype while learning (float32: master weights, the mixed precision "
+        "of LLM trainers; bfloat16: half the memory, but updates smaller than a weight's rounding step are lost)",
     )
     seed: int = setting(0, "the seed of the learner's draws (selection, ties)")
     save_every: int = setting(1, "write the weights every this many iterations, and after the last")
@@ -190,8 +198,9 @@ def weights_folder(run_folder: pathlib.Path, version: int) -> pathlib.Path:
 def save_weights(
     run_folder: pathlib.Path, learner: EpisodeLearner, state: FTWLearnerState, model_path: pathlib.Path
 ) -> pathlib.Path:
-    """Writes the state's weights as a Hugging Face folder (once per version; atomic) with the starting
-    checkpoint's config.json and tokenizer files, and points `weights/latest.json` at it."""
+    """Writes the state's weights as a Hugging Face folder (once per version; atomic) in the dtype the model
+    computes in (what the learner's log-probs were computed with), with the starting checkpoint's config.json
+    and tokenizer files, and points `weights/latest.json` at it."""
     from ftw_jax.lm.load import save
 
     version = int(host_array(state.policy.version))
@@ -199,14 +208,13 @@ def save_weights(
     params = jax.tree.map(host_array, learner.model_params(state))  # every process takes part in gathering
     if jax.process_index() == 0:  # one writer
         if not folder.exists():
-            config_json = json.loads((model_path / "config.json").read_text())
-            config_json["torch_dtype"] = learner.model_config.dtype
             save(
                 folder,
                 learner.model_config,
                 params,
-                config_json=config_json,
+                config_json=json.loads((model_path / "config.json").read_text()),
                 copy_files=[model_path / name for name in TOKENIZER_FILES if (model_path / name).is_file()],
+                dtype=learner.model_config.dtype,
             )
         runs.write_json(run_folder / "weights" / "latest.json", {"version": version, "path": folder.name})
     return folder
@@ -230,7 +238,6 @@ def learn_from_file(
     checkpointer: Checkpointer | None,
     log: Callable[[str], None],
     *,
-    dtype: str = "float32",
     skip_bad: bool = False,
     mesh: tuple[int, int] | None = None,
 ) -> dict:
@@ -243,7 +250,7 @@ def learn_from_file(
     from ftw_jax.lm.load import load
 
     started = time.perf_counter()
-    model, params = load(model_path, dtype=dtype)
+    model, params = load(model_path, dtype=config.dtype, param_dtype=config.param_dtype)
     place = lambda tree: tree  # noqa: E731 (one process: numpy batches go to the step as they are)
     if jax.process_count() > 1 and mesh is None:
         raise ValueError(

@@ -101,8 +101,11 @@ def expected_shapes(config: LMConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def load(path: str | os.PathLike[str], dtype: str = "float32", remat: bool = False) -> tuple[CausalLM, dict]:
-    """The model and its parameters ({"params": ...}, cast to `dtype`) from a Hugging Face folder.
+def load(
+    path: str | os.PathLike[str], dtype: str = "float32", remat: bool = False, param_dtype: str | None = None
+) -> tuple[CausalLM, dict]:
+    """The model computing in `dtype` and its parameters ({"params": ...}, cast to `param_dtype`, by default
+    `dtype`) from a Hugging Face folder.
 
     Raises ValueError, before reading any tensor, for an unknown architecture or option (`LMConfig.from_hf`),
     and for missing, extra or misshaped tensors (each named).
@@ -110,7 +113,9 @@ def load(path: str | os.PathLike[str], dtype: str = "float32", remat: bool = Fal
     folder = pathlib.Path(path)
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} is not a Hugging Face model folder: no config.json in it.")
-    config = LMConfig.from_hf(json.loads((folder / "config.json").read_text()), dtype=dtype, remat=remat)
+    config = LMConfig.from_hf(
+        json.loads((folder / "config.json").read_text()), dtype=dtype, param_dtype=param_dtype, remat=remat
+    )
     files = _weight_files(folder)
     found, expected = _shapes(files), expected_shapes(config)
     missing = sorted(set(expected) - set(found))
@@ -127,7 +132,7 @@ def load(path: str | os.PathLike[str], dtype: str = "float32", remat: bool = Fal
     ]
     if problems:
         raise ValueError(f"the weights in {folder} do not fit its config.json; " + "; ".join(problems) + ".")
-    tensors = _read(files, dtype)
+    tensors = _read(files, config.weights_dtype)
     if config.tie_embeddings and "lm_head.weight" in tensors:
         if not np.array_equal(np.asarray(tensors["lm_head.weight"]), np.asarray(tensors["model.embed_tokens.weight"])):
             raise ValueError(f"tie_word_embeddings is true but lm_head.weight in {folder} differs from the embedding.")
@@ -182,7 +187,6 @@ def hf_config(config: LMConfig) -> dict:
         "rope_theta": config.rope_theta,
         "tie_word_embeddings": config.tie_embeddings,
         "initializer_range": config.initializer_range,
-        "torch_dtype": config.dtype,
     }
     if not qwen2:
         hf.update(attention_bias=config.qkv_bias, mlp_bias=config.mlp_bias)
@@ -198,10 +202,11 @@ def save(
     *,
     config_json: dict | None = None,
     copy_files: Iterable[str | os.PathLike[str]] = (),
+    dtype: str | None = None,
 ) -> pathlib.Path:
     """Writes a Hugging Face folder that `load` (and transformers, vLLM, SGLang) reads: `model.safetensors` in
-    the params' dtype and `config.json` (`config_json` if given, e.g. the checkpoint's own, else `hf_config`),
-    and copies `copy_files` (tokenizer files) beside them.
+    `dtype` (default: the params') and `config.json` (`config_json` if given, e.g. the checkpoint's own, else
+    `hf_config`) whose dtype fields name the tensors' dtype, and copies `copy_files` (tokenizer files) beside them.
 
     The folder appears complete or not at all: everything is written into a temporary folder beside it, which
     is then renamed. An existing folder is refused (a version is written once).
@@ -220,9 +225,15 @@ def save(
             names = [pattern.format(i) for i in range(config.num_layers)] if "{}" in pattern else [pattern]
             for index, name in enumerate(names):
                 tensor = value[index] if "{}" in pattern else value
-                tensors[name] = jnp.asarray(tensor.T if transposed else tensor)
+                tensors[name] = jnp.asarray(tensor.T if transposed else tensor, dtype)
+        saved_dtypes = {str(tensor.dtype) for tensor in tensors.values()}
+        if len(saved_dtypes) != 1:
+            raise ValueError(f"the params mix dtypes {sorted(saved_dtypes)}; give save a dtype to write them in.")
+        # transformers 4.x reads torch_dtype, 5.x dtype: both say what the file holds, so "auto" loads it as is.
+        config_json = {**(config_json or hf_config(config)), "torch_dtype": saved_dtypes.pop()}
+        config_json["dtype"] = config_json["torch_dtype"]
         save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
-        (staging / "config.json").write_text(json.dumps(config_json or hf_config(config), indent=2) + "\n")
+        (staging / "config.json").write_text(json.dumps(config_json, indent=2) + "\n")
         for file in copy_files:
             shutil.copyfile(file, staging / pathlib.Path(file).name)
         os.replace(staging, folder)

@@ -65,15 +65,16 @@ def memory_estimate(
     """Bytes of one training step (and of a sampler's KV cache) for a batch of `batch` rows of `length` tokens.
 
     Args:
-      config: the model; its `dtype` is the parameters', gradients' and activations' (optax keeps Adam's
-        moments in the parameters' dtype), its `remat` whether layers recompute their activations.
+      config: the model; its `weights_dtype` is the parameters', gradients' and Adam's moments' (optax keeps
+        them in the parameters' dtype), its `dtype` the activations', its `remat` whether layers recompute
+        their activations.
       optimizer_moments: arrays of the parameters' size the optimizer keeps (Adam 2, SGD with momentum 1).
       fused_attention: the attention probabilities are recomputed by a fused kernel, not stored.
       sample_slots: the sampler's cache length (prompt + new tokens); default `length`.
     Returns: "parameters", "gradients", "optimizer_state", "activations", "logits", "total" (the training
     step's sum) and "kv_cache" (sampling; not in the total).
     """
-    width = np.dtype(config.dtype).itemsize
+    width, weight_width = np.dtype(config.dtype).itemsize, np.dtype(config.weights_dtype).itemsize
     count = parameter_count(config)
     d, f = config.hidden_size, config.intermediate_size
     q, kv = config.num_heads * config.head_dim, config.num_kv_heads * config.head_dim
@@ -85,9 +86,9 @@ def memory_estimate(
     activations = kept + per_layer  # and the working set of the layer the backward pass is in
     logits = 3 * tokens * config.vocab_size * 4  # float32 logits, log-probabilities and their gradient
     estimate = {
-        "parameters": count * width,
-        "gradients": count * width,
-        "optimizer_state": optimizer_moments * count * width,
+        "parameters": count * weight_width,
+        "gradients": count * weight_width,
+        "optimizer_state": optimizer_moments * count * weight_width,
         "activations": activations,
         "logits": logits,
     }

@@ -42,26 +42,31 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 
 
 class RMSNorm(nn.Module):
-    """x / rms(x) · w, the statistic in float32 (as Hugging Face's Llama/Qwen2)."""
+    """x / rms(x) · w, the statistic in float32 (as Hugging Face's Llama/Qwen2); w kept in `param_dtype`, the
+    product in `dtype`."""
 
     eps: float
     dtype: jnp.dtype
+    param_dtype: jnp.dtype
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        weight = self.param("weight", nn.initializers.ones, (x.shape[-1],), self.dtype)
+        weight = self.param("weight", nn.initializers.ones, (x.shape[-1],), self.param_dtype)
         x32 = x.astype(jnp.float32)
         normed = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return weight * normed.astype(self.dtype)
+        return weight.astype(self.dtype) * normed.astype(self.dtype)
+
+
+def _norm(config: LMConfig, name: str) -> RMSNorm:
+    return RMSNorm(config.rms_norm_eps, jnp.dtype(config.dtype), jnp.dtype(config.weights_dtype), name=name)
 
 
 def _dense(config: LMConfig, features: int, use_bias: bool, name: str) -> nn.Dense:
-    dtype = jnp.dtype(config.dtype)
     return nn.Dense(
         features,
         use_bias=use_bias,
-        dtype=dtype,
-        param_dtype=dtype,
+        dtype=jnp.dtype(config.dtype),
+        param_dtype=jnp.dtype(config.weights_dtype),
         name=name,
         kernel_init=nn.initializers.normal(config.initializer_range),
     )
@@ -125,12 +130,12 @@ class Layer(nn.Module):
         cache: tuple[jax.Array, jax.Array] | None,
         cache_index: jax.Array | None,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
-        c, dtype = self.config, jnp.dtype(self.config.dtype)
+        c = self.config
         attended, cache = Attention(c, name="self_attn")(
-            RMSNorm(c.rms_norm_eps, dtype, name="input_layernorm")(x), cos, sin, mask, cache, cache_index
+            _norm(c, "input_layernorm")(x), cos, sin, mask, cache, cache_index
         )
         x = x + attended
-        x = x + MLP(c, name="mlp")(RMSNorm(c.rms_norm_eps, dtype, name="post_attention_layernorm")(x))
+        x = x + MLP(c, name="mlp")(_norm(c, "post_attention_layernorm")(x))
         return x, cache  # (carry, this layer's cache) for nn.scan: the caches stack to [layers, ...]
 
 
@@ -180,7 +185,7 @@ class CausalLM(nn.Module):
             c.vocab_size,
             c.hidden_size,
             dtype=dtype,
-            param_dtype=dtype,
+            param_dtype=jnp.dtype(c.weights_dtype),
             name="embed_tokens",
             embedding_init=nn.initializers.normal(c.initializer_range),
         )
@@ -195,16 +200,16 @@ class CausalLM(nn.Module):
             length=c.num_layers,
         )
         x, cache = layers(c, name="layers")(x, cos, sin, mask, cache, cache_index)
-        x = RMSNorm(c.rms_norm_eps, dtype, name="norm")(x)
+        x = _norm(c, "norm")(x)
         if not self.head:
             return x if cache is None else (x, cache)
         if c.tie_embeddings:
             table = embed.embedding  # [V, D]
         else:
             table = self.param(
-                "lm_head", nn.initializers.normal(c.initializer_range), (c.vocab_size, c.hidden_size), dtype
+                "lm_head", nn.initializers.normal(c.initializer_range), (c.vocab_size, c.hidden_size), c.weights_dtype
             )
-        logits = jnp.einsum("bld,vd->blv", x, table, preferred_element_type=jnp.float32)
+        logits = jnp.einsum("bld,vd->blv", x, table.astype(dtype), preferred_element_type=jnp.float32)
         return logits if cache is None else (logits, cache)
 
 
