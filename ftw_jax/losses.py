@@ -6,6 +6,9 @@ masked steps set to zero and leave the averaging to the caller (the update).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -62,3 +65,19 @@ def entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
     log_p = jax.nn.log_softmax(logits)
     value = -jnp.sum(jnp.where(log_p > -jnp.inf, jnp.exp(log_p) * log_p, 0.0), axis=-1)
     return jnp.where(mask, value, 0.0)
+
+
+def map_chunks(fn: Callable[..., Any], chunk: int, *per_step: Any) -> Any:
+    """`fn` over consecutive chunks of `chunk` steps of per-step inputs (pytrees of leaves [T, ...]), its outputs
+    (leaves [chunk, ...]) joined back to [T, ...]. The last chunk is padded with zeros (a False mask), and each
+    chunk is recomputed in the backward pass (`jax.checkpoint`), so what `fn` makes inside — a chunk's logits
+    [chunk, A] over a whole vocabulary — is alive for one chunk at a time, forward and backward."""
+    num_steps = jax.tree.leaves(per_step)[0].shape[0]
+    num_chunks = -(-num_steps // chunk)
+
+    def split(leaf):
+        padded = jnp.pad(leaf, [(0, num_chunks * chunk - num_steps)] + [(0, 0)] * (leaf.ndim - 1))
+        return padded.reshape((num_chunks, chunk) + leaf.shape[1:])
+
+    out = jax.lax.map(lambda chunks: jax.checkpoint(fn)(*chunks), jax.tree.map(split, per_step))
+    return jax.tree.map(lambda leaf: leaf.reshape((num_chunks * chunk,) + leaf.shape[2:])[:num_steps], out)

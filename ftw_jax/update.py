@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import chex
 import flax.struct
@@ -28,6 +28,17 @@ from ftw_jax.state import PolicyState, select_tree
 
 # apply_fn(params, observation) -> [T, A] logits for one trajectory's observation pytree (leaves [T, ...]).
 ApplyFn = Callable[[Any, Any], Any]
+
+
+class ChunkedLogits(NamedTuple):
+    """A policy whose logits are a head over per-step features, for the loss and the monitor to compute `chunk`
+    steps at a time (`losses.map_chunks`): an LM's [T, V] logits over a real vocabulary outweigh the rest of the
+    step, and in chunks only one chunk's [chunk, V] is alive. `head(params, features(params, observation))`
+    equals `apply_fn(params, observation)`."""
+
+    features: Callable[[Any, Any], Any]  # (params, observation [T, ...]) -> the head's inputs, leaves [T, ...]
+    head: Callable[[Any, Any], jax.Array]  # (params, inputs with leaves [n, ...]) -> logits [n, A]
+    chunk: int  # steps per chunk
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,16 +231,16 @@ def without_unused_observations(trajectories: pool_lib.Trajectory, weights: jax.
 
 
 def make_step_losses(
-    apply_fn: ApplyFn, config: UpdateConfig
+    apply_fn: ApplyFn, config: UpdateConfig, chunked: ChunkedLogits | None = None
 ) -> Callable[[Any, Any, Any, jax.Array, jax.Array], dict[str, jax.Array]]:
     """`step_losses(params, reference_params, observation [T, ...], action [T], mask [T]) -> {name: [T]}`: the
-    cross-entropy, the configured KL and the entropy of each step of one sequence (0 where masked out)."""
+    cross-entropy, the configured KL and the entropy of each step of one sequence (0 where masked out); with
+    `chunked`, the logits are made and used one chunk of steps at a time (the same values)."""
 
-    def step_losses(params, reference_params, observation, action, mask):
-        logits = apply_fn(params, observation)
-        reference_logits = jax.lax.stop_gradient(apply_fn(reference_params, observation))
+    def terms(logits, reference_logits, action, mask):
         chex.assert_rank(logits, 2)
         chex.assert_equal_shape((logits, reference_logits))
+        reference_logits = jax.lax.stop_gradient(reference_logits)
         if config.kl_direction == "policy_to_reference":
             kl = losses.categorical_kl(logits, reference_logits, mask)
         else:
@@ -239,6 +250,17 @@ def make_step_losses(
             "kl": kl,
             "entropy": losses.entropy(logits, mask),
         }
+
+    def step_losses(params, reference_params, observation, action, mask):
+        if chunked is None:
+            return terms(apply_fn(params, observation), apply_fn(reference_params, observation), action, mask)
+        features, head = chunked.features(params, observation), chunked.head
+        reference_features = jax.lax.stop_gradient(chunked.features(reference_params, observation))
+
+        def chunk_terms(features, reference_features, action, mask):
+            return terms(head(params, features), head(reference_params, reference_features), action, mask)
+
+        return losses.map_chunks(chunk_terms, chunked.chunk, features, reference_features, action, mask)
 
     return step_losses
 
@@ -255,14 +277,15 @@ def step_coefficients(config: UpdateConfig, step_weights: jax.Array) -> jax.Arra
 
 
 def make_loss(
-    apply_fn: ApplyFn, config: UpdateConfig
+    apply_fn: ApplyFn, config: UpdateConfig, chunked: ChunkedLogits | None = None
 ) -> Callable[
     [Any, Any, float | jax.Array, pool_lib.Trajectory, jax.Array],
     tuple[jax.Array, tuple[dict[str, jax.Array], jax.Array, jax.Array]],
 ]:
     """Phase 2: `loss(params, reference_params, kl_coef, trajectories [M], weights [M]) -> (loss, (terms,
-    log importance weights [M], kept steps))`: cross-entropy + β·KL over the kept steps, averaged as configured."""
-    step_losses = make_step_losses(apply_fn, config)
+    log importance weights [M], kept steps))`: cross-entropy + β·KL over the kept steps, averaged as configured
+    (with `chunked`, the logits made a chunk of steps at a time: `make_step_losses`)."""
+    step_losses = make_step_losses(apply_fn, config, chunked)
 
     def average(per_step, step_weights):
         """Weighted mean of [M, T] per-step values under the configured normalisation (a step of weight 0 adds
@@ -398,18 +421,35 @@ def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: ja
     }
 
 
-def make_trust_region(apply_fn: ApplyFn, config: UpdateConfig) -> Callable[[Any, Any, pool_lib.Pool], dict]:
+def make_trust_region(
+    apply_fn: ApplyFn, config: UpdateConfig, chunked: ChunkedLogits | None = None
+) -> Callable[[Any, Any, pool_lib.Pool], dict]:
     """Phase 4b: `monitor(old_params, new_params, pool) -> metrics`, KL(π_old ‖ π_new) and total variation on the
-    policy steps of `monitor_entries` evenly spaced pool entries, and the TRPO penalty term they imply."""
+    policy steps of `monitor_entries` evenly spaced pool entries, and the TRPO penalty term they imply (with
+    `chunked`, the logits made a chunk of steps at a time)."""
+
+    def divergences(old, new, mask):  # [n, A] logits -> KL and TV [n]
+        return losses.categorical_kl(old, new, mask), jnp.where(mask, diagnostics.total_variation(old, new), 0.0)
+
+    def sequence_divergences(old_params, new_params, observation, mask):
+        if chunked is None:
+            return divergences(apply_fn(old_params, observation), apply_fn(new_params, observation), mask)
+        head = chunked.head
+        return losses.map_chunks(
+            lambda old, new, mask: divergences(head(old_params, old), head(new_params, new), mask),
+            chunked.chunk,
+            chunked.features(old_params, observation),
+            chunked.features(new_params, observation),
+            mask,
+        )
 
     def monitor(old_params, new_params, pool: pool_lib.Pool) -> dict:
         picks = (jnp.arange(config.monitor_entries) * pool.size) // config.monitor_entries
         monitored = jax.tree.map(lambda leaf: leaf[picks], pool.trajectories)
-        logits = lambda params: jax.vmap(apply_fn, in_axes=(None, 0))(params, monitored.observation)  # noqa: E731
-        old, new = logits(old_params), logits(new_params)
         mask = monitored.mask & (pool.size > 0)
-        kl = jax.vmap(losses.categorical_kl)(old, new, mask)
-        tv = jnp.where(mask, diagnostics.total_variation(old, new), 0.0)
+        kl, tv = jax.vmap(sequence_divergences, in_axes=(None, None, 0, 0))(
+            old_params, new_params, monitored.observation, mask
+        )
         steps = jnp.maximum(jnp.sum(mask), 1)
         largest_return = jnp.max(jnp.where(pool_lib.valid_mask(pool), jnp.abs(pool.trajectories.episode_return), 0.0))
         return {
@@ -430,11 +470,11 @@ def staleness_histogram(pool: pool_lib.Pool, staleness: jax.Array, bins: int) ->
 
 
 def make_pool_diagnostics(
-    apply_fn: ApplyFn, config: UpdateConfig
+    apply_fn: ApplyFn, config: UpdateConfig, chunked: ChunkedLogits | None = None
 ) -> Callable[[Any, Any, pool_lib.Pool, jax.Array], dict]:
     """Phase 4c: `diagnose(old_params, new_params, pool, version) -> metrics` that read the whole pool or run the
     policy on it: the pool's staleness (a pass over [N, T]), its histogram, and the trust-region monitor."""
-    trust_region = make_trust_region(apply_fn, config)
+    trust_region = make_trust_region(apply_fn, config, chunked)
 
     def diagnose(old_params, new_params, pool: pool_lib.Pool, version: jax.Array) -> dict:
         staleness, filled = pool_staleness(pool, version), pool_lib.valid_mask(pool)
@@ -461,7 +501,7 @@ def not_measured(metrics: dict) -> dict:
 
 
 def make_update(
-    apply_fn: ApplyFn, config: UpdateConfig, *, markov: bool = False
+    apply_fn: ApplyFn, config: UpdateConfig, *, markov: bool = False, chunked: ChunkedLogits | None = None
 ) -> Callable[..., tuple[PolicyState, dict[str, jax.Array]]]:
     """Builds the jitted FTW update `(state, pool, key[, sizes[, diagnose]]) -> (state, metrics)`.
 
@@ -491,6 +531,8 @@ def make_update(
       markov: the policy's logits at a step depend on that step's observation alone (`policy.markov`). The
         loss then runs on the kept steps only, not on the padding after each episode's end
         (`make_stepwise_loss_and_grad`); without an importance-weight cap, which needs every step first.
+      chunked: the policy's logits as a head over features (`ChunkedLogits`), for the loss and the monitor to
+        make a chunk of steps at a time: the same values, with one chunk's logits alive instead of all of them.
 
     Returns:
       The update, compiled as one jit (it traces once per pool/state structure).
@@ -500,8 +542,8 @@ def make_update(
     if markov and config.importance_weight_cap is None:
         loss_and_grad = make_stepwise_loss_and_grad(apply_fn, config)
     else:
-        loss_and_grad = jax.value_and_grad(make_loss(apply_fn, config), has_aux=True)
-    pool_diagnostics = make_pool_diagnostics(apply_fn, config)
+        loss_and_grad = jax.value_and_grad(make_loss(apply_fn, config, chunked), has_aux=True)
+    pool_diagnostics = make_pool_diagnostics(apply_fn, config, chunked)
 
     def update(
         state: PolicyState,

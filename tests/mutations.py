@@ -562,6 +562,47 @@ MUTATIONS = (
         "horizon = config.num_iterations",
         (REFERENCE_TESTS,),
     ),
+    # Issue 31: bfloat16 that learns, exports that say their dtype, logits in chunks.
+    Mutation(
+        "hyperparameters-in-parameter-dtype",
+        "Adam's b2 = 0.999 rounds to 1.0 in bfloat16 and every step is skipped",
+        "ftw_jax/train.py",
+        "optax.inject_hyperparams(getattr(optax, config.optimizer), hyperparam_dtype=jnp.float32)",
+        "optax.inject_hyperparams(getattr(optax, config.optimizer))",
+        (REFERENCE_TESTS + "::test_bfloat16_parameters_take_the_steps_float32_hyperparameters_give",),
+    ),
+    Mutation(
+        "master-weights-in-compute-dtype",
+        "float32 master weights are kept in the compute dtype (bfloat16)",
+        "ftw_jax/lm/model.py",
+        "param_dtype=jnp.dtype(config.weights_dtype),",
+        "param_dtype=jnp.dtype(config.dtype),",
+        ("tests/test_lm.py::test_float32_master_weights_compute_exactly_as_bfloat16_weights",),
+    ),
+    Mutation(
+        "export-dtype-from-given-config",
+        "an export's config.json keeps the starting checkpoint's dtype fields",
+        "ftw_jax/lm/load.py",
+        'config_json = {**(config_json or hf_config(config)), "torch_dtype": saved_dtypes.pop()}',
+        'config_json = {"torch_dtype": saved_dtypes.pop(), **(config_json or hf_config(config))}',
+        ("tests/test_lm.py::test_a_saved_folder_says_the_dtype_it_holds",),
+    ),
+    Mutation(
+        "chunked-reference-with-policy-params",
+        "the chunked loss's reference logits come from the policy's params",
+        "ftw_jax/update.py",
+        "terms(head(params, features), head(reference_params, reference_features), action, mask)",
+        "terms(head(params, features), head(params, reference_features), action, mask)",
+        ("tests/test_lm_learner.py::test_logits_in_chunks_give_the_dense_loss_and_gradient",),
+    ),
+    Mutation(
+        "chunks-not-recomputed",
+        "each chunk's logits are kept for the backward pass instead of recomputed",
+        "ftw_jax/losses.py",
+        "jax.lax.map(lambda chunks: jax.checkpoint(fn)(*chunks),",
+        "jax.lax.map(lambda chunks: fn(*chunks),",
+        ("tests/test_lm_learner.py::test_logits_in_chunks_hold_one_chunk_in_memory",),
+    ),
 )
 
 

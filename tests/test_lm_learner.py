@@ -15,7 +15,7 @@ from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.envs.text_search import TextSearchTask
 from ftw_jax.lm import load
 from ftw_jax.lm.episodes import episode_records, parse_episode, read_episodes, to_trajectories, write_episodes
-from ftw_jax.lm.learner import EpisodeLearner, LearnConfig, policy_params
+from ftw_jax.lm.learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
 from ftw_jax.lm.load import save
 from ftw_jax.lm.policy import tiny_config
 from ftw_jax.rollout import rollouts
@@ -532,3 +532,84 @@ def test_bfloat16_compute_applies_every_step_and_lowers_the_loss_on_a_fixed_batc
     assert applied == [True] * 8 and int(state.policy.version) == 8
     assert {leaf.dtype for leaf in jax.tree.leaves(state.policy.params)} == {jnp.dtype(param_dtype)}
     assert cross_entropy(state) < before - 0.05, (before, cross_entropy(state))
+
+
+# ------------------------------------------------------------------------------------- logits in chunks
+
+
+def chunk_case(vocab_size: int, num_steps: int, num_trajectories: int, chunk: int):
+    """(dense LMPolicy, the same with `chunk`, params, reference params, trajectories [M, T], weights [M])."""
+    from ftw_jax.lm.policy import LMPolicy
+
+    dense = LMPolicy(num_actions=vocab_size, config=tiny_config(vocab_size), max_length=num_steps)
+    params, reference = (dense.init(jax.random.key(seed), jnp.zeros((num_steps,), jnp.int32)) for seed in (0, 1))
+    keys = jax.random.split(jax.random.key(2), 3)
+    shape = (num_trajectories, num_steps)
+    trajectories = jax.vmap(lambda _: example_trajectory(num_steps))(jnp.arange(num_trajectories)).replace(
+        observation=jax.random.randint(keys[0], shape, 0, vocab_size),
+        action=jax.random.randint(keys[1], shape, 0, vocab_size),
+        mask=jax.random.bernoulli(keys[2], 0.7, shape),
+        alive=jnp.ones(shape, bool),
+    )
+    weights = jnp.arange(num_trajectories, dtype=jnp.float32) % 3  # repeats, and an entry of weight 0
+    return dense, dense.clone(logits_chunk=chunk), params, reference, trajectories, weights
+
+
+@pytest.mark.parametrize("normalisation", ["token", "trajectory"])
+@pytest.mark.parametrize("kl_direction", ["policy_to_reference", "reference_to_policy"])
+def test_logits_in_chunks_give_the_dense_loss_and_gradient(kl_direction, normalisation):
+    """Issue 31: 13 steps in chunks of 4 (the last one padded) make the loss, its terms, the importance weights
+    and the gradient of the whole-sequence logits, to 1e-5 in float32."""
+    dense, chunked, params, reference, trajectories, weights = chunk_case(50, 13, 4, chunk=4)
+    config = FTWConfig(kl_direction=kl_direction, normalisation=normalisation)
+    assert chunked.chunked_logits() is not None and dense.chunked_logits() is None
+
+    def loss_and_grad(policy):
+        loss = make_loss(policy.apply, config, policy.chunked_logits())
+        return jax.jit(jax.value_and_grad(loss, has_aux=True))(params, reference, 0.3, trajectories, weights)
+
+    expected, got = loss_and_grad(dense), loss_and_grad(chunked)
+    assert float(expected[0][0]) > 0
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), got, expected)
+
+
+def test_the_monitor_in_chunks_measures_what_the_dense_one_does():
+    from ftw_jax import pool as pool_lib
+    from ftw_jax.update import make_trust_region
+
+    dense, chunked, params, reference, trajectories, _ = chunk_case(50, 13, 4, chunk=5)
+    pool = pool_lib.add(pool_lib.init(8, example_trajectory(13)), trajectories)
+    config = FTWConfig(pool_capacity=8, batch_size=4, num_elites=1, monitor_entries=3)
+    measure = lambda policy: jax.jit(make_trust_region(policy.apply, config, policy.chunked_logits()))  # noqa: E731
+    expected, got = measure(dense)(reference, params, pool), measure(chunked)(reference, params, pool)
+    assert float(expected["policy_kl_mean"]) > 0
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, expected)
+
+
+def test_the_learner_chunks_the_logits_of_a_real_vocabulary_by_default():
+    from ftw_jax.lm.policy import logits_chunk_for
+
+    assert logits_chunk_for(151_936, None) == 128 and logits_chunk_for(32_768, None) == 128
+    assert logits_chunk_for(32_767, None) == 0 and logits_chunk_for(151_936, 0) == 0
+    assert logits_chunk_for(58, 16) == 16
+    with pytest.raises(ValueError, match="logits_chunk must be None or an int >= 0, got -1"):
+        small_config(logits_chunk=-1)
+
+
+@pytest.mark.slow
+def test_logits_in_chunks_hold_one_chunk_in_memory():
+    """XLA's own count of the loss-and-gradient program's temporaries: with 16,384 words, 4 sequences of 128
+    steps, the dense logits and their gradient dominate (7.4 arrays of [M, T, V] float32 measured); in chunks
+    of 16 steps a seventh of that is left (33 MiB, of which a chunk's arrays take 1.25 MiB per step of chunk)."""
+    dense, chunked, params, reference, trajectories, weights = chunk_case(16_384, 128, 4, chunk=16)
+    config = FTWConfig()
+
+    def temporaries(policy):
+        loss = jax.value_and_grad(make_loss(policy.apply, config, policy.chunked_logits()), has_aux=True)
+        compiled = jax.jit(loss).lower(params, reference, 0.3, trajectories, weights).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    logits_bytes = 4 * 128 * 16_384 * 4  # one float32 [M, T, V]
+    dense_bytes, chunked_bytes = temporaries(dense), temporaries(chunked)
+    assert dense_bytes > 2 * logits_bytes, dense_bytes
+    assert chunked_bytes < dense_bytes / 5, (chunked_bytes, dense_bytes)

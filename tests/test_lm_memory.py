@@ -90,3 +90,15 @@ def test_remat_bfloat16_and_fused_attention_shrink_the_estimate():
     assert half["parameters"] * 2 == plain["parameters"] and half["kv_cache"] * 2 == plain["kv_cache"]
     # The KV cache: 2 (keys, values) x 24 layers x 8 rows x 1024 slots x 2 heads x 64 x 4 bytes.
     assert plain["kv_cache"] == 2 * 24 * 8 * 1024 * 2 * 64 * 4
+
+
+def test_master_weights_and_logits_in_chunks_change_what_they_should():
+    config = QWEN2_5["0.5B"]
+    half = memory_estimate(config.replace(dtype="bfloat16"), 8, 1024)
+    mixed = memory_estimate(config.replace(dtype="bfloat16", param_dtype="float32"), 8, 1024)
+    for name in ("parameters", "gradients", "optimizer_state"):
+        assert mixed[name] == 2 * half[name]
+    assert mixed["activations"] == half["activations"] and mixed["kv_cache"] == half["kv_cache"]
+    chunked = memory_estimate(config, 8, 1024, logits_chunk=128)
+    assert chunked["logits"] * 8 == memory_estimate(config, 8, 1024)["logits"]
+    assert chunked["logits"] == 3 * 8 * 128 * config.vocab_size * 4

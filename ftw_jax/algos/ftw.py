@@ -45,7 +45,9 @@ class FTWLearnerState(flax.struct.PyTreeNode):
 
 
 def make_learner(config: FTWConfig, context: Context) -> Learner:
-    update = make_update(context.policy.apply, config, markov=getattr(context.policy, "markov", False))
+    chunked_logits = getattr(context.policy, "chunked_logits", None)  # an LM's logits, made in chunks by the update
+    chunked = chunked_logits() if chunked_logits else None
+    update = make_update(context.policy.apply, config, markov=getattr(context.policy, "markov", False), chunked=chunked)
 
     def init(key: jax.Array, observation, hyperparameters: Hyperparameters, start=None) -> FTWLearnerState:
         pool = pool_lib.init(

@@ -32,7 +32,7 @@ from ftw_jax import algos, runs
 from ftw_jax.algos.base import Context, Hyperparameters, Learner
 from ftw_jax.algos.ftw import FTWConfig, FTWLearnerState
 from ftw_jax.lm.config import LMConfig
-from ftw_jax.lm.policy import LMPolicy
+from ftw_jax.lm.policy import LMPolicy, logits_chunk_for
 from ftw_jax.pool import Trajectory
 from ftw_jax.runner import host_array, raise_if_stopped
 from ftw_jax.settings import check_settings, setting
@@ -59,6 +59,11 @@ class LearnConfig(LearnerSettings):
         "the weights' and optimizer state's dtype while learning (float32: master weights, the mixed precision "
         "of LLM trainers; bfloat16: half the memory, but updates smaller than a weight's rounding step are lost)",
     )
+    logits_chunk: int | None = setting(
+        None,
+        "the loss makes the logits this many tokens of each episode at a time, so one chunk's [M, chunk, V] is in "
+        "memory instead of the batch's (0: all at once; None: 128 from a vocabulary of 32,768 up, else 0)",
+    )
     seed: int = setting(0, "the seed of the learner's draws (selection, ties)")
     save_every: int = setting(1, "write the weights every this many iterations, and after the last")
     algorithm_config: Any = None
@@ -74,6 +79,8 @@ class LearnConfig(LearnerSettings):
             raise ValueError(
                 f"max_length must be an int >= 2 (a prompt token and one the model writes), got {self.max_length!r}."
             )
+        if self.logits_chunk is not None and not (isinstance(self.logits_chunk, int) and self.logits_chunk >= 0):
+            raise ValueError(f"logits_chunk must be None or an int >= 0, got {self.logits_chunk!r}.")
         if not (isinstance(self.save_every, int) and self.save_every >= 1):
             raise ValueError(f"save_every must be an int >= 1, got {self.save_every!r}.")
         algos.get("ftw").check(self.algorithm_config, self.episodes_per_iteration)
@@ -116,7 +123,12 @@ class EpisodeLearner:
 
     @classmethod
     def build(cls, config: LearnConfig, model_config: LMConfig) -> EpisodeLearner:
-        policy = LMPolicy(num_actions=model_config.vocab_size, config=model_config, max_length=config.num_steps)
+        policy = LMPolicy(
+            num_actions=model_config.vocab_size,
+            config=model_config,
+            max_length=config.num_steps,
+            logits_chunk=logits_chunk_for(model_config.vocab_size, config.logits_chunk),
+        )
         learner = _ftw_learner(config, policy)
         seed = config.seed
         hyperparameters = functools.partial(_hyperparameters, config)

@@ -61,6 +61,7 @@ def memory_estimate(
     optimizer_moments: int = 2,
     fused_attention: bool = False,
     sample_slots: int | None = None,
+    logits_chunk: int = 0,
 ) -> dict[str, int]:
     """Bytes of one training step (and of a sampler's KV cache) for a batch of `batch` rows of `length` tokens.
 
@@ -71,6 +72,8 @@ def memory_estimate(
       optimizer_moments: arrays of the parameters' size the optimizer keeps (Adam 2, SGD with momentum 1).
       fused_attention: the attention probabilities are recomputed by a fused kernel, not stored.
       sample_slots: the sampler's cache length (prompt + new tokens); default `length`.
+      logits_chunk: the loss makes the logits this many tokens of each row at a time (0: all at once), so
+        only one chunk's are counted.
     Returns: "parameters", "gradients", "optimizer_state", "activations", "logits", "total" (the training
     step's sum) and "kv_cache" (sampling; not in the total).
     """
@@ -84,7 +87,8 @@ def memory_estimate(
     per_layer = saved + scores
     kept = config.num_layers * (tokens * d * width if config.remat else per_layer)
     activations = kept + per_layer  # and the working set of the layer the backward pass is in
-    logits = 3 * tokens * config.vocab_size * 4  # float32 logits, log-probabilities and their gradient
+    logits_tokens = batch * min(logits_chunk or length, length)
+    logits = 3 * logits_tokens * config.vocab_size * 4  # float32 logits, log-probabilities and their gradient
     estimate = {
         "parameters": count * weight_width,
         "gradients": count * weight_width,

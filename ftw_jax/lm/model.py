@@ -18,6 +18,9 @@ whatever the depth: compile time does not grow with the number of layers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -203,14 +206,19 @@ class CausalLM(nn.Module):
         x = _norm(c, "norm")(x)
         if not self.head:
             return x if cache is None else (x, cache)
-        if c.tie_embeddings:
-            table = embed.embedding  # [V, D]
-        else:
-            table = self.param(
+        if not c.tie_embeddings:
+            self.param(
                 "lm_head", nn.initializers.normal(c.initializer_range), (c.vocab_size, c.hidden_size), c.weights_dtype
             )
-        logits = jnp.einsum("bld,vd->blv", x, table.astype(dtype), preferred_element_type=jnp.float32)
+        logits = head_logits(c, self.variables["params"], x)
         return logits if cache is None else (logits, cache)
+
+
+def head_logits(config: LMConfig, params: Mapping[str, Any], hidden: jax.Array) -> jax.Array:
+    """float32 logits [..., V] of final hidden states [..., D], from the model's params (its "params" collection):
+    the output embedding (the input one where tied) in the compute dtype, the products summed in float32."""
+    table = params["embed_tokens"]["embedding"] if config.tie_embeddings else params["lm_head"]  # [V, D]
+    return jnp.einsum("...d,vd->...v", hidden, table.astype(config.dtype), preferred_element_type=jnp.float32)
 
 
 def init_cache(config: LMConfig, batch: int, slots: int) -> tuple[jax.Array, jax.Array]:

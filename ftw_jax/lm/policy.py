@@ -24,8 +24,24 @@ import jax.numpy as jnp
 from ftw_jax.envs.base import WithLegalActions, split_legal_actions
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.load import load
-from ftw_jax.lm.model import CausalLM, init_cache
+from ftw_jax.lm.model import CausalLM, head_logits, init_cache
 from ftw_jax.policies import ILLEGAL_LOGIT
+from ftw_jax.update import ChunkedLogits
+
+# From this vocabulary size up, the update makes the logits a chunk of steps at a time (`LMPolicy.logits_chunk`):
+# real tokenizers (GPT-2's 50k, Llama 3's 128k, Qwen's 152k) give logits that outweigh a small model's
+# activations, while over a task's own words (58 to a few thousand) a whole sequence's logits are small and
+# the dense loss compiles and runs faster.
+CHUNKED_VOCABULARY = 32_768
+DEFAULT_LOGITS_CHUNK = 128  # steps: [M, 128, V] float32 at a time, 0.6 GiB per array for M = 8 at V = 152k
+
+
+def logits_chunk_for(vocab_size: int, logits_chunk: int | None) -> int:
+    """The steps per chunk of the update's logits: `logits_chunk` if given (0: all at once), else
+    DEFAULT_LOGITS_CHUNK from a vocabulary of CHUNKED_VOCABULARY up and 0 below it."""
+    if logits_chunk is not None:
+        return logits_chunk
+    return DEFAULT_LOGITS_CHUNK if vocab_size >= CHUNKED_VOCABULARY else 0
 
 
 def tiny_config(vocabulary_size: int) -> LMConfig:
@@ -76,8 +92,28 @@ class LMPolicy(nn.Module):
     config: LMConfig
     max_length: int  # the cache's slots: the longest episode
     pretrained: str = ""  # a Hugging Face folder whose weights are the starting params (`pretrained_params`)
+    logits_chunk: int = 0  # > 0: the update makes the logits this many steps at a time (`chunked_logits`)
     markov: ClassVar[bool] = False
     cached: ClassVar[bool] = True
+
+    def chunked_logits(self) -> ChunkedLogits | None:
+        """The policy's logits as the model's output head over its final hidden states, for the update to make
+        `logits_chunk` steps at a time; None where they are made whole (`logits_chunk` 0, or a head of another
+        size than the vocabulary)."""
+        if not self.logits_chunk or self.num_actions != self.config.vocab_size:
+            return None
+        model = CausalLM(self.config, head=False, parent=None)  # a model of its own, not a submodule
+
+        def features(params, tokens):
+            ids, legal = split_legal_actions(tokens)
+            return model.apply({"params": params["params"]["lm"]}, ids[None])[0], legal  # ([T, D], [T, A] | None)
+
+        def head(params, inputs):
+            hidden, legal = inputs
+            logits = head_logits(self.config, params["params"]["lm"], hidden)
+            return logits if legal is None else jnp.where(legal, logits, ILLEGAL_LOGIT)
+
+        return ChunkedLogits(features=features, head=head, chunk=self.logits_chunk)
 
     def init_cache(self) -> tuple[jax.Array, jax.Array]:
         """An empty cache for one episode (keys and values [layers, 1, max_length, G, H])."""
