@@ -168,8 +168,10 @@ def test_float32_master_weights_compute_exactly_as_bfloat16_weights():
     parameters bit for bit, and the gradient reaches the float32 parameters in float32."""
     model16, params16 = lm.load(DATA / "qwen2-untied", dtype="bfloat16")
     mixed, master = lm.load(DATA / "qwen2-untied", dtype="bfloat16", param_dtype="float32")
-    assert {leaf.dtype for leaf in jax.tree.leaves(master)} == {jnp.dtype(jnp.float32)}
     tokens = jnp.asarray(_reference("qwen2-untied")["tokens"])
+    fresh = jax.eval_shape(mixed.init, jax.random.key(0), tokens)
+    for params in (master, fresh):
+        assert {leaf.dtype for leaf in jax.tree.leaves(params)} == {jnp.dtype(jnp.float32)}
     np.testing.assert_array_equal(mixed.apply(master, tokens), model16.apply(params16, tokens))
     grads = jax.grad(lambda p: jnp.mean(jax.nn.log_softmax(mixed.apply(p, tokens))[..., 0]))(master)
     assert {leaf.dtype for leaf in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
