@@ -1,8 +1,15 @@
 """The LM's memory estimate: exact parameter counts, and activations within a factor of 1.5 of XLA's count."""
 
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import pytest
+from conftest import with_cpu_devices
 
 from ftw_jax.lm import CausalLM, LMConfig
 from ftw_jax.lm.memory import QWEN2_5, memory_estimate, parameter_count
@@ -102,3 +109,81 @@ def test_master_weights_and_logits_in_chunks_change_what_they_should():
     chunked = memory_estimate(config, 8, 1024, logits_chunk=128)
     assert chunked["logits"] * 8 == memory_estimate(config, 8, 1024)["logits"]
     assert chunked["logits"] == 3 * 8 * 128 * config.vocab_size * 4
+
+
+def _compiled_memory_script():
+    """experiments/lm_compiled_memory.py as a module (importing it leaves XLA_FLAGS alone)."""
+    path = pathlib.Path(__file__).parents[1] / "experiments" / "lm_compiled_memory.py"
+    spec = importlib.util.spec_from_file_location("lm_compiled_memory", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# Logits [8, 32, 2048] outweigh everything else, as a real vocabulary's do.
+_WIDE_VOCABULARY = LMConfig(
+    vocab_size=2048,
+    hidden_size=32,
+    intermediate_size=64,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    qkv_bias=True,
+    tie_embeddings=True,
+)
+
+
+def _compiled(script, loss, *, donate=False, chunk=None):
+    model = script.model_config(_WIDE_VOCABULARY, remat=True)
+    config = script.learn_config(loss=loss, chunk=chunk, max_length=33, episodes=8, pool=16)
+    return script.compiled_memory(model, config, donate=donate)
+
+
+def test_compiled_memory_of_the_lm_update_counts_its_buffers():
+    script = _compiled_memory_script()
+    plain, donated = _compiled(script, "dense"), _compiled(script, "dense", donate=True)
+    for row in (plain, donated):
+        assert row["arguments"] > 0 and row["outputs"] > 0 and row["temps"] > 0 and row["compile_seconds"] > 0
+        assert row["peak"] == row["arguments"] + row["outputs"] + row["temps"] - row["aliased"]
+    logits = 8 * 32 * 2048 * 4  # float32 [J·K, T, V]: the dense loss holds at least one
+    assert plain["temps"] > logits and plain["aliased"] == 0
+    assert donated["aliased"] > 0 and donated["peak"] < plain["peak"]  # the donated state's buffers are reused
+    if script.chunked_loss_available():
+        chunked = _compiled(script, "chunked", chunk=8)
+        assert chunked["temps"] < plain["temps"] and chunked["peak"] < plain["peak"]
+        assert chunked["arguments"] == plain["arguments"]
+
+
+# Runs in a fresh process: the device count is fixed when JAX starts.
+_MESH_SCRIPT = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from test_lm_memory import _WIDE_VOCABULARY, _compiled_memory_script
+script = _compiled_memory_script()
+model = script.model_config(_WIDE_VOCABULARY, remat=True)
+config = script.learn_config(max_length=33, episodes=8, pool=16)
+print(json.dumps({
+    "one": script.compiled_memory(model, config),
+    **{placement: script.compiled_memory(model, config, mesh=(2, 2), placement=placement)
+       for placement in ("learn", "sharded")},
+}))
+"""
+
+
+@pytest.mark.slow
+def test_compiled_memory_on_a_mesh_is_per_device():
+    result = subprocess.run(
+        [sys.executable, "-c", _MESH_SCRIPT, "", str(pathlib.Path(__file__).parent)],
+        env=with_cpu_devices(4),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(result.stdout.strip().splitlines()[-1])
+    one, learn, sharded = rows["one"], rows["learn"], rows["sharded"]
+    # Every state leaf split like its parameter over 2 x 2 devices: well under half of one device's arguments.
+    assert 0 < sharded["arguments"] < one["arguments"] / 2
+    assert sharded["arguments"] <= learn["arguments"] <= one["arguments"]

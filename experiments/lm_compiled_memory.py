@@ -1,0 +1,421 @@
+"""XLA's own memory count of the FTW update that `ftw-jax lm learn` runs, compiled for Qwen2.5 shapes with
+abstract inputs (no weight is allocated), beside `ftw_jax.lm.memory.memory_estimate`.
+
+    python experiments/lm_compiled_memory.py --out runs/compiled-memory.jsonl     # the default rows, then the table
+    python experiments/lm_compiled_memory.py --models 0.5B --remat off            # one model, one setting
+    python experiments/lm_compiled_memory.py --models 7B --mesh 2x4,4x2,8x1 --placement learn,sharded
+    python experiments/lm_compiled_memory.py --table runs/compiled-memory.jsonl   # the table of rows already done
+
+Each row builds the learner `lm learn` builds, `EpisodeLearner.build(LearnConfig(...), model_config)`, takes
+its state's shapes from `learner.init` (`jax.eval_shape`: an empty pool of N episodes, the policy and its
+reference, Adam's state), and lowers and compiles its jitted `learn(state, batch, iteration)` — the batch into
+the pool, selection, U updates — with `jax.ShapeDtypeStruct` inputs; `compiled.memory_analysis()` then gives
+XLA's buffer sizes per device: arguments, outputs, temporaries, and the bytes where an output reuses an input's
+buffer (aliased). Peak = arguments + outputs + temporaries − aliased. `learn` does not donate the learner
+state, so its outputs are a second copy of it; a second compile with the state donated
+(`jax.jit(learn, donate_argnums=0)`) gives the peak that would leave. On a mesh (`--mesh DATAxMODEL`, forced
+host devices) the parameters are laid out as `lm learn --mesh` lays them (`lm.sharding.param_specs`); the rest
+of the state either as `lm learn`'s compiled `init` places it (placement "learn") or every leaf by
+`param_specs` (placement "sharded": Adam's moments and the reference split like their parameters); the
+batch is replicated, as `lm learn` places it.
+
+The update: B = 8 episodes per iteration into a pool of N = 64, J = 4 minibatches of C = 4 with the top K = 2
+kept, so the loss runs on J·K = 8 trajectories of T = 1024 steps (max_length 1025; J·K < N: the gathered
+path), U = 1 update, Adam, β = 0.05, the trust-region monitor off unless `--monitor-entries` (its default in
+`lm learn`, 16, adds 2 × 16 forward passes of T tokens). Compute in bfloat16 with float32 master weights and
+Adam state (`--param-dtype bfloat16`: pure bfloat16). `--losses dense,chunked`: the loss over the whole batch's
+logits, or in chunks of `--chunk` steps (`LearnConfig.logits_chunk`; a jax without it skips those rows).
+
+Progress goes to stderr; each row, as it finishes, is appended to `--out` (JSON Lines), and rows already there
+are not compiled again. The table (GiB per device) goes to stdout; `--json` prints the rows instead.
+"""
+
+from __future__ import annotations
+
+import os
+
+if __name__ == "__main__":  # the device count is fixed when jax starts: set it first (not when a test imports this)
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8".strip()
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import resource
+import sys
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec
+
+from ftw_jax.algos.ftw import FTWConfig
+from ftw_jax.lm.config import LMConfig
+from ftw_jax.lm.learner import EpisodeLearner, LearnConfig, example_trajectory
+from ftw_jax.lm.memory import QWEN2_5, memory_estimate, parameter_count
+from ftw_jax.lm.model import CausalLM
+from ftw_jax.lm.sharding import make_mesh, param_specs
+
+GIB = 2**30
+DEVICE_MEMORY = 80 * GIB  # the goal: one 80 GiB GPU (an A100/H100 80GB) per device
+
+# Qwen2.5-7B's published config.json: 7.62B parameters, untied embeddings, q/k/v biases, 28 query heads sharing
+# 4 key/value heads.
+QWEN2_5_7B = LMConfig(
+    vocab_size=152_064,
+    hidden_size=3584,
+    intermediate_size=18_944,
+    num_layers=28,
+    num_heads=28,
+    num_kv_heads=4,
+    head_dim=128,
+    rms_norm_eps=1e-6,
+    rope_theta=1_000_000.0,
+    qkv_bias=True,
+    tie_embeddings=False,
+)
+MODELS = {**QWEN2_5, "7B": QWEN2_5_7B}
+DEFAULT_MESH = {"0.5B": (1, 1), "1.5B": (1, 1), "3B": (1, 1), "7B": (2, 4)}  # the 7B shape is the mesh's point
+
+# The update's sizes: J·K = 8 trajectories of T = 1024 steps in the loss.
+EPISODES, POOL, NUM_BATCHES, BATCH_SIZE, NUM_ELITES, MAX_LENGTH = 8, 64, 4, 4, 2, 1025
+
+LOSSES = ("dense", "chunked")
+PLACEMENTS = ("learn", "sharded")
+
+
+def has_field(cls: type, name: str) -> bool:
+    return name in {field.name for field in dataclasses.fields(cls)}
+
+
+def chunked_loss_available() -> bool:
+    """Whether this ftw_jax's LearnConfig can compute the loss in chunks of the sequence (`logits_chunk`)."""
+    return has_field(LearnConfig, "logits_chunk")
+
+
+def model_config(name_or_config: str | LMConfig, *, remat: bool, param_dtype: str = "float32") -> LMConfig:
+    """A model shape in bfloat16 compute with `param_dtype` parameters (float32: master weights), remat as given."""
+    config = MODELS[name_or_config] if isinstance(name_or_config, str) else name_or_config
+    options: dict[str, Any] = {"dtype": "bfloat16", "remat": remat}
+    if has_field(LMConfig, "param_dtype"):
+        options["param_dtype"] = param_dtype
+    elif param_dtype != "bfloat16":  # before mixed precision: bfloat16 parameters are all there is
+        print("note: LMConfig has no param_dtype yet; the parameters are bfloat16", file=sys.stderr)
+    return config.replace(**options)
+
+
+def learn_config(
+    *,
+    loss: str = "dense",
+    chunk: int | None = None,
+    monitor_entries: int = 0,
+    max_length: int = MAX_LENGTH,
+    episodes: int = EPISODES,
+    pool: int = POOL,
+    num_batches: int = NUM_BATCHES,
+    batch_size: int = BATCH_SIZE,
+    num_elites: int = NUM_ELITES,
+) -> LearnConfig:
+    """`lm learn`'s settings for one row. loss "dense": logits of the whole batch; "chunked": `chunk` steps at a
+    time (None: LearnConfig's automatic choice)."""
+    if loss not in LOSSES:
+        raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+    options: dict[str, Any] = {}
+    if chunked_loss_available():
+        options["logits_chunk"] = 0 if loss == "dense" else chunk
+    elif loss == "chunked":
+        raise ValueError("this ftw_jax's LearnConfig has no logits_chunk: no chunked loss to compile.")
+    return LearnConfig(
+        max_length=max_length,
+        episodes_per_iteration=episodes,
+        kl_coef=0.05,
+        optimizer="adam",
+        algorithm_config=FTWConfig(
+            pool_capacity=pool,
+            num_batches=num_batches,
+            batch_size=batch_size,
+            num_elites=num_elites,
+            updates_per_iteration=1,
+            monitor_entries=monitor_entries,
+        ),
+        **options,
+    )
+
+
+def _abstract(tree: Any, shardings: Any = None) -> Any:
+    """ShapeDtypeStructs of `tree`'s leaves, laid out by `shardings` (a tree of Shardings) where given."""
+    if shardings is None:
+        return jax.tree.map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype), tree)
+    return jax.tree.map(
+        lambda leaf, sharding: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding), tree, shardings
+    )
+
+
+def learner_inputs(
+    learner: EpisodeLearner, mesh: jax.sharding.Mesh | None, placement: str = "learn"
+) -> tuple[Any, Any, Any]:
+    """(state, batch [B, T], iteration) as ShapeDtypeStructs, laid out on `mesh` as described in the module's
+    docstring (None: one device, as `lm learn` without --mesh)."""
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
+    params = jax.eval_shape(CausalLM(learner.model_config).init, jax.random.key(0), jnp.zeros((1, 1), jnp.int32))
+    state = jax.eval_shape(learner.init, params)
+    examples = learner.config.episodes_per_iteration
+    batch = jax.eval_shape(
+        lambda: jax.tree.map(
+            lambda leaf: jnp.zeros((examples, *leaf.shape), leaf.dtype),
+            example_trajectory(learner.config.num_steps),
+        )
+    )
+    iteration = jax.ShapeDtypeStruct((), jnp.int32)
+    if mesh is None:
+        return _abstract(state), _abstract(batch), iteration
+    as_sharding = lambda spec: NamedSharding(mesh, spec)  # noqa: E731
+    replicated = as_sharding(PartitionSpec())
+    if placement == "learn":  # what lm learn --mesh does: sharded params into its compiled init
+        sharded_params = _abstract(params, jax.tree.map(as_sharding, param_specs(params, mesh)))
+        shardings = jax.jit(learner.init).lower(sharded_params).compile().output_shardings
+    else:
+        shardings = jax.tree.map(as_sharding, param_specs(state, mesh))
+    return (
+        _abstract(state, shardings),
+        _abstract(batch, jax.tree.map(lambda _: replicated, batch)),
+        jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
+    )
+
+
+def compiled_memory(
+    model: LMConfig,
+    config: LearnConfig,
+    *,
+    mesh: tuple[int, int] = (1, 1),
+    placement: str = "learn",
+    donate: bool = False,
+) -> dict[str, Any]:
+    """XLA's memory analysis of `lm learn`'s compiled update for `model` and `config`, per device, in bytes.
+
+    Args:
+      mesh: (data, model) devices; (1, 1) is one device without a mesh.
+      placement: on a mesh, "learn" (the state as lm learn's init lays it out) or "sharded" (every leaf by
+        `param_specs`).
+      donate: compile with the learner state donated (its buffers reused by the outputs).
+    Returns: "arguments", "outputs", "temps", "aliased", "generated_code", "peak" (arguments + outputs + temps −
+    aliased), and "lower_seconds", "compile_seconds".
+    """
+    learner = EpisodeLearner.build(config, model)
+    device_mesh = None if mesh == (1, 1) else make_mesh(*mesh)
+    started = time.perf_counter()
+    inputs = learner_inputs(learner, device_mesh, placement)
+    learn = jax.jit(learner.learn.__wrapped__, donate_argnums=0) if donate else learner.learn
+    lowered = learn.lower(*inputs)
+    lowered_at = time.perf_counter()
+    analysis = lowered.compile().memory_analysis()
+    compiled_at = time.perf_counter()
+    row = {
+        "arguments": analysis.argument_size_in_bytes,
+        "outputs": analysis.output_size_in_bytes,
+        "temps": analysis.temp_size_in_bytes,
+        "aliased": analysis.alias_size_in_bytes,
+        "generated_code": analysis.generated_code_size_in_bytes,
+    }
+    row["peak"] = row["arguments"] + row["outputs"] + row["temps"] - row["aliased"]
+    row["lower_seconds"] = lowered_at - started
+    row["compile_seconds"] = compiled_at - lowered_at
+    return row
+
+
+def measure(
+    name: str,
+    *,
+    mesh: tuple[int, int],
+    placement: str,
+    remat: bool,
+    loss: str,
+    chunk: int | None,
+    monitor_entries: int,
+    param_dtype: str,
+    donated: bool,
+) -> dict[str, Any]:
+    """One table row: the compiled update's memory as lm learn runs it (and with the state donated), and the
+    estimate for the same step."""
+    model = model_config(name, remat=remat, param_dtype=param_dtype)
+    config = learn_config(loss=loss, chunk=chunk, monitor_entries=monitor_entries)
+    devices = mesh[0] * mesh[1]
+    row: dict[str, Any] = {
+        **row_key(name, mesh, placement, remat, loss, chunk, monitor_entries, param_dtype),
+        "parameters": parameter_count(model),
+        "devices": devices,
+        "dtype": model.dtype,
+        "weights_dtype": getattr(model, "weights_dtype", model.dtype),
+        "logits_chunk": getattr(config, "logits_chunk", 0),
+        "trajectories_in_loss": NUM_BATCHES * NUM_ELITES,
+        "steps": config.num_steps,
+    }
+    row.update(compiled_memory(model, config, mesh=mesh, placement=placement))
+    if donated:
+        donated_row = compiled_memory(model, config, mesh=mesh, placement=placement, donate=True)
+        row.update({f"donated_{key}": value for key, value in donated_row.items()})
+    estimate = memory_estimate(model, NUM_BATCHES * NUM_ELITES, config.num_steps)
+    row["estimate"] = estimate["total"]
+    row["estimate_per_device"] = estimate["total"] / devices
+    row["jax"] = jax.__version__
+    row["backend"] = jax.default_backend()
+    return row
+
+
+def row_key(
+    name: str,
+    mesh: tuple[int, int],
+    placement: str,
+    remat: bool,
+    loss: str,
+    chunk: int | None,
+    monitor_entries: int,
+    param_dtype: str,
+) -> dict[str, Any]:
+    """What identifies a row (a row of --out with the same key is not compiled again)."""
+    return {
+        "model": name,
+        "mesh": f"{mesh[0]}x{mesh[1]}",
+        "placement": placement if mesh != (1, 1) else "-",
+        "remat": remat,
+        "loss": loss,
+        "chunk": chunk if loss == "chunked" else None,
+        "monitor_entries": monitor_entries,
+        "param_dtype": param_dtype,
+    }
+
+
+def _gib(value: float | None) -> str:
+    return "" if value is None else f"{value / GIB:.1f}"
+
+
+def verdict(row: dict) -> str:
+    if row["peak"] <= DEVICE_MEMORY:
+        return "yes"
+    if row.get("donated_peak", float("inf")) <= DEVICE_MEMORY:
+        return "donated"
+    return "no"
+
+
+def table(rows: list[dict]) -> str:
+    """The rows as a markdown table, GiB per device."""
+    lines = [
+        "| model | mesh | state placement | remat | loss | arguments | outputs | temps | peak | peak, state donated "
+        "| estimate | fits 80 GiB | compile s |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for row in rows:
+        loss = row["loss"] if row["loss"] == "dense" else f"chunked ({row['logits_chunk']})"
+        if row["monitor_entries"]:
+            loss += f", monitor {row['monitor_entries']}"
+        lines.append(
+            f"| Qwen2.5-{row['model']} | {row['mesh']} | {row['placement']} | {'on' if row['remat'] else 'off'} | "
+            f"{loss} | {_gib(row['arguments'])} | {_gib(row['outputs'])} | {_gib(row['temps'])} | "
+            f"{_gib(row['peak'])} | {_gib(row.get('donated_peak'))} | {_gib(row['estimate_per_device'])} | "
+            f"{verdict(row)} | {row['compile_seconds'] + row.get('donated_compile_seconds', 0):.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def _mesh(text: str) -> tuple[int, int]:
+    data, model = (int(part) for part in text.lower().split("x"))
+    return data, model
+
+
+def _choices(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    values = [value.strip() for value in text.split(",") if value.strip()]
+    for value in values:
+        if value not in allowed:
+            raise SystemExit(f"{what}: {value!r} is not one of {', '.join(allowed)}.")
+    return values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
+    parser.add_argument(
+        "--mesh", default="auto", help="DATAxMODEL meshes, comma-separated (1x1: one device); auto: 1x1, 7B 2x4"
+    )
+    parser.add_argument("--placement", default="learn,sharded", help="the state's layout on a mesh: learn, sharded")
+    parser.add_argument("--remat", default="on", help="on, off or on,off")
+    parser.add_argument("--losses", default="dense,chunked", help="dense, chunked or both")
+    parser.add_argument("--chunk", type=int, default=None, help="steps per chunk of the chunked loss (default: auto)")
+    parser.add_argument("--monitor-entries", type=int, default=0, help="the trust-region monitor's entries (0: off)")
+    parser.add_argument("--param-dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--no-donated", action="store_true", help="skip the second compile, with the state donated")
+    parser.add_argument("--out", type=pathlib.Path, help="append each row to this JSON Lines file; skip rows in it")
+    parser.add_argument("--table", type=pathlib.Path, help="print the table of this JSON Lines file's rows and stop")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of the table")
+    args = parser.parse_args()
+
+    if args.table:
+        rows = [json.loads(line) for line in args.table.read_text().splitlines() if line.strip()]
+        print(json.dumps(rows, indent=1) if args.json else table(rows))
+        return
+    models = _choices(args.models, tuple(MODELS), "--models")
+    remats = [value == "on" for value in _choices(args.remat, ("on", "off"), "--remat")]
+    losses = _choices(args.losses, LOSSES, "--losses")
+    placements = _choices(args.placement, PLACEMENTS, "--placement")
+    if "chunked" in losses and not chunked_loss_available():
+        print("note: LearnConfig has no logits_chunk in this ftw_jax: the chunked rows are skipped", file=sys.stderr)
+        losses = [loss for loss in losses if loss != "chunked"]
+    plan = []
+    for name in models:
+        meshes = [DEFAULT_MESH[name]] if args.mesh == "auto" else [_mesh(text) for text in args.mesh.split(",")]
+        for mesh in meshes:
+            if mesh[0] * mesh[1] > jax.device_count():
+                raise SystemExit(f"a {mesh[0]}x{mesh[1]} mesh needs more than the {jax.device_count()} devices here.")
+            for placement in placements if mesh != (1, 1) else ["learn"]:
+                for remat in remats:
+                    for loss in losses:
+                        plan.append(
+                            dict(
+                                name=name,
+                                mesh=mesh,
+                                placement=placement,
+                                remat=remat,
+                                loss=loss,
+                                chunk=args.chunk,
+                                monitor_entries=args.monitor_entries,
+                                param_dtype=args.param_dtype,
+                            )
+                        )
+    done = []
+    if args.out and args.out.exists():
+        done = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
+    rows, started = [], time.perf_counter()
+    for index, settings in enumerate(plan, 1):
+        key = row_key(**settings)
+        label = ", ".join(f"{name} {value}" for name, value in key.items())
+        previous = [row for row in done if all(row.get(name) == value for name, value in key.items())]
+        if previous:
+            print(f"[{index}/{len(plan)}] {label}: in {args.out} already", file=sys.stderr)
+            rows.append(previous[-1])
+            continue
+        print(f"[{index}/{len(plan)}] {label}: compiling", file=sys.stderr, flush=True)
+        row = measure(**settings, donated=not args.no_donated)
+        rows.append(row)
+        print(
+            f"    compiled in {row['compile_seconds']:.1f} s (+{row.get('donated_compile_seconds', 0):.1f} s donated): "
+            f"peak {row['peak'] / GIB:.1f} GiB per device, donated {_gib(row.get('donated_peak'))}, "
+            f"estimate {row['estimate_per_device'] / GIB:.1f}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            with args.out.open("a") as file:
+                file.write(json.dumps(row) + "\n")
+    resident = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    print(
+        f"{len(plan)} rows in {time.perf_counter() - started:.0f} s; this process's peak resident memory "
+        f"{resident / GIB:.2f} GiB (nothing was allocated)",
+        file=sys.stderr,
+    )
+    print(json.dumps(rows, indent=1) if args.json else table(rows))
+
+
+if __name__ == "__main__":
+    main()
