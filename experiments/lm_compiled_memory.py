@@ -17,14 +17,17 @@ state, so its outputs are a second copy of it; a second compile with the state d
 host devices) the parameters are laid out as `lm learn --mesh` lays them (`lm.sharding.param_specs`); the rest
 of the state either as `lm learn`'s compiled `init` places it (placement "learn") or every leaf by
 `param_specs` (placement "sharded": Adam's moments and the reference split like their parameters); the
-batch is replicated, as `lm learn` places it.
+batch is replicated, as `lm learn` places it. `init peak` is the same count for that compiled `init` (the
+parameters in, the learner state out), which runs before the first update.
 
 The update: B = 8 episodes per iteration into a pool of N = 64, J = 4 minibatches of C = 4 with the top K = 2
 kept, so the loss runs on J·K = 8 trajectories of T = 1024 steps (max_length 1025; J·K < N: the gathered
 path), U = 1 update, Adam, β = 0.05, the trust-region monitor off unless `--monitor-entries` (its default in
 `lm learn`, 16, adds 2 × 16 forward passes of T tokens). Compute in bfloat16 with float32 master weights and
 Adam state (`--param-dtype bfloat16`: pure bfloat16). `--losses dense,chunked`: the loss over the whole batch's
-logits, or in chunks of `--chunk` steps (`LearnConfig.logits_chunk`; a jax without it skips those rows).
+logits, or in chunks of `--chunk` steps (`LearnConfig.logits_chunk`; default: its automatic choice; an
+ftw_jax without it skips those rows). `estimate` is `memory_estimate` for the same step (M = 8 rows of T
+tokens), divided by the devices on a mesh.
 
 Progress goes to stderr; each row, as it finishes, is appended to `--out` (JSON Lines), and rows already there
 are not compiled again. The table (GiB per device) goes to stdout; `--json` prints the rows instead.
@@ -85,30 +88,22 @@ LOSSES = ("dense", "chunked")
 PLACEMENTS = ("learn", "sharded")
 
 
-def has_field(cls: type, name: str) -> bool:
-    return name in {field.name for field in dataclasses.fields(cls)}
-
-
 def chunked_loss_available() -> bool:
     """Whether this ftw_jax's LearnConfig can compute the loss in chunks of the sequence (`logits_chunk`)."""
-    return has_field(LearnConfig, "logits_chunk")
+    return "logits_chunk" in {field.name for field in dataclasses.fields(LearnConfig)}
 
 
 def model_config(name_or_config: str | LMConfig, *, remat: bool, param_dtype: str = "float32") -> LMConfig:
-    """A model shape in bfloat16 compute with `param_dtype` parameters (float32: master weights), remat as given."""
+    """A model shape computing in bfloat16 with `param_dtype` parameters (float32: master weights), remat as given."""
     config = MODELS[name_or_config] if isinstance(name_or_config, str) else name_or_config
-    options: dict[str, Any] = {"dtype": "bfloat16", "remat": remat}
-    if has_field(LMConfig, "param_dtype"):
-        options["param_dtype"] = param_dtype
-    elif param_dtype != "bfloat16":  # before mixed precision: bfloat16 parameters are all there is
-        print("note: LMConfig has no param_dtype yet; the parameters are bfloat16", file=sys.stderr)
-    return config.replace(**options)
+    return config.replace(dtype="bfloat16", param_dtype=param_dtype, remat=remat)
 
 
 def learn_config(
     *,
     loss: str = "dense",
     chunk: int | None = None,
+    param_dtype: str = "float32",
     monitor_entries: int = 0,
     max_length: int = MAX_LENGTH,
     episodes: int = EPISODES,
@@ -131,6 +126,8 @@ def learn_config(
         episodes_per_iteration=episodes,
         kl_coef=0.05,
         optimizer="adam",
+        dtype="bfloat16",
+        param_dtype=param_dtype,
         algorithm_config=FTWConfig(
             pool_capacity=pool,
             num_batches=num_batches,
@@ -152,6 +149,14 @@ def _abstract(tree: Any, shardings: Any = None) -> Any:
     )
 
 
+def _abstract_params(model: LMConfig, mesh: jax.sharding.Mesh | None) -> Any:
+    """The CausalLM's params as ShapeDtypeStructs, laid out as `lm learn --mesh` lays them out (`param_specs`)."""
+    params = jax.eval_shape(CausalLM(model).init, jax.random.key(0), jnp.zeros((1, 1), jnp.int32))
+    if mesh is None:
+        return params
+    return _abstract(params, jax.tree.map(lambda spec: NamedSharding(mesh, spec), param_specs(params, mesh)))
+
+
 def learner_inputs(
     learner: EpisodeLearner, mesh: jax.sharding.Mesh | None, placement: str = "learn"
 ) -> tuple[Any, Any, Any]:
@@ -159,7 +164,7 @@ def learner_inputs(
     docstring (None: one device, as `lm learn` without --mesh)."""
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
-    params = jax.eval_shape(CausalLM(learner.model_config).init, jax.random.key(0), jnp.zeros((1, 1), jnp.int32))
+    params = _abstract_params(learner.model_config, mesh)
     state = jax.eval_shape(learner.init, params)
     examples = learner.config.episodes_per_iteration
     batch = jax.eval_shape(
@@ -171,18 +176,30 @@ def learner_inputs(
     iteration = jax.ShapeDtypeStruct((), jnp.int32)
     if mesh is None:
         return _abstract(state), _abstract(batch), iteration
-    as_sharding = lambda spec: NamedSharding(mesh, spec)  # noqa: E731
-    replicated = as_sharding(PartitionSpec())
+    replicated = NamedSharding(mesh, PartitionSpec())
     if placement == "learn":  # what lm learn --mesh does: sharded params into its compiled init
-        sharded_params = _abstract(params, jax.tree.map(as_sharding, param_specs(params, mesh)))
-        shardings = jax.jit(learner.init).lower(sharded_params).compile().output_shardings
+        shardings = jax.jit(learner.init).lower(params).compile().output_shardings
     else:
-        shardings = jax.tree.map(as_sharding, param_specs(state, mesh))
+        shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), param_specs(state, mesh))
     return (
         _abstract(state, shardings),
         _abstract(batch, jax.tree.map(lambda _: replicated, batch)),
         jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
     )
+
+
+def _sizes(compiled: jax.stages.Compiled) -> dict[str, int]:
+    """XLA's buffer sizes of a compiled program, per device, and their peak-ish sum."""
+    analysis = compiled.memory_analysis()
+    sizes = {
+        "arguments": analysis.argument_size_in_bytes,
+        "outputs": analysis.output_size_in_bytes,
+        "temps": analysis.temp_size_in_bytes,
+        "aliased": analysis.alias_size_in_bytes,
+        "generated_code": analysis.generated_code_size_in_bytes,
+    }
+    sizes["peak"] = sizes["arguments"] + sizes["outputs"] + sizes["temps"] - sizes["aliased"]
+    return sizes
 
 
 def compiled_memory(
@@ -201,7 +218,8 @@ def compiled_memory(
         `param_specs`).
       donate: compile with the learner state donated (its buffers reused by the outputs).
     Returns: "arguments", "outputs", "temps", "aliased", "generated_code", "peak" (arguments + outputs + temps −
-    aliased), and "lower_seconds", "compile_seconds".
+    aliased), "logits_chunk" (steps per chunk of the loss's logits; 0: dense), "lower_seconds",
+    "compile_seconds".
     """
     learner = EpisodeLearner.build(config, model)
     device_mesh = None if mesh == (1, 1) else make_mesh(*mesh)
@@ -210,19 +228,27 @@ def compiled_memory(
     learn = jax.jit(learner.learn.__wrapped__, donate_argnums=0) if donate else learner.learn
     lowered = learn.lower(*inputs)
     lowered_at = time.perf_counter()
-    analysis = lowered.compile().memory_analysis()
-    compiled_at = time.perf_counter()
-    row = {
-        "arguments": analysis.argument_size_in_bytes,
-        "outputs": analysis.output_size_in_bytes,
-        "temps": analysis.temp_size_in_bytes,
-        "aliased": analysis.alias_size_in_bytes,
-        "generated_code": analysis.generated_code_size_in_bytes,
-    }
-    row["peak"] = row["arguments"] + row["outputs"] + row["temps"] - row["aliased"]
+    row: dict[str, Any] = _sizes(lowered.compile())
+    row["compile_seconds"] = time.perf_counter() - lowered_at
     row["lower_seconds"] = lowered_at - started
-    row["compile_seconds"] = compiled_at - lowered_at
+    row["logits_chunk"] = getattr(learner.policy, "logits_chunk", 0)  # as resolved from config.logits_chunk
     return row
+
+
+def init_memory(
+    model: LMConfig, config: LearnConfig, *, mesh: tuple[int, int] = (1, 1), placement: str = "learn"
+) -> dict[str, int]:
+    """XLA's memory analysis of `lm learn`'s compiled `learner.init`, per device, in bytes (as `compiled_memory`):
+    the parameters in, laid out as lm learn lays them out; the learner state out, as XLA places it (placement
+    "learn") or every leaf by `param_specs` (placement "sharded", through the jit's out_shardings)."""
+    learner = EpisodeLearner.build(config, model)
+    device_mesh = None if mesh == (1, 1) else make_mesh(*mesh)
+    params = _abstract_params(model, device_mesh)
+    if device_mesh is None or placement == "learn":
+        return _sizes(jax.jit(learner.init).lower(params).compile())
+    state = jax.eval_shape(learner.init, params)
+    shardings = jax.tree.map(lambda spec: NamedSharding(device_mesh, spec), param_specs(state, device_mesh))
+    return _sizes(jax.jit(learner.init, out_shardings=shardings).lower(params).compile())
 
 
 def measure(
@@ -240,19 +266,19 @@ def measure(
     """One table row: the compiled update's memory as lm learn runs it (and with the state donated), and the
     estimate for the same step."""
     model = model_config(name, remat=remat, param_dtype=param_dtype)
-    config = learn_config(loss=loss, chunk=chunk, monitor_entries=monitor_entries)
+    config = learn_config(loss=loss, chunk=chunk, param_dtype=param_dtype, monitor_entries=monitor_entries)
     devices = mesh[0] * mesh[1]
     row: dict[str, Any] = {
         **row_key(name, mesh, placement, remat, loss, chunk, monitor_entries, param_dtype),
         "parameters": parameter_count(model),
         "devices": devices,
         "dtype": model.dtype,
-        "weights_dtype": getattr(model, "weights_dtype", model.dtype),
-        "logits_chunk": getattr(config, "logits_chunk", 0),
+        "weights_dtype": model.weights_dtype,
         "trajectories_in_loss": NUM_BATCHES * NUM_ELITES,
         "steps": config.num_steps,
     }
     row.update(compiled_memory(model, config, mesh=mesh, placement=placement))
+    row["init_peak"] = init_memory(model, config, mesh=mesh, placement=placement)["peak"]
     if donated:
         donated_row = compiled_memory(model, config, mesh=mesh, placement=placement, donate=True)
         row.update({f"donated_{key}": value for key, value in donated_row.items()})
@@ -292,6 +318,10 @@ def _gib(value: float | None) -> str:
 
 
 def verdict(row: dict) -> str:
+    """Whether lm learn's init and update fit DEVICE_MEMORY per device: "yes", "donated" (with the state donated)
+    or "no"."""
+    if row.get("init_peak", 0) > DEVICE_MEMORY:
+        return "no (init)"
     if row["peak"] <= DEVICE_MEMORY:
         return "yes"
     if row.get("donated_peak", float("inf")) <= DEVICE_MEMORY:
@@ -302,19 +332,20 @@ def verdict(row: dict) -> str:
 def table(rows: list[dict]) -> str:
     """The rows as a markdown table, GiB per device."""
     lines = [
-        "| model | mesh | state placement | remat | loss | arguments | outputs | temps | peak | peak, state donated "
-        "| estimate | fits 80 GiB | compile s |",
-        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| model | mesh | state | remat | loss | arguments | outputs | temps | peak | donated: temps | donated: peak "
+        "| init peak | estimate | fits 80 GiB | compile s |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for row in rows:
-        loss = row["loss"] if row["loss"] == "dense" else f"chunked ({row['logits_chunk']})"
+        loss = "dense" if not row["logits_chunk"] else f"chunks of {row['logits_chunk']}"
         if row["monitor_entries"]:
             loss += f", monitor {row['monitor_entries']}"
         lines.append(
             f"| Qwen2.5-{row['model']} | {row['mesh']} | {row['placement']} | {'on' if row['remat'] else 'off'} | "
             f"{loss} | {_gib(row['arguments'])} | {_gib(row['outputs'])} | {_gib(row['temps'])} | "
-            f"{_gib(row['peak'])} | {_gib(row.get('donated_peak'))} | {_gib(row['estimate_per_device'])} | "
-            f"{verdict(row)} | {row['compile_seconds'] + row.get('donated_compile_seconds', 0):.0f} |"
+            f"{_gib(row['peak'])} | {_gib(row.get('donated_temps'))} | {_gib(row.get('donated_peak'))} | "
+            f"{_gib(row.get('init_peak'))} | {_gib(row['estimate_per_device'])} | {verdict(row)} | "
+            f"{row['compile_seconds'] + row.get('donated_compile_seconds', 0):.0f} |"
         )
     return "\n".join(lines)
 
