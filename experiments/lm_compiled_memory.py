@@ -79,7 +79,7 @@ QWEN2_5_7B = LMConfig(
     tie_embeddings=False,
 )
 MODELS = {**QWEN2_5, "7B": QWEN2_5_7B}
-DEFAULT_MESH = {"0.5B": (1, 1), "1.5B": (1, 1), "3B": (1, 1), "7B": (2, 4)}  # the 7B shape is the mesh's point
+DEFAULT_MESH = {"0.5B": "1x1", "1.5B": "1x1", "3B": "1x1", "7B": "2x4"}  # the 7B shape is the mesh's point
 
 # The update's sizes: J·K = 8 trajectories of T = 1024 steps in the loss.
 EPISODES, POOL, NUM_BATCHES, BATCH_SIZE, NUM_ELITES, MAX_LENGTH = 8, 64, 4, 4, 2, 1025
@@ -209,6 +209,7 @@ def compiled_memory(
     mesh: tuple[int, int] = (1, 1),
     placement: str = "learn",
     donate: bool = False,
+    reference_dtype: str | None = None,
 ) -> dict[str, Any]:
     """XLA's memory analysis of `lm learn`'s compiled update for `model` and `config`, per device, in bytes.
 
@@ -217,6 +218,9 @@ def compiled_memory(
       placement: on a mesh, "learn" (the state as lm learn's init lays it out) or "sharded" (every leaf by
         `param_specs`).
       donate: compile with the learner state donated (its buffers reused by the outputs).
+      reference_dtype: keep the KL's reference params in this dtype instead of the parameters' (a state that
+        `init` does not make: "bfloat16" with float32 master weights costs half, and as the model casts every
+        weight to the compute dtype where it is used, gives the same reference logits).
     Returns: "arguments", "outputs", "temps", "aliased", "generated_code", "peak" (arguments + outputs + temps −
     aliased), "logits_chunk" (steps per chunk of the loss's logits; 0: dense), "lower_seconds",
     "compile_seconds".
@@ -225,6 +229,13 @@ def compiled_memory(
     device_mesh = None if mesh == (1, 1) else make_mesh(*mesh)
     started = time.perf_counter()
     inputs = learner_inputs(learner, device_mesh, placement)
+    if reference_dtype is not None:
+        state = inputs[0]
+        reference = jax.tree.map(
+            lambda leaf: jax.ShapeDtypeStruct(leaf.shape, jnp.dtype(reference_dtype), sharding=leaf.sharding),
+            state.policy.reference_params,
+        )
+        inputs = (state.replace(policy=state.policy.replace(reference_params=reference)), *inputs[1:])
     learn = jax.jit(learner.learn.__wrapped__, donate_argnums=0) if donate else learner.learn
     lowered = learn.lower(*inputs)
     lowered_at = time.perf_counter()
@@ -251,25 +262,40 @@ def init_memory(
     return _sizes(jax.jit(learner.init, out_shardings=shardings).lower(params).compile())
 
 
-def measure(
-    name: str,
-    *,
-    mesh: tuple[int, int],
-    placement: str,
-    remat: bool,
-    loss: str,
-    chunk: int | None,
-    monitor_entries: int,
-    param_dtype: str,
-    donated: bool,
-) -> dict[str, Any]:
-    """One table row: the compiled update's memory as lm learn runs it (and with the state donated), and the
-    estimate for the same step."""
-    model = model_config(name, remat=remat, param_dtype=param_dtype)
-    config = learn_config(loss=loss, chunk=chunk, param_dtype=param_dtype, monitor_entries=monitor_entries)
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """The settings of one table row (a row of --out with the same settings is not compiled again)."""
+
+    model: str  # a key of MODELS
+    mesh: str = "1x1"  # DATAxMODEL
+    placement: str = "-"  # on a mesh: "learn" or "sharded"
+    remat: bool = True
+    loss: str = "dense"
+    chunk: int | None = None  # the chunked loss's steps per chunk (None: LearnConfig's automatic choice)
+    monitor_entries: int = 0
+    param_dtype: str = "float32"
+    reference_dtype: str | None = None  # None: the parameters' (as init makes it)
+
+    @property
+    def devices(self) -> tuple[int, int]:
+        data, model = (int(part) for part in self.mesh.lower().split("x"))
+        return data, model
+
+
+def measure(settings: Row, *, donated: bool = True) -> dict[str, Any]:
+    """One table row: the compiled update's memory as lm learn runs it (and with the state donated), its init's,
+    and the estimate for the same step."""
+    model = model_config(settings.model, remat=settings.remat, param_dtype=settings.param_dtype)
+    config = learn_config(
+        loss=settings.loss,
+        chunk=settings.chunk,
+        param_dtype=settings.param_dtype,
+        monitor_entries=settings.monitor_entries,
+    )
+    mesh, placement = settings.devices, settings.placement if settings.placement != "-" else "learn"
     devices = mesh[0] * mesh[1]
     row: dict[str, Any] = {
-        **row_key(name, mesh, placement, remat, loss, chunk, monitor_entries, param_dtype),
+        **dataclasses.asdict(settings),
         "parameters": parameter_count(model),
         "devices": devices,
         "dtype": model.dtype,
@@ -277,10 +303,11 @@ def measure(
         "trajectories_in_loss": NUM_BATCHES * NUM_ELITES,
         "steps": config.num_steps,
     }
-    row.update(compiled_memory(model, config, mesh=mesh, placement=placement))
+    options = dict(mesh=mesh, placement=placement, reference_dtype=settings.reference_dtype)
+    row.update(compiled_memory(model, config, **options))
     row["init_peak"] = init_memory(model, config, mesh=mesh, placement=placement)["peak"]
     if donated:
-        donated_row = compiled_memory(model, config, mesh=mesh, placement=placement, donate=True)
+        donated_row = compiled_memory(model, config, donate=True, **options)
         row.update({f"donated_{key}": value for key, value in donated_row.items()})
     estimate = memory_estimate(model, NUM_BATCHES * NUM_ELITES, config.num_steps)
     row["estimate"] = estimate["total"]
@@ -288,29 +315,6 @@ def measure(
     row["jax"] = jax.__version__
     row["backend"] = jax.default_backend()
     return row
-
-
-def row_key(
-    name: str,
-    mesh: tuple[int, int],
-    placement: str,
-    remat: bool,
-    loss: str,
-    chunk: int | None,
-    monitor_entries: int,
-    param_dtype: str,
-) -> dict[str, Any]:
-    """What identifies a row (a row of --out with the same key is not compiled again)."""
-    return {
-        "model": name,
-        "mesh": f"{mesh[0]}x{mesh[1]}",
-        "placement": placement if mesh != (1, 1) else "-",
-        "remat": remat,
-        "loss": loss,
-        "chunk": chunk if loss == "chunked" else None,
-        "monitor_entries": monitor_entries,
-        "param_dtype": param_dtype,
-    }
 
 
 def _gib(value: float | None) -> str:
@@ -340,19 +344,18 @@ def table(rows: list[dict]) -> str:
         loss = "dense" if not row["logits_chunk"] else f"chunks of {row['logits_chunk']}"
         if row["monitor_entries"]:
             loss += f", monitor {row['monitor_entries']}"
+        model = f"Qwen2.5-{row['model']}" + (", bfloat16 weights" if row["param_dtype"] == "bfloat16" else "")
+        if row.get("reference_dtype"):
+            model += f", {row['reference_dtype']} reference"
+        placement = {"learn": "as lm learn", "sharded": "all sharded"}.get(row["placement"], row["placement"])
         lines.append(
-            f"| Qwen2.5-{row['model']} | {row['mesh']} | {row['placement']} | {'on' if row['remat'] else 'off'} | "
+            f"| {model} | {row['mesh']} | {placement} | {'on' if row['remat'] else 'off'} | "
             f"{loss} | {_gib(row['arguments'])} | {_gib(row['outputs'])} | {_gib(row['temps'])} | "
             f"{_gib(row['peak'])} | {_gib(row.get('donated_temps'))} | {_gib(row.get('donated_peak'))} | "
             f"{_gib(row.get('init_peak'))} | {_gib(row['estimate_per_device'])} | {verdict(row)} | "
             f"{row['compile_seconds'] + row.get('donated_compile_seconds', 0):.0f} |"
         )
     return "\n".join(lines)
-
-
-def _mesh(text: str) -> tuple[int, int]:
-    data, model = (int(part) for part in text.lower().split("x"))
-    return data, model
 
 
 def _choices(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
@@ -375,6 +378,12 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=None, help="steps per chunk of the chunked loss (default: auto)")
     parser.add_argument("--monitor-entries", type=int, default=0, help="the trust-region monitor's entries (0: off)")
     parser.add_argument("--param-dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument(
+        "--reference-dtype",
+        choices=("float32", "bfloat16"),
+        default=None,
+        help="the KL reference's params in this dtype (default: the parameters', as lm learn's init makes them)",
+    )
     parser.add_argument("--no-donated", action="store_true", help="skip the second compile, with the state donated")
     parser.add_argument("--out", type=pathlib.Path, help="append each row to this JSON Lines file; skip rows in it")
     parser.add_argument("--table", type=pathlib.Path, help="print the table of this JSON Lines file's rows and stop")
@@ -394,23 +403,25 @@ def main() -> None:
         losses = [loss for loss in losses if loss != "chunked"]
     plan = []
     for name in models:
-        meshes = [DEFAULT_MESH[name]] if args.mesh == "auto" else [_mesh(text) for text in args.mesh.split(",")]
+        meshes = [DEFAULT_MESH[name]] if args.mesh == "auto" else [text.strip() for text in args.mesh.split(",")]
         for mesh in meshes:
-            if mesh[0] * mesh[1] > jax.device_count():
-                raise SystemExit(f"a {mesh[0]}x{mesh[1]} mesh needs more than the {jax.device_count()} devices here.")
-            for placement in placements if mesh != (1, 1) else ["learn"]:
+            data, model = Row(name, mesh).devices
+            if data * model > jax.device_count():
+                raise SystemExit(f"a {mesh} mesh needs more than the {jax.device_count()} devices here.")
+            for placement in placements if data * model > 1 else ["-"]:
                 for remat in remats:
                     for loss in losses:
                         plan.append(
-                            dict(
-                                name=name,
+                            Row(
+                                model=name,
                                 mesh=mesh,
                                 placement=placement,
                                 remat=remat,
                                 loss=loss,
-                                chunk=args.chunk,
+                                chunk=args.chunk if loss == "chunked" else None,
                                 monitor_entries=args.monitor_entries,
                                 param_dtype=args.param_dtype,
+                                reference_dtype=args.reference_dtype,
                             )
                         )
     done = []
@@ -418,7 +429,7 @@ def main() -> None:
         done = [json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]
     rows, started = [], time.perf_counter()
     for index, settings in enumerate(plan, 1):
-        key = row_key(**settings)
+        key = dataclasses.asdict(settings)
         label = ", ".join(f"{name} {value}" for name, value in key.items())
         previous = [row for row in done if all(row.get(name) == value for name, value in key.items())]
         if previous:
@@ -426,7 +437,7 @@ def main() -> None:
             rows.append(previous[-1])
             continue
         print(f"[{index}/{len(plan)}] {label}: compiling", file=sys.stderr, flush=True)
-        row = measure(**settings, donated=not args.no_donated)
+        row = measure(settings, donated=not args.no_donated)
         rows.append(row)
         print(
             f"    compiled in {row['compile_seconds']:.1f} s (+{row.get('donated_compile_seconds', 0):.1f} s donated): "

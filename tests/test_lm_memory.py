@@ -117,6 +117,7 @@ def _compiled_memory_script():
     spec = importlib.util.spec_from_file_location("lm_compiled_memory", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # where its dataclass looks itself up
     spec.loader.exec_module(module)
     return module
 
@@ -135,10 +136,10 @@ _WIDE_VOCABULARY = LMConfig(
 )
 
 
-def _compiled(script, loss, *, donate=False, chunk=None):
+def _compiled(script, loss, *, chunk=None, **options):
     model = script.model_config(_WIDE_VOCABULARY, remat=True)
     config = script.learn_config(loss=loss, chunk=chunk, max_length=33, episodes=8, pool=16)
-    return script.compiled_memory(model, config, donate=donate)
+    return script.compiled_memory(model, config, **options)
 
 
 def test_compiled_memory_of_the_lm_update_counts_its_buffers():
@@ -150,6 +151,9 @@ def test_compiled_memory_of_the_lm_update_counts_its_buffers():
     logits = 8 * 32 * 2048 * 4  # float32 [J·K, T, V]: the dense loss holds at least one
     assert plain["temps"] > logits and plain["aliased"] == 0
     assert donated["aliased"] > 0 and donated["peak"] < plain["peak"]  # the donated state's buffers are reused
+    # A bfloat16 reference instead of the float32 master weights' copy: 2 bytes a parameter less.
+    half_reference = _compiled(script, "dense", reference_dtype="bfloat16")
+    assert plain["arguments"] - half_reference["arguments"] == 2 * parameter_count(_WIDE_VOCABULARY)
     if script.chunked_loss_available():
         chunked = _compiled(script, "chunked", chunk=8)
         assert chunked["temps"] < plain["temps"] and chunked["peak"] < plain["peak"]
