@@ -25,9 +25,9 @@ kept, so the loss runs on J·K = 8 trajectories of T = 1024 steps (max_length 10
 path), U = 1 update, Adam, β = 0.05, the trust-region monitor off unless `--monitor-entries` (its default in
 `lm learn`, 16, adds 2 × 16 forward passes of T tokens). Compute in bfloat16 with float32 master weights and
 Adam state (`--param-dtype bfloat16`: pure bfloat16). `--losses dense,chunked`: the loss over the whole batch's
-logits, or in chunks of `--chunk` steps (`LearnConfig.logits_chunk`; default: its automatic choice; an
-ftw_jax without it skips those rows). `estimate` is `memory_estimate` for the same step (M = 8 rows of T
-tokens), divided by the devices on a mesh.
+logits, or in chunks of `--chunk` steps (`LearnConfig.logits_chunk`; default: its automatic choice, 128 for
+these vocabularies). `estimate` is `memory_estimate` for the same step (M = 8 rows of T tokens, the same
+chunks), divided by the devices on a mesh.
 
 Progress goes to stderr; each row, as it finishes, is appended to `--out` (JSON Lines), and rows already there
 are not compiled again. The table (GiB per device) goes to stdout; `--json` prints the rows instead.
@@ -88,11 +88,6 @@ LOSSES = ("dense", "chunked")
 PLACEMENTS = ("learn", "sharded")
 
 
-def chunked_loss_available() -> bool:
-    """Whether this ftw_jax's LearnConfig can compute the loss in chunks of the sequence (`logits_chunk`)."""
-    return "logits_chunk" in {field.name for field in dataclasses.fields(LearnConfig)}
-
-
 def model_config(name_or_config: str | LMConfig, *, remat: bool, param_dtype: str = "float32") -> LMConfig:
     """A model shape computing in bfloat16 with `param_dtype` parameters (float32: master weights), remat as given."""
     config = MODELS[name_or_config] if isinstance(name_or_config, str) else name_or_config
@@ -116,11 +111,6 @@ def learn_config(
     time (None: LearnConfig's automatic choice)."""
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
-    options: dict[str, Any] = {}
-    if chunked_loss_available():
-        options["logits_chunk"] = 0 if loss == "dense" else chunk
-    elif loss == "chunked":
-        raise ValueError("this ftw_jax's LearnConfig has no logits_chunk: no chunked loss to compile.")
     return LearnConfig(
         max_length=max_length,
         episodes_per_iteration=episodes,
@@ -136,7 +126,7 @@ def learn_config(
             updates_per_iteration=1,
             monitor_entries=monitor_entries,
         ),
-        **options,
+        logits_chunk=0 if loss == "dense" else chunk,
     )
 
 
@@ -309,7 +299,7 @@ def measure(settings: Row, *, donated: bool = True) -> dict[str, Any]:
     if donated:
         donated_row = compiled_memory(model, config, donate=True, **options)
         row.update({f"donated_{key}": value for key, value in donated_row.items()})
-    estimate = memory_estimate(model, NUM_BATCHES * NUM_ELITES, config.num_steps)
+    estimate = memory_estimate(model, NUM_BATCHES * NUM_ELITES, config.num_steps, logits_chunk=row["logits_chunk"])
     row["estimate"] = estimate["total"]
     row["estimate_per_device"] = estimate["total"] / devices
     row["jax"] = jax.__version__
@@ -398,9 +388,6 @@ def main() -> None:
     remats = [value == "on" for value in _choices(args.remat, ("on", "off"), "--remat")]
     losses = _choices(args.losses, LOSSES, "--losses")
     placements = _choices(args.placement, PLACEMENTS, "--placement")
-    if "chunked" in losses and not chunked_loss_available():
-        print("note: LearnConfig has no logits_chunk in this ftw_jax: the chunked rows are skipped", file=sys.stderr)
-        losses = [loss for loss in losses if loss != "chunked"]
     plan = []
     for name in models:
         meshes = [DEFAULT_MESH[name]] if args.mesh == "auto" else [text.strip() for text in args.mesh.split(",")]

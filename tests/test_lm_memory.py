@@ -154,10 +154,10 @@ def test_compiled_memory_of_the_lm_update_counts_its_buffers():
     # A bfloat16 reference instead of the float32 master weights' copy: 2 bytes a parameter less.
     half_reference = _compiled(script, "dense", reference_dtype="bfloat16")
     assert plain["arguments"] - half_reference["arguments"] == 2 * parameter_count(_WIDE_VOCABULARY)
-    if script.chunked_loss_available():
-        chunked = _compiled(script, "chunked", chunk=8)
-        assert chunked["temps"] < plain["temps"] and chunked["peak"] < plain["peak"]
-        assert chunked["arguments"] == plain["arguments"]
+    chunked = _compiled(script, "chunked", chunk=8)
+    assert chunked["logits_chunk"] == 8 and plain["logits_chunk"] == 0
+    assert chunked["temps"] < plain["temps"] and chunked["peak"] < plain["peak"]
+    assert chunked["arguments"] == plain["arguments"]
 
 
 # Runs in a fresh process: the device count is fixed when JAX starts.
