@@ -1,5 +1,6 @@
-"""XLA's own memory count of the FTW update that `ftw-jax lm learn` runs, compiled for Qwen2.5 shapes with
-abstract inputs (no weight is allocated), beside `ftw_jax.lm.memory.memory_estimate`.
+"""XLA's memory count, per device, of the FTW update `ftw-jax lm learn` runs, compiled at Qwen2.5's sizes.
+
+Compiled with abstract inputs (no weight is allocated), and printed beside `ftw_jax.lm.memory.memory_estimate`.
 
     python experiments/lm_compiled_memory.py --out runs/compiled-memory.jsonl     # the default rows, then the table
     python experiments/lm_compiled_memory.py --models 0.5B --remat off            # one model, one setting
