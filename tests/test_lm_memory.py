@@ -1,5 +1,6 @@
 """The LM's memory estimate: exact parameter counts, and activations within a factor of 1.5 of XLA's count."""
 
+import functools
 import importlib.util
 import json
 import pathlib
@@ -111,6 +112,7 @@ def test_master_weights_and_logits_in_chunks_change_what_they_should():
     assert chunked["logits"] == 3 * 8 * 128 * config.vocab_size * 4
 
 
+@functools.cache
 def _compiled_memory_script():
     """experiments/lm_compiled_memory.py as a module (importing it leaves XLA_FLAGS alone)."""
     path = pathlib.Path(__file__).parents[1] / "experiments" / "lm_compiled_memory.py"
@@ -142,22 +144,34 @@ def _compiled(script, loss, *, chunk=None, **options):
     return script.compiled_memory(model, config, **options)
 
 
-def test_compiled_memory_of_the_lm_update_counts_its_buffers():
+@functools.cache
+def _compiled(loss, *, chunk=None, **options):
+    """`compiled_memory` of lm learn's update for _WIDE_VOCABULARY (bfloat16 compute, float32 weights, remat),
+    8 trajectories of 32 steps in the loss."""
     script = _compiled_memory_script()
-    plain, donated = _compiled(script, "dense"), _compiled(script, "dense", donate=True)
-    for row in (plain, donated):
+    model = script.model_config(_WIDE_VOCABULARY, remat=True)
+    config = script.learn_config(loss=loss, chunk=chunk, max_length=33, episodes=8, pool=16)
+    return script.compiled_memory(model, config, **options)
+
+
+def test_compiled_memory_of_the_lm_update_counts_its_buffers():
+    dense, chunked = _compiled("dense"), _compiled("chunked", chunk=8)
+    for row in (dense, chunked):
         assert row["arguments"] > 0 and row["outputs"] > 0 and row["temps"] > 0 and row["compile_seconds"] > 0
         assert row["peak"] == row["arguments"] + row["outputs"] + row["temps"] - row["aliased"]
-    logits = 8 * 32 * 2048 * 4  # float32 [J·K, T, V]: the dense loss holds at least one
-    assert plain["temps"] > logits and plain["aliased"] == 0
-    assert donated["aliased"] > 0 and donated["peak"] < plain["peak"]  # the donated state's buffers are reused
+    assert dense["logits_chunk"] == 0 and chunked["logits_chunk"] == 8
+    assert dense["temps"] > 8 * 32 * 2048 * 4  # the dense loss holds float32 [J·K, T, V] logits at least once
+    assert chunked["temps"] < dense["temps"] and chunked["peak"] < dense["peak"]
+    assert chunked["arguments"] == dense["arguments"] and dense["aliased"] == 0  # learn donates nothing
+
+
+@pytest.mark.slow
+def test_a_donated_state_or_a_bfloat16_reference_shrink_the_compiled_update():
+    dense, donated = _compiled("dense"), _compiled("dense", donate=True)
+    assert donated["aliased"] > 0 and donated["peak"] < dense["peak"]  # the state's buffers are reused
     # A bfloat16 reference instead of the float32 master weights' copy: 2 bytes a parameter less.
-    half_reference = _compiled(script, "dense", reference_dtype="bfloat16")
-    assert plain["arguments"] - half_reference["arguments"] == 2 * parameter_count(_WIDE_VOCABULARY)
-    chunked = _compiled(script, "chunked", chunk=8)
-    assert chunked["logits_chunk"] == 8 and plain["logits_chunk"] == 0
-    assert chunked["temps"] < plain["temps"] and chunked["peak"] < plain["peak"]
-    assert chunked["arguments"] == plain["arguments"]
+    half_reference = _compiled("dense", reference_dtype="bfloat16")
+    assert dense["arguments"] - half_reference["arguments"] == 2 * parameter_count(_WIDE_VOCABULARY)
 
 
 # Runs in a fresh process: the device count is fixed when JAX starts.
