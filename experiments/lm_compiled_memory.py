@@ -48,7 +48,7 @@ import pathlib
 import resource
 import sys
 import time
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -86,11 +86,12 @@ DEFAULT_MESH = {"0.5B": "1x1", "1.5B": "1x1", "3B": "1x1", "7B": "2x4"}  # the 7
 # The update's sizes: J·K = 8 trajectories of T = 1024 steps in the loss.
 EPISODES, POOL, NUM_BATCHES, BATCH_SIZE, NUM_ELITES, MAX_LENGTH = 8, 64, 4, 4, 2, 1025
 
+Dtype = Literal["float32", "bfloat16"]
 LOSSES = ("dense", "chunked")
 PLACEMENTS = ("learn", "sharded")
 
 
-def model_config(name_or_config: str | LMConfig, *, remat: bool, param_dtype: str = "float32") -> LMConfig:
+def model_config(name_or_config: str | LMConfig, *, remat: bool, param_dtype: Dtype = "float32") -> LMConfig:
     """A model shape computing in bfloat16 with `param_dtype` parameters (float32: master weights), remat as given."""
     config = MODELS[name_or_config] if isinstance(name_or_config, str) else name_or_config
     return config.replace(dtype="bfloat16", param_dtype=param_dtype, remat=remat)
@@ -100,7 +101,7 @@ def learn_config(
     *,
     loss: str = "dense",
     chunk: int | None = None,
-    param_dtype: str = "float32",
+    param_dtype: Dtype = "float32",
     monitor_entries: int = 0,
     max_length: int = MAX_LENGTH,
     episodes: int = EPISODES,
@@ -183,6 +184,8 @@ def learner_inputs(
 def _sizes(compiled: jax.stages.Compiled) -> dict[str, int]:
     """XLA's buffer sizes of a compiled program, per device, and their peak-ish sum."""
     analysis = compiled.memory_analysis()
+    if analysis is None:
+        raise RuntimeError(f"the {jax.default_backend()} backend gives no memory analysis.")
     sizes = {
         "arguments": analysis.argument_size_in_bytes,
         "outputs": analysis.output_size_in_bytes,
@@ -265,8 +268,8 @@ class Row:
     loss: str = "dense"
     chunk: int | None = None  # the chunked loss's steps per chunk (None: LearnConfig's automatic choice)
     monitor_entries: int = 0
-    param_dtype: str = "float32"
-    reference_dtype: str | None = None  # None: the parameters' (as init makes it)
+    param_dtype: Dtype = "float32"
+    reference_dtype: Dtype | None = None  # None: the parameters' (as init makes it)
 
     @property
     def devices(self) -> tuple[int, int]:
@@ -295,11 +298,13 @@ def measure(settings: Row, *, donated: bool = True) -> dict[str, Any]:
         "trajectories_in_loss": NUM_BATCHES * NUM_ELITES,
         "steps": config.num_steps,
     }
-    options = dict(mesh=mesh, placement=placement, reference_dtype=settings.reference_dtype)
-    row.update(compiled_memory(model, config, **options))
+    reference_dtype = settings.reference_dtype
+    row.update(compiled_memory(model, config, mesh=mesh, placement=placement, reference_dtype=reference_dtype))
     row["init_peak"] = init_memory(model, config, mesh=mesh, placement=placement)["peak"]
     if donated:
-        donated_row = compiled_memory(model, config, donate=True, **options)
+        donated_row = compiled_memory(
+            model, config, mesh=mesh, placement=placement, reference_dtype=reference_dtype, donate=True
+        )
         row.update({f"donated_{key}": value for key, value in donated_row.items()})
     estimate = memory_estimate(model, NUM_BATCHES * NUM_ELITES, config.num_steps, logits_chunk=row["logits_chunk"])
     row["estimate"] = estimate["total"]
@@ -362,7 +367,7 @@ def _choices(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
     parser.add_argument(
         "--mesh", default="auto", help="DATAxMODEL meshes, comma-separated (1x1: one device); auto: 1x1, 7B 2x4"
