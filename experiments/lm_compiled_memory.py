@@ -12,12 +12,12 @@ its state's shapes from `learner.init` (`jax.eval_shape`: an empty pool of N epi
 reference, Adam's state), and lowers and compiles its jitted `learn(state, batch, iteration)` — the batch into
 the pool, selection, U updates — with `jax.ShapeDtypeStruct` inputs; `compiled.memory_analysis()` then gives
 XLA's buffer sizes per device: arguments, outputs, temporaries, and the bytes where an output reuses an input's
-buffer (aliased). Peak = arguments + outputs + temporaries − aliased. `learn` does not donate the learner
-state, so its outputs are a second copy of it; a second compile with the state donated
-(`jax.jit(learn, donate_argnums=0)`) gives the peak that would leave. On a mesh (`--mesh DATAxMODEL`, forced
-host devices) the parameters are laid out as `lm learn --mesh` lays them (`lm.sharding.param_specs`); the rest
-of the state either as `lm learn`'s compiled `init` places it (placement "learn") or every leaf by
-`param_specs` (placement "sharded": Adam's moments and the reference split like their parameters); the
+buffer (aliased). Peak = arguments + outputs + temporaries − aliased. `learn` donates the learner state (its
+outputs reuse its buffers: the "donated" columns are what `lm learn` runs); the same update compiled without
+donation shows what that saves. On a mesh (`--mesh DATAxMODEL`, forced host devices) the parameters are laid
+out as `lm learn --mesh` lays them (`lm.sharding.param_specs`); the rest of the state either as `lm learn`'s
+compiled `init` places it (placement "learn", every leaf by `param_specs` since issue 31) or by `param_specs`
+through the measuring jit's own out_shardings (placement "sharded": the same layout, measured apart); the
 batch is replicated, as `lm learn` places it. `init peak` is the same count for that compiled `init` (the
 parameters in, the learner state out), which runs before the first update.
 
@@ -170,8 +170,8 @@ def learner_inputs(
     if mesh is None:
         return _abstract(state), _abstract(batch), iteration
     replicated = NamedSharding(mesh, PartitionSpec())
-    if placement == "learn":  # what lm learn --mesh does: sharded params into its compiled init
-        shardings = jax.jit(learner.init).lower(params).compile().output_shardings
+    if placement == "learn":  # what lm learn --mesh does: sharded params into its compiled init, which shards all
+        shardings = learner.init_program(params).lower(params).compile().output_shardings
     else:
         shardings = jax.tree.map(lambda spec: NamedSharding(mesh, spec), param_specs(state, mesh))
     return (
@@ -212,7 +212,8 @@ def compiled_memory(
       mesh: (data, model) devices; (1, 1) is one device without a mesh.
       placement: on a mesh, "learn" (the state as lm learn's init lays it out) or "sharded" (every leaf by
         `param_specs`).
-      donate: compile with the learner state donated (its buffers reused by the outputs).
+      donate: compile `learn` as lm learn runs it, the learner state donated (its buffers reused by the outputs);
+        False: the same update without donation.
       reference_dtype: keep the KL's reference params in this dtype instead of the parameters' (a state that
         `init` does not make: "bfloat16" with float32 master weights costs half, and as the model casts every
         weight to the compute dtype where it is used, gives the same reference logits).
@@ -231,7 +232,7 @@ def compiled_memory(
             state.policy.reference_params,
         )
         inputs = (state.replace(policy=state.policy.replace(reference_params=reference)), *inputs[1:])
-    learn = jax.jit(learner.learn.__wrapped__, donate_argnums=0) if donate else learner.learn
+    learn = learner.learn if donate else jax.jit(learner.learn.__wrapped__)  # lm learn's own donates
     lowered = learn.lower(*inputs)
     lowered_at = time.perf_counter()
     row: dict[str, Any] = _sizes(lowered.compile())
@@ -245,13 +246,13 @@ def init_memory(
     model: LMConfig, config: LearnConfig, *, mesh: tuple[int, int] = (1, 1), placement: str = "learn"
 ) -> dict[str, int]:
     """XLA's memory analysis of `lm learn`'s compiled `learner.init`, per device, in bytes (as `compiled_memory`):
-    the parameters in, laid out as lm learn lays them out; the learner state out, as XLA places it (placement
-    "learn") or every leaf by `param_specs` (placement "sharded", through the jit's out_shardings)."""
+    the parameters in, laid out as lm learn lays them out; the learner state out, as lm learn's init places it
+    (placement "learn") or every leaf by `param_specs` through this jit's out_shardings (placement "sharded")."""
     learner = EpisodeLearner.build(config, model)
     device_mesh = None if mesh == (1, 1) else make_mesh(*mesh)
     params = _abstract_params(model, device_mesh)
     if device_mesh is None or placement == "learn":
-        return _sizes(jax.jit(learner.init).lower(params).compile())
+        return _sizes(learner.init_program(params).lower(params).compile())
     state = jax.eval_shape(learner.init, params)
     shardings = jax.tree.map(lambda spec: NamedSharding(device_mesh, spec), param_specs(state, device_mesh))
     return _sizes(jax.jit(learner.init, out_shardings=shardings).lower(params).compile())

@@ -603,6 +603,22 @@ MUTATIONS = (
         "jax.lax.map(lambda chunks: fn(*chunks),",
         ("tests/test_lm_learner.py::test_logits_in_chunks_hold_one_chunk_in_memory",),
     ),
+    Mutation(
+        "learner-state-laid-out-by-xla",
+        "lm learn's init leaves the reference and Adam's moments whole on every device of a mesh",
+        "ftw_jax/lm/learner.py",
+        "out_shardings=_state_shardings(init, model_params)",
+        "out_shardings=None",
+        ("tests/test_lm_learner.py::test_lm_learn_on_a_data_by_model_mesh_learns_what_one_device_does",),
+    ),
+    Mutation(
+        "learner-state-not-donated",
+        "lm learn's update keeps its input state beside the new one",
+        "ftw_jax/lm/learner.py",
+        "jax.jit(learn, donate_argnums=0)",
+        "jax.jit(learn)",
+        ("tests/test_lm_memory.py::test_a_donated_state_or_a_bfloat16_reference_shrink_the_compiled_update",),
+    ),
 )
 
 

@@ -330,9 +330,15 @@ for name, extra in (("one", []), ("mesh", ["--mesh", "2x2"])):
             "--learning-rate", "0.5", *extra]  # SGD: Adam turns rounding in near-zero gradients into lr-sized steps
     assert cli.main(argv) == 0
     weights[name] = lm.load(out / name / "weights" / "version-000002")[1]
+from ftw_jax.lm.learner import EpisodeLearner, LearnConfig
+from ftw_jax.lm.sharding import make_mesh, shard_params
+model, params = lm.load(folder)
+state = EpisodeLearner.build(LearnConfig(max_length=12), model.config).init(shard_params(params, make_mesh(2, 2)))
+split = lambda tree: sum(not leaf.sharding.is_fully_replicated for leaf in jax.tree.leaves(tree))  # leaves split
 print(json.dumps({"devices": jax.device_count(), "difference": max(
     float(np.abs(np.asarray(a) - np.asarray(b)).max())
-    for a, b in zip(jax.tree.leaves(weights["one"]), jax.tree.leaves(weights["mesh"])))}))
+    for a, b in zip(jax.tree.leaves(weights["one"]), jax.tree.leaves(weights["mesh"]))),
+    "split": [split(state.policy.params), split(state.policy.reference_params), split(state.policy.opt_state)]}))
 """
 
 
@@ -353,6 +359,9 @@ def test_lm_learn_on_a_data_by_model_mesh_learns_what_one_device_does(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     assert measured["devices"] == 4 and measured["difference"] <= 1e-5, measured
+    # The learner's init lays the reference and Adam's two moments out like the weights (XLA left them whole).
+    params_split, reference_split, optimizer_split = measured["split"]
+    assert params_split > 0 and reference_split == params_split and optimizer_split == 2 * params_split, measured
 
 
 @pytest.mark.slow

@@ -162,7 +162,7 @@ def test_compiled_memory_of_the_lm_update_counts_its_buffers():
     assert dense["logits_chunk"] == 0 and chunked["logits_chunk"] == 8
     assert dense["temps"] > 8 * 32 * 2048 * 4  # the dense loss holds float32 [J·K, T, V] logits at least once
     assert chunked["temps"] < dense["temps"] and chunked["peak"] < dense["peak"]
-    assert chunked["arguments"] == dense["arguments"] and dense["aliased"] == 0  # learn donates nothing
+    assert chunked["arguments"] == dense["arguments"] and dense["aliased"] == 0  # compiled without donation
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 DATA, MODEL = "data", "model"
 BATCH = PartitionSpec(DATA)  # tokens [B, L]: rows over "data"
@@ -48,7 +48,7 @@ def make_mesh(
     return Mesh(np.array(devices[: data * model]).reshape(data, model), (DATA, MODEL))
 
 
-def param_specs(params: Any, mesh: Mesh) -> Any:
+def param_specs(params: Any, mesh: Mesh | AbstractMesh) -> Any:
     """A PartitionSpec per parameter (same tree as `params`, arrays or ShapeDtypeStructs); only the mesh's
     axis sizes are read (an `AbstractMesh` will do)."""
 
