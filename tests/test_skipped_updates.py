@@ -1,11 +1,16 @@
-"""No silent skipped steps (issue 31): the optimizer updates skipped once ready (non-finite, nothing kept) are
-counted, in a row across iterations, and said in one line; updates before FTW's pool is ready never count."""
+"""No silent skipped steps (issue 31): every command counts the optimizer updates it skips once they are ready
+(non-finite, nothing kept), shows them per period, and a run whose members stop applying them stops with one
+line and exit 3, its run folder resumable; updates before FTW's pool is ready never count."""
+
+import json
 
 import chex
 import jax.numpy as jnp
 import numpy as np
+import optax
+import pytest
 
-from ftw_jax import checkpoints, skips
+from ftw_jax import checkpoints, cli, skips, train
 
 # ------------------------------------------------------------------------------------------ counts, by hand
 
@@ -85,3 +90,112 @@ def test_a_resume_may_change_when_a_run_stops_and_nothing_else():
     changed["maxima"]["learning_rate"] = 0.2
     difference = "maxima: {'learning_rate': 0.1} -> {'learning_rate': 0.2}"
     assert checkpoints.config_differences(stored, changed) == [difference]
+
+
+# ------------------------------------------------------------------------------------------ through the CLI
+
+
+@pytest.fixture
+def nonfinite_optimizer(monkeypatch):
+    """Every optimizer update NaN (as bfloat16 Adam's were, issue 31), from finite losses and gradients."""
+    original = train.make_optimizer
+    monkeypatch.setattr(train, "make_optimizer", lambda config: optax.chain(original(config), optax.scale(jnp.nan)))
+
+
+# B = 2 of C = 5: the first period's two iterations are not ready (2, 4 entries), the third is (U = 1).
+BANDIT = [
+    "train",
+    "--env",
+    "bandit",
+    "--seeds",
+    "0,1",
+    "--iterations",
+    "8",
+    "--eval-every",
+    "2",
+    "--episodes-per-iteration",
+    "2",
+    "--batch-size",
+    "5",
+    "--eval-episodes",
+    "8",
+    "--no-plot",
+]
+
+
+def stop_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err  # progress goes to stdout without --json
+    return lines[0]
+
+
+@pytest.mark.usefixtures("unchecked_key_reuse", "nonfinite_optimizer")
+def test_a_run_whose_updates_are_all_non_finite_stops_in_one_line_checkpointed_and_resumes(tmp_path, capsys):
+    run = tmp_path / "run"
+    argv = [*BANDIT, "--out", str(tmp_path), "--name", "run", "--checkpoint-every", "3"]
+    assert cli.main(argv) == cli.STOPPED_SKIPPING == 3
+    line = stop_line(capsys)
+    # Not after the first period (not ready), after the second: its 2 ready updates, a whole period, skipped.
+    assert line.startswith("stopped: no update applied for 2 ready updates in a row (a whole period;")
+    assert "seed 0, seed 1 skipped the last 2 (all non-finite)" in line and "--learning-rate" in line
+    assert f"--resume {run}" in line and "--stop-after-skipped 0" in line
+    assert (run / "checkpoints" / "2").is_dir()  # between --checkpoint-every 3 periods: the stopped one is kept
+    assert [json.loads(row)["iteration"] for row in (run / "metrics.jsonl").read_text().splitlines()][-1] == 4
+
+    # Resumed as it started, it goes on from there and stops again; the run of skips goes on with it.
+    assert cli.main([*BANDIT, "--resume", str(run)]) == 3
+    out, err = capsys.readouterr()
+    assert "resumed from the checkpoint after iteration 4" in out and "skipped 4/4" in out
+    assert "seed 0, seed 1 skipped the last 4 (all non-finite)" in err
+
+    # With --stop-after-skipped 0 it finishes, and the summary counts what it skipped.
+    assert cli.main([*BANDIT, "--resume", str(run), "--stop-after-skipped", "0", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["updates_applied"] == [0, 0]
+    assert summary["updates_skipped"] == summary["updates_nonfinite"] == [6, 6]  # iterations 3 to 8
+
+
+@pytest.mark.usefixtures("unchecked_key_reuse")
+def test_a_run_that_applies_its_updates_is_unaffected_even_stopped_after_one_skip(tmp_path, capsys):
+    """The strictest limit, 1, and a first period whose updates are not ready: nothing stops, nothing is
+    counted as skipped."""
+    argv = [*BANDIT, "--out", str(tmp_path), "--name", "run", "--stop-after-skipped", "1"]
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "stopped" not in err and out.count("skipped 0/4") == 4
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["updates_applied"] == [6, 6] and summary["updates_skipped"] == summary["updates_nonfinite"] == [0, 0]
+
+
+SWEEP = ["sweep", "--env", "bandit", "--grid", "C=2,8", "--seeds", "0", "--iterations", "8", "--eval-every", "4"]
+SWEEP += ["--eval-episodes", "8"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("unchecked_key_reuse", "nonfinite_optimizer")
+def test_a_sweep_stops_for_the_grid_point_that_skips_and_names_it(tmp_path, capsys):
+    """B = 1: C = 2 is ready from the second iteration, C = 8 from the eighth. After the first period C = 2 has
+    skipped 3 (< 4), C = 8 none; after the second, C = 2 has skipped 7 (stops), C = 8 one."""
+    assert cli.main([*SWEEP, "--out", str(tmp_path), "--name", "run"]) == 3
+    line = stop_line(capsys)
+    assert "C=2, seed 0 skipped the last 7 (all non-finite)" in line and "C=8" not in line
+    assert cli.main([*SWEEP, "--resume", str(tmp_path / "run"), "--stop-after-skipped", "0", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["updates_skipped"] == [7, 1] and summary["updates_applied"] == [0, 0]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("unchecked_key_reuse", "nonfinite_optimizer")
+def test_compare_tunes_past_configurations_that_skip_and_stops_when_a_reported_seed_does(tmp_path, capsys):
+    argv = ["compare", "--env", "bandit", "--algos", "ftw", "--seeds", "0", "--learning-rates", "0.03,0.3"]
+    argv += ["--tuning-seeds", "7", "--iterations", "4", "--eval-every", "2", "--episodes-per-iteration", "8"]
+    argv += ["--eval-episodes", "8", "--out", str(tmp_path), "--name", "run"]
+    assert cli.main(argv) == 3
+    out, err = capsys.readouterr()
+    assert out.count("ftw   tune") == 2 and "skipped 4/4" in out  # both learning rates, every update skipped
+    assert "ftw seed 0 skipped the last 2 (all non-finite)" in err.strip().splitlines()[-1]
+    assert cli.main([*argv[:-4], "--resume", str(tmp_path / "run"), "--stop-after-skipped", "0", "--json"]) == 0
+    updates = json.loads(capsys.readouterr().out)["updates"]["ftw"]
+    assert updates == {"applied": [0], "skipped": [4], "nonfinite": [4], "tuning_skipped": 8, "tuning_nonfinite": 8}
