@@ -1167,7 +1167,8 @@ def _run_lm_learn(args) -> int:
     else:
         print(
             f"{summary['episodes']} episodes, {summary['iterations']} iterations, policy version "
-            f"{summary['version']}: weights in {summary['weights']} ({summary['seconds']:.1f} s)"
+            f"{summary['version']} ({summary['updates_skipped']:,} updates skipped, {summary['updates_nonfinite']:,} "
+            f"non-finite): weights in {summary['weights']} ({summary['seconds']:.1f} s)"
         )
     return 0
 
