@@ -883,9 +883,9 @@ def _run_compare(args) -> int:
         difference_rows,
         markdown_table,
         seed_rows,
-        skipped_rows,
         summary_rows,
         tuning_table,
+        updates_per_algorithm,
     )
 
     algorithms = [name.strip() for name in args.algos.split(",") if name.strip()]
@@ -975,7 +975,7 @@ def _run_compare(args) -> int:
         **search,
         "chosen": {r.algorithm: r.settings for r in comparison.results},
         "tuning": {r.algorithm: r.tuning for r in comparison.results},
-        "updates": skipped_rows(comparison),
+        "updates": updates_per_algorithm(comparison),
         "warning": applied_warning(
             np.concatenate([r.applied_share for r in comparison.results]),
             [f"{r.algorithm} seed {s}" for r in comparison.results for s in seeds],

@@ -401,7 +401,7 @@ def _skipped_total(results: dict) -> tuple[int, int]:
     return int(results["updates_skipped"][:, -1].sum()), int(results["updates_nonfinite"][:, -1].sum())
 
 
-def skipped_rows(comparison: Comparison) -> dict:
+def updates_per_algorithm(comparison: Comparison) -> dict:
     """Per algorithm: optimizer steps its reported seeds applied and skipped (ready, not applied), those skipped
     for a non-finite value, per seed [S]; and its tuning runs' skipped and non-finite, all together."""
     return {
