@@ -34,9 +34,24 @@ def _as_json(value):
     return json.loads(json.dumps(value))
 
 
+# Settings that decide when a run stops, not what it computes: a resume may change them (a run stopped for its
+# skipped updates goes on past them with --stop-after-skipped 0).
+CHANGEABLE_ON_RESUME = frozenset({"stop_after_skipped"})
+
+
+def _compared(value: Any) -> Any:
+    """A fingerprint without the `CHANGEABLE_ON_RESUME` settings, at any depth (sweeps nest the config)."""
+    if isinstance(value, dict):
+        return {name: _compared(item) for name, item in value.items() if name not in CHANGEABLE_ON_RESUME}
+    if isinstance(value, list):
+        return [_compared(item) for item in value]
+    return value
+
+
 def config_differences(stored: dict, current: dict) -> list[str]:
-    """'field: stored -> current' for every top-level field where two fingerprints differ."""
-    stored, current = _as_json(stored), _as_json(current)
+    """'field: stored -> current' for every top-level field where two fingerprints differ (the
+    `CHANGEABLE_ON_RESUME` settings left out)."""
+    stored, current = _compared(_as_json(stored)), _compared(_as_json(current))
     return [
         f"{name}: {stored.get(name)!r} -> {current.get(name)!r}"
         for name in sorted(set(stored) | set(current))

@@ -33,6 +33,10 @@ if typing.TYPE_CHECKING:  # imported where they are used, so that `ftw-jax --hel
 # Every subcommand's default seeds (the bandit protocol's); `--num-seeds N` runs 42, 43, ..., 42 + N - 1.
 FIRST_SEED = 42
 
+# The exit status of a run stopped because a member applied no update for too long (`--stop-after-skipped`); 2 is
+# bad input, 1 a non-finite evaluation, 128 + N a signal.
+STOPPED_SKIPPING = 3
+
 
 # ----------------------------------------------------------------------------------------------- value types
 
@@ -470,7 +474,7 @@ def _run_train(args) -> int:
     log(f"training {args.env} for {config.num_iterations} iterations x {len(seeds)} seed(s); run folder {folder}")
     started = time.perf_counter()
     try:
-        run = MemberRun(trainer, seed_keys(seeds), checkpointer=checkpointer)
+        run = MemberRun(trainer, seed_keys(seeds), checkpointer=checkpointer, labels=[f"seed {s}" for s in seeds])
         if run.periods_done_before:
             log(f"resumed from the checkpoint after iteration {run.periods_done_before * config.eval_every}")
         for log_file in ("metrics.jsonl", "evaluation.jsonl"):  # rows written after that checkpoint come again
@@ -486,7 +490,7 @@ def _run_train(args) -> int:
                 f"iteration {evaluation['iteration'][0]:>5}/{config.num_iterations}  env steps {run.clock[-1][1]:>10,}"
                 f"  train return {metrics['return_mean'][:, -1].mean():9.3f}"
                 f"  eval return {evaluation['return'].mean():9.3f}"
-                f"{success}  {run.throughput(steps_before):9,.0f} env steps/s"
+                f"{success}  {_skipped_text(run)}  {run.throughput(steps_before):9,.0f} env steps/s"
             )
             if not np.all(np.isfinite(evaluation["return"])):
                 log("error: non-finite evaluation return; stopping (the run folder keeps what was done).")
@@ -555,6 +559,12 @@ def _starting_evaluation(trainer, run, seeds: list[int], folder: pathlib.Path, l
     return start
 
 
+def _skipped_text(run) -> str:
+    """The progress line's "skipped S/T": ready updates skipped in the last period of the T all members tried."""
+    skipped, tried = run.last_period_skipped()
+    return f"skipped {skipped:,}/{tried:,}"
+
+
 def applied_warning(applied_share: np.ndarray, labels: list) -> str | None:
     """A warning when some member applied less than half of the optimizer steps it tried (None otherwise)."""
     low = [f"{label} ({share:.0%})" for label, share in zip(labels, applied_share) if share < 0.5]
@@ -570,6 +580,7 @@ def _train_summary(args, config, seeds, run, folder, seconds: float, steps_befor
     final = run.history[-1]
     return {
         "updates_applied": run.updates_applied().tolist(),
+        **{name: counts.tolist() for name, counts in run.updates_skipped().items()},
         "updates_applied_share": run.applied_share().tolist(),
         "warning": applied_warning(run.applied_share(), [f"seed {seed}" for seed in seeds]),
         "env": args.env,
@@ -589,9 +600,18 @@ def _train_summary(args, config, seeds, run, folder, seconds: float, steps_befor
 
 def _print_train_table(summary: dict, seeds: list[int]) -> None:
     successes = summary.get("success", [None] * len(seeds))
-    print(f"\n{'seed':>6}  {'final eval return':>17}  {'success':>8}  {'env steps':>10}")
-    for seed, value, success, steps in zip(seeds, summary["return"], successes, summary["env_steps"]):
-        print(f"{seed:>6}  {value:>17.3f}  {'-' if success is None else f'{success:.1%}':>8}  {steps:>10,}")
+    print(
+        f"\n{'seed':>6}  {'final eval return':>17}  {'success':>8}  {'env steps':>10}  {'updates applied':>15}  "
+        f"{'skipped':>8}"
+    )
+    updates = zip(summary["updates_applied"], summary["updates_skipped"])
+    for seed, value, success, steps, (applied, skipped) in zip(
+        seeds, summary["return"], successes, summary["env_steps"], updates
+    ):
+        print(
+            f"{seed:>6}  {value:>17.3f}  {'-' if success is None else f'{success:.1%}':>8}  {steps:>10,}  "
+            f"{applied:>15,}  {skipped:>8,}"
+        )
     mean_success = f"{np.mean(summary['success']):.1%}" if "success" in summary else "-"
     print(f"{'mean':>6}  {np.mean(summary['return']):>17.3f}  {mean_success:>8}")
 
@@ -675,15 +695,16 @@ def _run_sweep(args) -> int:
             f"process(es); run folder {folder}"
         )
         metric = _default_metric(args, trainer.env)
+        labels = [", ".join([*(f"{axis}={m[axis]}" for axis in grid), f"seed {m['seed']}"]) for m in sweep.members]
         started = time.perf_counter()
         try:
-            run = MemberRun(trainer, sweep.keys(), sweep.hyperparameters(), checkpointer)
+            run = MemberRun(trainer, sweep.keys(), sweep.hyperparameters(), checkpointer, labels=labels)
             steps_before = int(run.env_steps().sum())
             for _, evaluation in run.periods():
                 values = evaluation[metric]
                 log(
                     f"iteration {evaluation['iteration'][0]:>5}/{sweep.config.num_iterations}  eval {metric} mean "
-                    f"{values.mean():9.3f} (min {values.min():.3f}, max {values.max():.3f})"
+                    f"{values.mean():9.3f} (min {values.min():.3f}, max {values.max():.3f})  {_skipped_text(run)}"
                     f"  {time.perf_counter() - started:7.1f} s"
                 )
         finally:  # waits for the checkpoint writes in flight
@@ -693,9 +714,13 @@ def _run_sweep(args) -> int:
     if not main_process:
         return 0
     summary = _save_sweep(args, sweep, results, folder, metric, heatmap_axes)
-    labels = [", ".join(f"{axis}={value}" for axis, value in member.items()) for member in sweep.members]
     applied_share = results["updates_applied_share"]
-    summary.update(updates_applied_share=applied_share.tolist(), warning=applied_warning(applied_share, labels))
+    summary.update(
+        updates_applied=results["updates_applied"][:, -1].tolist(),  # per member, in the order of results.csv
+        **{name: counts.tolist() for name, counts in run.updates_skipped().items()},
+        updates_applied_share=applied_share.tolist(),
+        warning=applied_warning(applied_share, labels),
+    )
     if summary["warning"]:
         print(summary["warning"], file=sys.stderr)
     summary.update(
@@ -714,6 +739,10 @@ def _run_sweep(args) -> int:
     print("\n" + "  ".join(f"{axis:>8}" for axis in grid) + f"  {'final ' + metric:>14}  {'sd':>8}")
     for point in summary["points"]:
         print("  ".join(f"{point[axis]:>8}" for axis in grid) + f"  {point['mean']:>14.3f}  {point['sd']:>8.3f}")
+    print(
+        f"updates applied {sum(summary['updates_applied']):,}, skipped {sum(summary['updates_skipped']):,} "
+        f"({sum(summary['updates_nonfinite']):,} non-finite), all members"
+    )
     if summary["env_steps_per_second"] is not None:
         print(
             f"\n{summary['seconds']:.1f} s, of which {run.compile_seconds:.1f} s compiling; then "
@@ -849,7 +878,15 @@ def _options_label(env_options: dict) -> str:
 
 def _run_compare(args) -> int:
     from ftw_jax import runs
-    from ftw_jax.compare import compare, difference_rows, markdown_table, seed_rows, summary_rows, tuning_table
+    from ftw_jax.compare import (
+        compare,
+        difference_rows,
+        markdown_table,
+        seed_rows,
+        summary_rows,
+        tuning_table,
+        updates_per_algorithm,
+    )
 
     algorithms = [name.strip() for name in args.algos.split(",") if name.strip()]
     seeds = seeds_of(args)
@@ -878,10 +915,11 @@ def _run_compare(args) -> int:
     log(f"comparing {', '.join(algorithms)} on {args.env} over seeds {seeds}; run folder {folder}")
     started = time.perf_counter()
 
-    def progress(algorithm, phase, period, values):
+    def progress(algorithm, phase, period, values, skipped):
         log(
             f"{algorithm:>10} {phase:>6}  period {period + 1:>3}  eval mean {values.mean():8.3f} "
-            f"(min {values.min():.3f}, max {values.max():.3f})  {time.perf_counter() - started:7.1f} s"
+            f"(min {values.min():.3f}, max {values.max():.3f})  skipped {skipped[0]:,}/{skipped[1]:,}"
+            f"  {time.perf_counter() - started:7.1f} s"
         )
 
     comparison = compare(
@@ -937,6 +975,7 @@ def _run_compare(args) -> int:
         **search,
         "chosen": {r.algorithm: r.settings for r in comparison.results},
         "tuning": {r.algorithm: r.tuning for r in comparison.results},
+        "updates": updates_per_algorithm(comparison),
         "warning": applied_warning(
             np.concatenate([r.applied_share for r in comparison.results]),
             [f"{r.algorithm} seed {s}" for r in comparison.results for s in seeds],
@@ -949,6 +988,11 @@ def _run_compare(args) -> int:
         print(json.dumps(summary))
         return 0
     print("\n" + table)
+    skipped = ", ".join(
+        f"{name} {sum(row['skipped']):,} ({sum(row['nonfinite']):,} non-finite; tuning {row['tuning_skipped']:,})"
+        for name, row in summary["updates"].items()
+    )
+    print(f"updates skipped, all reported seeds: {skipped}")
     print(f"{summary['seconds']:.1f} s; table.md, results.csv, seeds.csv, curves.npz, curves*.png in {folder}")
     return 0
 
@@ -1115,7 +1159,8 @@ def _run_lm_learn(args) -> int:
     else:
         print(
             f"{summary['episodes']} episodes, {summary['iterations']} iterations, policy version "
-            f"{summary['version']}: weights in {summary['weights']} ({summary['seconds']:.1f} s)"
+            f"{summary['version']} ({summary['updates_skipped']:,} updates skipped, {summary['updates_nonfinite']:,} "
+            f"non-finite): weights in {summary['weights']} ({summary['seconds']:.1f} s)"
         )
     return 0
 
@@ -1149,6 +1194,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     compile_cache.configure(turned_off=getattr(args, "no_compile_cache", False))  # before the first compile
     from ftw_jax import runner
+    from ftw_jax.skips import SkippedUpdates
 
     # Commands with a run folder stop between two periods when asked (SIGINT, SIGTERM), the last one checkpointed.
     catch = args.command != "bandit" and threading.current_thread() is threading.main_thread()
@@ -1162,6 +1208,16 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ImportError, OSError) as error:  # bad input, a missing optional dependency, a bad path
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except SkippedUpdates as stop:
+        folder = getattr(args, "run_folder", None)
+        where = (
+            f" Checkpointed where it stopped; resume with: {resume_command(argv, folder)} (add --stop-after-skipped "
+            "0 to go on past this)."
+            if folder and not getattr(args, "no_checkpoint", True)
+            else ""
+        )
+        print(f"stopped: {stop}{where}", file=sys.stderr)
+        return STOPPED_SKIPPING
     except (KeyboardInterrupt, runner.Interrupted) as interrupt:
         folder = getattr(args, "run_folder", None)
         where = (

@@ -127,6 +127,9 @@ class AlgorithmResult:
     applied_share: np.ndarray  # [S] the share of its optimizer steps each reported seed applied
     updates: np.ndarray | None = None  # [S, periods] optimizer steps applied by each evaluation
     settings: dict = dataclasses.field(default_factory=dict)  # the chosen configuration (searched settings)
+    skipped: np.ndarray | None = None  # [S] ready optimizer steps each reported seed skipped (`ftw_jax.skips`)
+    nonfinite: np.ndarray | None = None  # [S] those of them skipped for a non-finite loss, gradient or update
+    tuning_skipped: tuple[int, int] = (0, 0)  # (skipped, of them non-finite) over every tuning run
 
     @property
     def final(self) -> np.ndarray:
@@ -161,7 +164,7 @@ def compare(
     overrides: dict | None = None,
     metric: str | None = None,
     checkpoint_folder: pathlib.Path | None = None,
-    on_period: Callable[[str, str, int, np.ndarray], None] | None = None,
+    on_period: Callable[[str, str, int, np.ndarray, tuple[int, int]], None] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Runs every algorithm on `env` at the same budget (see the module docstring) and returns their curves.
@@ -179,8 +182,13 @@ def compare(
         has more than one value or `search` is on.
       metric: "success" or "return" (default: success where the environment has it).
       checkpoint_folder: each (algorithm, phase) checkpoints under it and resumes from it.
-      on_period: progress, called as (algorithm, phase, period, metric of every member [M]) after every
-        evaluation period; phase is "tune" or "report".
+      on_period: progress, called as (algorithm, phase, period, metric of every member [M], (ready updates
+        skipped, updates tried) in the period by all members) after every evaluation period; phase is "tune"
+        (or "tuneN" with `search`) or "report".
+
+    A reported run that stops applying updates stops the comparison (`ftw_jax.skips.SkippedUpdates`, as
+    `ftw-jax train`); a tuning run never does: a configuration that diverges is a finding of the tuning (it
+    scores low and is not chosen), and its skipped updates are counted (`AlgorithmResult.tuning_skipped`).
     """
     overrides = dict(overrides or {})
     own_settings = {}  # each algorithm's settings among the overrides (the run's and its own)
@@ -244,7 +252,7 @@ class _Phases:
     env_options: dict
     metric: str
     checkpoint_folder: pathlib.Path | None
-    on_period: Callable[[str, str, int, np.ndarray], None] | None
+    on_period: Callable[[str, str, int, np.ndarray, tuple[int, int]], None] | None
 
     def run(self, algorithm: str, phase: str, sweep) -> tuple[dict, float]:
         """One phase's sweep, checkpointed in its own folder ("ALGORITHM-PHASE") and resumed from it: its
@@ -273,6 +281,8 @@ class _Phases:
                 check_same_config(record["fingerprint"], checkpointer.fingerprint, str(finished))
                 results = history_arrays(rows_from_record(record["history"]))
                 results["updates_applied_share"] = np.asarray(record["updates_applied_share"])
+                for name in ("updates_skipped", "updates_nonfinite"):  # absent from phases finished before counting
+                    results.setdefault(name, np.zeros_like(results["updates_applied"]))
                 return results, record["seconds"]
             results, seconds, history = self._run(algorithm, phase, sweep, checkpointer)
         finally:
@@ -289,33 +299,51 @@ class _Phases:
         return results, seconds
 
     def _run(self, algorithm: str, phase: str, sweep, checkpointer: Checkpointer | None):
-        """The phase's results, seconds and per-period rows, run (or resumed) here."""
+        """The phase's results, seconds and per-period rows, run (or resumed) here. A reported run stops when a
+        seed stops applying updates (`MemberRun`); a tuning run goes on."""
         run = MemberRun(
-            make_train(sweep.config, **sweep.env_options), sweep.keys(), sweep.hyperparameters(), checkpointer
+            make_train(sweep.config, **sweep.env_options),
+            sweep.keys(),
+            sweep.hyperparameters(),
+            checkpointer,
+            labels=[f"{algorithm} seed {member['seed']}" for member in sweep.members],
+            stops=phase == "report",
         )
         for _ in run.periods():
             if self.on_period:
-                self.on_period(algorithm, phase, len(run.history) - 1, run.history[-1][self.metric])
+                period = len(run.history) - 1
+                self.on_period(algorithm, phase, period, run.history[-1][self.metric], run.last_period_skipped())
         return run.results(), run.seconds, run.history
 
     def compare(
         self, algorithm: str, settings: dict, learning_rates: list[float], seeds: list[int], tuning_seeds: list[int]
     ) -> AlgorithmResult:
         """The learning rate with the best mean AUC on the tuning seeds (if several), then the reported seeds."""
-        chosen, tuning, seconds = learning_rates[0], [], 0.0
+        chosen, tuning, seconds, tuning_skipped = learning_rates[0], [], 0.0, (0, 0)
         sweep = functools.partial(make_sweep, self.env, env_options=self.env_options, algorithm=algorithm, **settings)
         if len(learning_rates) > 1:
             tuning_sweep = sweep({"lr": learning_rates}, tuning_seeds)
             tuned, seconds = self.run(algorithm, "tune", tuning_sweep)
+            tuning_skipped = _skipped_total(tuned)
             curves = tuned[self.metric]
             for rate in learning_rates:
                 members = [i for i, m in enumerate(tuning_sweep.members) if m["lr"] == rate]
                 tuning.append({"learning_rate": rate, "auc_mean": float(curves[members].mean())})
             chosen = max(tuning, key=lambda row: row["auc_mean"])["learning_rate"]
         reported, report_seconds = self.run(algorithm, "report", sweep({"lr": [chosen]}, seeds))
-        return self.result(algorithm, reported, seconds + report_seconds, tuning, {"learning_rate": chosen})
+        return self.result(
+            algorithm, reported, seconds + report_seconds, tuning, {"learning_rate": chosen}, tuning_skipped
+        )
 
-    def result(self, algorithm: str, reported: dict, seconds: float, tuning: list[dict], settings: dict):
+    def result(
+        self,
+        algorithm: str,
+        reported: dict,
+        seconds: float,
+        tuning: list[dict],
+        settings: dict,
+        tuning_skipped: tuple[int, int],
+    ):
         return AlgorithmResult(
             algorithm=algorithm,
             learning_rate=settings["learning_rate"],
@@ -326,6 +354,9 @@ class _Phases:
             applied_share=reported["updates_applied_share"],
             updates=reported["updates_applied"],
             settings=settings,
+            skipped=reported["updates_skipped"][:, -1],
+            nonfinite=reported["updates_nonfinite"][:, -1],
+            tuning_skipped=tuning_skipped,
         )
 
     def search(
@@ -340,7 +371,7 @@ class _Phases:
     ) -> AlgorithmResult:
         """`count` configurations from the algorithm's space on the tuning seeds (one sweep per compiled
         program), the best mean AUC, then the reported seeds with it."""
-        seconds = 0.0
+        seconds, tuning_skipped = 0.0, (0, 0)
         configurations = tuning.draw_configurations(algorithm, count, search_seed)
         tuning_settings = {**settings, **({"num_iterations": tuning_iterations} if tuning_iterations else {})}
         rows = [dict(point) for point in configurations]
@@ -350,6 +381,8 @@ class _Phases:
         for group, (sweep, indices) in enumerate(groups):
             tuned, phase_seconds = self.run(algorithm, f"tune{group}", sweep)
             curves, seconds = tuned[self.metric], seconds + phase_seconds  # [configs × seeds, periods]
+            skipped, nonfinite = _skipped_total(tuned)
+            tuning_skipped = (tuning_skipped[0] + skipped, tuning_skipped[1] + nonfinite)
             for position, index in enumerate(indices):
                 members = curves[position * len(tuning_seeds) : (position + 1) * len(tuning_seeds)]
                 rows[index].update(
@@ -360,7 +393,27 @@ class _Phases:
         chosen = configurations[max(range(len(rows)), key=lambda index: rows[index]["auc_mean"])]
         sweep = tuning.group_sweeps(self.env, [chosen], seeds, self.env_options, algorithm=algorithm, **settings)[0][0]
         reported, report_seconds = self.run(algorithm, "report", sweep)
-        return self.result(algorithm, reported, seconds + report_seconds, rows, dict(chosen))
+        return self.result(algorithm, reported, seconds + report_seconds, rows, dict(chosen), tuning_skipped)
+
+
+def _skipped_total(results: dict) -> tuple[int, int]:
+    """(ready updates skipped, of them non-finite) by every member of a phase."""
+    return int(results["updates_skipped"][:, -1].sum()), int(results["updates_nonfinite"][:, -1].sum())
+
+
+def updates_per_algorithm(comparison: Comparison) -> dict:
+    """Per algorithm: optimizer steps its reported seeds applied and skipped (ready, not applied), those skipped
+    for a non-finite value, per seed [S]; and its tuning runs' skipped and non-finite, all together."""
+    return {
+        result.algorithm: {
+            "applied": [] if result.updates is None else result.updates[:, -1].tolist(),
+            "skipped": [] if result.skipped is None else result.skipped.tolist(),
+            "nonfinite": [] if result.nonfinite is None else result.nonfinite.tolist(),
+            "tuning_skipped": result.tuning_skipped[0],
+            "tuning_nonfinite": result.tuning_skipped[1],
+        }
+        for result in comparison.results
+    }
 
 
 def summary_rows(comparison: Comparison) -> list[dict]:

@@ -26,6 +26,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from ftw_jax import skips
 from ftw_jax.algos.base import Hyperparameters
 from ftw_jax.checkpoints import Checkpointer, rows_from_record, rows_record
 from ftw_jax.train import TrainCarry, Trainer
@@ -157,10 +158,16 @@ class MemberRun:
     """Members of one training program, initialised (or restored) and run one evaluation period at a time.
 
     Attributes after `periods()`: `carry` (sharded), `history` (per period: every evaluation value [M], the
-    last iteration's training `train_return` [M], and "metrics/NAME" [M, eval_every] for `metric_names`),
-    `compile_seconds`, `clock` (per period run here: seconds since the start of training, env steps of all
-    members), `periods_done_before` (restored from a checkpoint), `seconds` (compiling and running, over every
-    process that ran these members: the checkpoints carry the count across a resume).
+    last iteration's training `train_return` [M], the skipped updates `skips.TOTALS` [M], and "metrics/NAME"
+    [M, eval_every] for `metric_names`), `compile_seconds`, `clock` (per period run here: seconds since the
+    start of training, env steps of all members), `periods_done_before` (restored from a checkpoint),
+    `seconds` (compiling and running, over every process that ran these members: the checkpoints carry the
+    count across a resume).
+
+    A period after which some member has applied none of its last ready updates (`skips`: the config's
+    `stop_after_skipped`, by default a whole period's) is checkpointed even between `--checkpoint-every`
+    periods, yielded, and then `periods()` raises `skips.SkippedUpdates` naming those members by `labels`
+    (default "member i"); `stops=False` only counts them.
     """
 
     def __init__(
@@ -170,9 +177,13 @@ class MemberRun:
         hyperparameters: Hyperparameters | None = None,
         checkpointer: Checkpointer | None = None,
         metric_names: tuple[str, ...] = (),
+        labels: list[str] | None = None,
+        stops: bool = True,
     ):
         self.trainer, self.checkpointer, self.metric_names = trainer, checkpointer, metric_names
         self.num_members = len(keys)
+        self.labels = labels or [f"member {index}" for index in range(self.num_members)]
+        self.stops = stops
         check_memory(trainer, self.num_members)
         if hyperparameters is None:  # every member the config's own
             hyperparameters = jax.tree.map(
@@ -185,7 +196,8 @@ class MemberRun:
         restored = checkpointer.restore(self.carry) if checkpointer else None
         if restored:
             _, self.carry, record = restored
-            self.history = rows_from_record(record["history"])
+            # Checkpoints written before the skipped updates were counted: counted from here on.
+            self.history = [{**skips.no_skips(self.num_members), **row} for row in rows_from_record(record["history"])]
             self.seconds_before = float(record.get("seconds", 0.0))  # absent from checkpoints before it was kept
         self.periods_done_before = len(self.history)
         self.compile_seconds, self.clock = 0.0, []
@@ -233,27 +245,42 @@ class MemberRun:
         check_working_memory(run_period.memory_analysis())
         self.compile_seconds = time.perf_counter() - started
         started = time.perf_counter()
+        limit = skips.limit_of(config.stop_after_skipped, self.updates_per_period) if self.stops else None
         for period in range(len(self.history), config.num_periods):  # one period per call: same result as one scan
             raise_if_stopped()
             self.carry, (metrics, evaluation) = run_period(self.carry)
             metrics = {name: host_array(value)[: self.num_members, 0] for name, value in metrics.items()}
             evaluation = {name: host_array(value)[: self.num_members, 0] for name, value in evaluation.items()}
+            before = self.history[-1] if self.history else skips.no_skips(self.num_members)
             self.history.append(
                 {
                     **evaluation,
                     "train_return": metrics["return_mean"][:, -1],
+                    **skips.totals_after(before, metrics),
                     **{f"metrics/{name}": metrics[name] for name in self.metric_names},
                 }
             )
             self.clock.append((time.perf_counter() - started, int(self.env_steps().sum())))
+            stuck = skips.stuck(self.history[-1]["skipped_in_a_row"], limit)
             if self.checkpointer:
                 self.checkpointer.save(
                     period + 1,
                     self.carry,
                     {"history": rows_record(self.history), "seconds": self.seconds},
-                    final=period + 1 == config.num_periods,
+                    final=period + 1 == config.num_periods or bool(stuck.any()),  # a stopped run resumes from here
                 )
             yield metrics, evaluation
+            if stuck.any():
+                assert limit is not None  # nothing is stuck without a limit
+                raise skips.SkippedUpdates(
+                    skips.stop_message(
+                        [label for label, member_stuck in zip(self.labels, stuck) if member_stuck],
+                        self.history[-1]["skipped_in_a_row"][stuck],
+                        self.history[-1]["nonfinite_in_a_row"][stuck],
+                        limit,
+                        whole="a whole period" if config.stop_after_skipped is None else "",
+                    )
+                )
 
     def results(self) -> dict:
         """The history as arrays: evaluation values [M, periods], "metrics/NAME" [M, iterations]."""
@@ -263,9 +290,27 @@ class MemberRun:
         results["updates_applied_share"] = self.applied_share()  # [M]
         return results
 
+    @property
+    def updates_per_period(self) -> int:
+        """Optimizer steps each member tries in one evaluation period (U per iteration)."""
+        return self.trainer.config.eval_every * self.trainer.learner.steps_per_batch
+
     def updates_applied(self) -> np.ndarray:
         """[M] optimizer steps applied so far (the policy's version)."""
         return host_array(self.carry.learner.policy.version)[: self.num_members]
+
+    def updates_skipped(self) -> dict[str, np.ndarray]:
+        """{"updates_skipped", "updates_nonfinite"}: [M] ready steps skipped so far, and those of them skipped for
+        a non-finite value (`skips`; steps before FTW's pool was ready are neither)."""
+        last = self.history[-1] if self.history else skips.no_skips(self.num_members)
+        return {name: np.asarray(last[name]) for name in ("updates_skipped", "updates_nonfinite")}
+
+    def last_period_skipped(self) -> tuple[int, int]:
+        """(ready steps skipped, steps tried) in the last period run, all members together: the progress line's."""
+        skipped = self.history[-1]["updates_skipped"] - (
+            self.history[-2]["updates_skipped"] if len(self.history) > 1 else 0
+        )
+        return int(np.sum(skipped)), self.num_members * self.updates_per_period
 
     def applied_share(self) -> np.ndarray:
         """[M] the share of the steps tried so far that were applied (skipped: not ready, nothing kept, not

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ftw_jax import algos, envs, probes, warm_start
+from ftw_jax import algos, envs, probes, skips, warm_start
 from ftw_jax.algos.base import Context, Hyperparameters, Learner, with_learning_rate
 from ftw_jax.checks import check_positive_int
 from ftw_jax.policies import ARCHITECTURES
@@ -51,6 +51,12 @@ class LearnerSettings:
         "clip every gradient to this global norm before the optimizer, for every algorithm (None: no clipping; "
         "PPO's references: 0.5)",
     )
+    stop_after_skipped: int | None = setting(
+        None,
+        "stop the run (exit 3, resumable) when a member has applied none of its last N ready updates, non-finite or "
+        "with nothing kept; checked after each evaluation period (lm learn: each iteration). None: a whole "
+        "period's (iteration's) updates; 0: never",
+    )
 
     def check_learner_settings(self) -> None:
         check_positive_int("episodes_per_iteration", self.episodes_per_iteration)
@@ -60,6 +66,12 @@ class LearnerSettings:
             raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef!r}.")
         if self.max_grad_norm is not None and not self.max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm!r}.")
+        if self.stop_after_skipped is not None and not (
+            isinstance(self.stop_after_skipped, int)
+            and not isinstance(self.stop_after_skipped, bool)
+            and self.stop_after_skipped >= 0
+        ):
+            raise ValueError(f"stop_after_skipped must be an int >= 0 or None, got {self.stop_after_skipped!r}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,6 +413,7 @@ def make_iteration(
         env_steps = carry.env_steps + jnp.sum(batch.mask, dtype=jnp.int32)
         metrics = {
             **jax.tree.map(lambda m: m[-1], update_metrics),  # the iteration's last update
+            **skips.update_counts(update_metrics),  # and how many of all U were applied or skipped
             "return_mean": jnp.mean(batch.episode_return),
             "return_max": jnp.max(batch.episode_return),
             "return_min": jnp.min(batch.episode_return),

@@ -4,12 +4,12 @@
     python tests/mutations.py kl-swapped ...  # only these
     python tests/mutations.py --list          # names and what each breaks
 
-For each mutation the repository's `ftw_jax/`, `tests/` and `pyproject.toml` are copied to a temporary folder,
-one exact piece of source is replaced (it must occur exactly once, so a mutation that no longer applies is an
-error, not a silent pass), and the tests named for it run there (`python -m pytest -x`, the copy first on
-the import path, subprocesses included). A mutation is *killed* when those tests fail and *survives* when
-they pass. The named tests are first run once on the unmutated copy: they must pass there, or nothing is
-learned. The script prints a table and exits non-zero if any mutation survived or could not be applied.
+For each mutation the repository's `ftw_jax/`, `tests/`, `experiments/` and `pyproject.toml` are copied to a
+temporary folder, one exact piece of source is replaced (it must occur exactly once, so a mutation that no
+longer applies is an error, not a silent pass), and the tests named for it run there (`python -m pytest -x`,
+the copy first on the import path, subprocesses included). A mutation is *killed* when those tests fail and
+*survives* when they pass. The named tests are first run once on the unmutated copy: they must pass there,
+or nothing is learned. The script prints a table and exits non-zero if any mutation survived or could not be applied.
 
 Run it before a release and after changing a test that pins one of these claims; it is too slow for every
 CI run. A new claim gets a new entry: the smallest edit that breaks it, and the tests that should notice.
@@ -66,6 +66,7 @@ BASELINE_TESTS = (
 )
 RESUME_TESTS = ("tests/test_checkpoints.py",)
 SWEEP_TESTS = ("tests/test_sweep.py", "-k", "standalone or reproduce or resumes")
+SKIP_TESTS = ("tests/test_skipped_updates.py", "-m", "not slow")
 
 MUTATIONS = (
     # Non-finite and skipped steps (one `apply_if_finite` serves FTW, the baselines and PPO's critic).
@@ -117,6 +118,95 @@ MUTATIONS = (
         "updates, opt_state = optimizer.update(grads, critic.opt_state, critic.params)\n"
         "        params = optax.apply_updates(critic.params, updates)",
         BASELINE_TESTS,
+    ),
+    # Skipped updates stop a run (issue 31): counted once ready, in a row, checkpointed, resumable.
+    Mutation(
+        "skips-count-not-ready",
+        "updates before the pool is ready count as skipped (and stop a run at its start)",
+        "ftw_jax/skips.py",
+        "    skipped = ready & ~applied",
+        "    skipped = ~applied",
+        SKIP_TESTS,
+    ),
+    Mutation(
+        "skips-run-not-carried",
+        "skipped updates in a row start again at every iteration",
+        "ftw_jax/skips.py",
+        "+ np.where(np.asarray(applied)[..., index] == 0, in_a_row, 0)",
+        "+ 0",
+        SKIP_TESTS,
+    ),
+    Mutation(
+        "skips-never-stop",
+        "a run that applies no update goes on and exits 0",
+        "ftw_jax/runner.py",
+        "            if stuck.any():",
+        "            if False:",
+        SKIP_TESTS,
+    ),
+    Mutation(
+        "skips-stop-unsaved",
+        "a stop between --checkpoint-every periods leaves no checkpoint of where it stopped",
+        "ftw_jax/runner.py",
+        "final=period + 1 == config.num_periods or bool(stuck.any()),",
+        "final=period + 1 == config.num_periods,",
+        SKIP_TESTS,
+    ),
+    Mutation(
+        "skips-run-lost-on-resume",
+        "a resumed run forgets the updates it skipped before",
+        "ftw_jax/runner.py",
+        "{**skips.no_skips(self.num_members), **row}",
+        "{**row, **skips.no_skips(self.num_members)}",
+        SKIP_TESTS,
+    ),
+    Mutation(
+        "skips-uncounted",
+        "the summary and progress lines count no skipped update",
+        "ftw_jax/skips.py",
+        '"updates_skipped": before["updates_skipped"] + counts["skipped_count"].sum(axis=-1),',
+        '"updates_skipped": before["updates_skipped"],',
+        SKIP_TESTS,
+    ),
+    Mutation(
+        "skips-limit-fingerprinted",
+        "a stopped run cannot be resumed with --stop-after-skipped 0",
+        "ftw_jax/checkpoints.py",
+        'CHANGEABLE_ON_RESUME = frozenset({"stop_after_skipped"})',
+        "CHANGEABLE_ON_RESUME = frozenset()",
+        SKIP_TESTS,
+    ),
+    Mutation(
+        "skips-stop-exits-zero",
+        "a stopped run exits 0",
+        "ftw_jax/cli.py",
+        "        return STOPPED_SKIPPING",
+        "        return 0",
+        SKIP_TESTS,
+    ),
+    Mutation(
+        "skips-tuning-stops",
+        "compare stops for a tuning configuration that diverges",
+        "ftw_jax/compare.py",
+        'stops=phase == "report",',
+        "stops=True,",
+        ("tests/test_skipped_updates.py", "-k", "compare"),
+    ),
+    Mutation(
+        "skips-lm-learn-never-stops",
+        "lm learn goes on when an iteration applies no update",
+        "ftw_jax/lm/learner.py",
+        "        if stuck:",
+        "        if False:",
+        ("tests/test_lm_learner.py", "-k", "non_finite_stops"),
+    ),
+    Mutation(
+        "skips-lm-learn-run-lost-on-resume",
+        "lm learn forgets on resume the updates it skipped",
+        "ftw_jax/lm/learner.py",
+        'skipped.update(record.get("skipped", {}))',
+        "pass",
+        ("tests/test_lm_learner.py", "-k", "non_finite_stops"),
     ),
     # Resume, checkpoints, sweeps and comparisons.
     Mutation(
@@ -623,7 +713,7 @@ MUTATIONS = (
 
 
 def copy_repository(destination: pathlib.Path) -> None:
-    for name in ("ftw_jax", "tests"):
+    for name in ("ftw_jax", "tests", "experiments"):  # some tests load an experiment's script
         shutil.copytree(ROOT / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", destination / "pyproject.toml")
 

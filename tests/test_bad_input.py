@@ -49,6 +49,7 @@ CASES = [
         "entropy_coef must be a number >= 0",
     ),
     (["train", "--env", "bandit", "--max-grad-norm", "0"], "max_grad_norm must be > 0"),
+    (["train", "--env", "bandit", "--stop-after-skipped", "-1"], "stop_after_skipped must be an int >= 0 or None"),
     (
         ["train", "--env", "bandit", "--kl-decay-iterations", "10", "--kl-coef-final", "nan"],
         "kl_coef_final must be finite",

@@ -7,6 +7,7 @@ import pathlib
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from conftest import with_cpu_devices
 
@@ -406,6 +407,7 @@ def test_the_samplers_episodes_are_on_policy_for_the_learner(tmp_path):
 TWO_PROCESS_SCRIPT = """
 import json, pathlib, sys
 import numpy as np
+import optax
 folder, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 vocab = json.loads((folder / "config.json").read_text())["vocab_size"]
 rng = np.random.default_rng(0)
@@ -622,3 +624,32 @@ def test_logits_in_chunks_hold_one_chunk_in_memory():
     dense_bytes, chunked_bytes = temporaries(dense), temporaries(chunked)
     assert dense_bytes > 2 * logits_bytes, dense_bytes
     assert chunked_bytes < dense_bytes / 5, (chunked_bytes, dense_bytes)
+
+
+@pytest.mark.slow
+def test_lm_learn_whose_updates_are_all_non_finite_stops_in_one_line_and_resumes(
+    engine, model_folder, tmp_path, capsys, monkeypatch
+):
+    """Issue 31: a learner that applies none of an iteration's ready updates stops (exit 3) after that iteration,
+    checkpointed, saying why and what to try; resumed with --stop-after-skipped 0 it goes on and counts them."""
+    from ftw_jax.lm import learner as learner_module
+
+    original = learner_module.make_optimizer  # every update NaN, from finite losses and gradients
+    nan_updates = lambda config: optax.chain(original(config), optax.scale(jnp.nan))  # noqa: E731
+    monkeypatch.setattr(learner_module, "make_optimizer", nan_updates)
+    _, _, trajectories = played(engine, 24)
+    episodes = tmp_path / "episodes.jsonl"
+    write_episodes(episodes, episode_records(trajectories))
+    assert lm_learn(model_folder, episodes, tmp_path) == 3
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "skipped 1/1" in err  # the progress line
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("stopped: no update applied for 1 ready update in a row (a whole iteration;")
+    assert "the learner skipped the last 1 (all non-finite)" in line and "--dtype float32" in line
+    run = tmp_path / "run"
+    rows = [json.loads(row) for row in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [(row["applied_count"], row["skipped_count"], row["nonfinite_count"]) for row in rows] == [(0, 1, 1)]
+    assert lm_learn(model_folder, episodes, tmp_path, "--resume", str(run), "--stop-after-skipped", "0") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["version"] == summary["updates_applied"] == 0
+    assert summary["updates_skipped"] == summary["updates_nonfinite"] == 3

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ftw_jax import algos, runs
+from ftw_jax import algos, runs, skips
 from ftw_jax.algos.base import Context, Hyperparameters, Learner
 from ftw_jax.algos.ftw import FTWConfig, FTWLearnerState
 from ftw_jax.lm.config import LMConfig
@@ -213,6 +213,13 @@ def metrics_row(metrics: dict) -> dict:
     return row
 
 
+def iteration_counts(metrics: dict) -> dict[str, int]:
+    """`skips.COUNTS` of one iteration's U updates (metrics leaves [U]) as Python ints."""
+    names = [name for name in ("applied", "ready", "nonfinite") if name in metrics]
+    counts = skips.update_counts({name: host_array(metrics[name]) for name in names})
+    return {name: int(value) for name, value in counts.items()}
+
+
 # Files of a Hugging Face folder an engine needs beside the weights (the tokenizer and generation defaults).
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -310,10 +317,12 @@ def learn_from_file(
     state = learner.init(params)
     batch_size = config.episodes_per_iteration
     done, used = 0, 0  # iterations done, episodes learnt from
+    skipped = dict.fromkeys(skips.TOTALS, 0)  # ready updates skipped so far, and in a row
     restored = checkpointer.restore(state) if checkpointer else None
     if restored:
         done, state, record = restored
         used = record["episodes_used"]
+        skipped.update(record.get("skipped", {}))  # absent from checkpoints written before skips were counted
         log(f"resumed after iteration {done} ({used} episodes learnt from)")
     if jax.process_index() == 0:
         runs.keep_rows_up_to(run_folder / "metrics.jsonl", done)
@@ -323,16 +332,22 @@ def learn_from_file(
         f"{num_iterations - done} iterations of up to {batch_size}; run folder {run_folder}"
     )
     weights = None
+    updates = config.algorithm_config.updates_per_iteration  # U
+    limit = skips.limit_of(config.stop_after_skipped, updates)
     for iteration in range(done, num_iterations):
         raise_if_stopped()
         chunk = episodes[used : used + batch_size]  # the last one may be short: the pool takes any B <= N
         used += len(chunk)
         state, metrics = learner.step(state, place(to_trajectories(chunk, config.max_length)), iteration)
+        counts = iteration_counts(metrics)
+        one_iteration = {name: [value] for name, value in counts.items()}  # [I = 1]
+        skipped = {name: int(value) for name, value in skips.totals_after(skipped, one_iteration).items()}
         row = {
             "iteration": iteration + 1,
             "episodes": used,
             "reward_mean": float(np.mean([episode.reward for episode in chunk])),
             **metrics_row(metrics),
+            **counts,
         }
         if jax.process_index() == 0:
             with (run_folder / "metrics.jsonl").open("a") as file:
@@ -340,20 +355,39 @@ def learn_from_file(
         log(
             f"iteration {iteration + 1:>4}/{num_iterations}  reward {row['reward_mean']:.3f}  elite reward "
             f"{row['elite_return_mean']:.3f}  cross-entropy {row['cross_entropy']:.4f}  kl {row['kl']:.4f}  "
-            f"staleness {row['pool_staleness_mean']:.1f}  version {row['version']}"
+            f"staleness {row['pool_staleness_mean']:.1f}  version {row['version']}  "
+            f"skipped {counts['skipped_count']}/{updates}"
         )
         last = iteration + 1 == num_iterations
+        stuck = bool(skips.stuck(np.asarray(skipped["skipped_in_a_row"]), limit))
         if (iteration + 1) % config.save_every == 0 or last:
             weights = save_weights(run_folder, learner, state, model_path)
-        if checkpointer:
-            checkpointer.save(iteration + 1, state, {"episodes_used": used}, final=last)
+        if checkpointer:  # a stopped run resumes from this iteration
+            checkpointer.save(iteration + 1, state, {"episodes_used": used, "skipped": skipped}, final=last or stuck)
+        if stuck:
+            assert limit is not None  # nothing is stuck without a limit
+            raise skips.SkippedUpdates(
+                skips.stop_message(
+                    ["the learner"],
+                    np.asarray([skipped["skipped_in_a_row"]]),
+                    np.asarray([skipped["nonfinite_in_a_row"]]),
+                    limit,
+                    whole="a whole iteration" if config.stop_after_skipped is None else "",
+                    nonfinite_advice="try --param-dtype float32 or --dtype float32, "
+                    + skips.NONFINITE_ADVICE.removeprefix("try "),
+                )
+            )
     if weights is None:  # everything was done before this resume
         weights = save_weights(run_folder, learner, state, model_path)
+    version = int(host_array(state.policy.version))
     summary = {
         "episodes": used,
         "bad_lines_skipped": len(report.skipped),
         "iterations": num_iterations,
-        "version": int(host_array(state.policy.version)),
+        "version": version,
+        "updates_applied": version,
+        "updates_skipped": skipped["updates_skipped"],
+        "updates_nonfinite": skipped["updates_nonfinite"],
         "weights": str(weights),
         "devices": jax.device_count(),
         "seconds": time.perf_counter() - started,
