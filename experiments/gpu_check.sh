@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check (about 5 minutes on one GPU; nothing here needs a GPU to run, it is just slower on a CPU):
 # the device, the update benchmark, 64 seeds vmapped vs sequential, Sokoban's profile, a 64-member sweep, the
-# compilation cache, the bandit against NumPy, and a Qwen2.5-0.5B-sized LM (tokens/s).
+# compilation cache, the bandit against NumPy, a Qwen2.5-0.5B-sized LM (tokens/s) and the memory XLA counts for
+# lm learn's update at Qwen2.5-0.5B, 1.5B and 3B (bfloat16 compute, float32 master weights, chunked loss).
 # Prints the device name, compile times and env steps per second. Run from a checkout with the project
 # installed against a CUDA jax (pip install -e . "jax[cuda12]"): bash experiments/gpu_check.sh
 set -euo pipefail
@@ -24,3 +25,5 @@ echo; echo "== ftw-jax bandit over 1000 seeds against plain NumPy, whole process
 timeout 200 python experiments/bench_bandit.py --repeats 1
 echo; echo "== a Qwen2.5-0.5B-sized LM, random weights, bfloat16: forward, train step, sampling (experiments/lm_benchmark.py)"
 timeout 240 python experiments/lm_benchmark.py --sizes qwen2.5-0.5B --dtype bfloat16 --batch 8 --length 512
+echo; echo "== lm learn's update at Qwen2.5's sizes compiled for this device: XLA's memory count (experiments/lm_compiled_memory.py)"
+timeout 240 python experiments/lm_compiled_memory.py --models 0.5B,1.5B,3B --mesh 1x1 --losses chunked
