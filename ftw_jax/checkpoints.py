@@ -35,8 +35,8 @@ def _as_json(value):
 
 
 # Settings that decide when a run stops, not what it computes: a resume may change them (a run stopped for its
-# skipped updates goes on past them with --stop-after-skipped 0).
-CHANGEABLE_ON_RESUME = frozenset({"stop_after_skipped"})
+# skipped updates goes on past them with --stop-after-skipped 0; lm learn may follow its file, or stop doing so).
+CHANGEABLE_ON_RESUME = frozenset({"stop_after_skipped", "follow", "idle_timeout", "poll_seconds"})
 
 
 def _compared(value: Any) -> Any:
@@ -110,7 +110,7 @@ class Checkpointer:
 
         self._ocp = ocp
         self.directory = pathlib.Path(directory).absolute()
-        self.fingerprint = _as_json(fingerprint)
+        self.fingerprint, self.every = _as_json(fingerprint), every
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=every, create=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 

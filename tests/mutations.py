@@ -172,8 +172,8 @@ MUTATIONS = (
         "skips-limit-fingerprinted",
         "a stopped run cannot be resumed with --stop-after-skipped 0",
         "ftw_jax/checkpoints.py",
-        'CHANGEABLE_ON_RESUME = frozenset({"stop_after_skipped"})',
-        "CHANGEABLE_ON_RESUME = frozenset()",
+        'CHANGEABLE_ON_RESUME = frozenset({"stop_after_skipped", "follow", "idle_timeout", "poll_seconds"})',
+        'CHANGEABLE_ON_RESUME = frozenset({"follow", "idle_timeout", "poll_seconds"})',
         SKIP_TESTS,
     ),
     Mutation(
@@ -708,6 +708,23 @@ MUTATIONS = (
         "jax.jit(learn, donate_argnums=0)",
         "jax.jit(learn)",
         ("tests/test_lm_memory.py::test_a_donated_state_or_a_bfloat16_reference_shrink_the_compiled_update",),
+    ),
+    # Issue 32: the learner following an engine's file.
+    Mutation(
+        "follow-learns-short-batches",
+        "lm learn --follow learns a batch before B episodes are there (not what a run never stopped learns)",
+        "ftw_jax/lm/learner.py",
+        "if config.follow and len(pending) < batch_size:",
+        "if config.follow and not pending:",
+        ("tests/test_lm_learner.py::test_lm_learn_follow_learns_each_appended_line_once_and_resumes_exactly",),
+    ),
+    Mutation(
+        "tail-reads-half-lines",
+        "a line the engine is still writing is parsed (and refused) before its newline",
+        "ftw_jax/lm/episodes.py",
+        'end = len(data) if complete else data.rfind(b"\\n") + 1',
+        "end = len(data)",
+        ("tests/test_lm_learner.py::test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file",),
     ),
 )
 

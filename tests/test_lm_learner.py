@@ -3,6 +3,8 @@ learner against the in-process one, versioned weights, resume."""
 
 import json
 import pathlib
+import threading
+import time
 
 import jax
 import jax.numpy as jnp
@@ -653,3 +655,88 @@ def test_lm_learn_whose_updates_are_all_non_finite_stops_in_one_line_and_resumes
     summary = json.loads(capsys.readouterr().out)
     assert summary["version"] == summary["updates_applied"] == 0
     assert summary["updates_skipped"] == summary["updates_nonfinite"] == 3
+
+
+# ------------------------------------------------------------------------------------- following an engine
+
+
+def append_slowly(path: pathlib.Path, lines: list[str], pause: float = 0.4) -> threading.Thread:
+    """A stand-in engine: appends `lines` one at a time with pauses, the first one in two writes (a line seen half
+    written must wait for its newline)."""
+
+    def write():
+        for index, line in enumerate(lines):
+            time.sleep(pause)
+            with path.open("a") as file:
+                if index == 0:
+                    file.write(line[: len(line) // 2])
+                    file.flush()
+                    time.sleep(pause)
+                file.write(line[len(line) // 2 :] if index == 0 else line)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+def test_lm_learn_follow_learns_each_appended_line_once_and_resumes_exactly(engine, model_folder, tmp_path, capsys):
+    """Issue 32: `--follow` learns the file's episodes, then the lines an engine appends as whole batches fill,
+    each once, in file order: the weights of a run never stopped over the whole file. Stopped (here by
+    --idle-timeout) and started again on the grown file, it goes on where it stopped: the same weights again."""
+    _, _, trajectories = played(engine, 24)
+    whole_file = tmp_path / "episodes.jsonl"
+    write_episodes(whole_file, episode_records(trajectories))
+    lines = whole_file.read_text().splitlines(keepends=True)
+    assert lm_learn(model_folder, whole_file, tmp_path / "whole") == 0
+    capsys.readouterr()
+    _, expected = load(tmp_path / "whole" / "run" / "weights" / "version-000003")
+
+    growing = tmp_path / "growing.jsonl"
+    growing.write_text("".join(lines[:5]))  # fewer than a batch: the follower waits for more
+    engine_thread = append_slowly(growing, lines[5:12])
+    follow = ("--follow", "true", "--idle-timeout", "4", "--poll-seconds", "0.1")
+    assert lm_learn(model_folder, growing, tmp_path / "followed", *follow) == 0
+    engine_thread.join()
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["episodes"] == 8 and summary["iterations"] == 1  # 12 lines: one batch, 4 waiting
+    run = tmp_path / "followed" / "run"
+    with growing.open("a") as file:
+        file.writelines(lines[12:])
+    assert lm_learn(model_folder, growing, tmp_path / "followed", "--resume", str(run), *follow) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["episodes"] == 24 and summary["iterations"] == 3 and summary["version"] == 3
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["episodes"] for row in rows] == [8, 16, 24]
+    _, followed = load(run / "weights" / "version-000003")
+    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(followed)):
+        np.testing.assert_array_equal(a, b)
+    assert json.loads((run / "weights" / "latest.json").read_text())["version"] == 3
+
+
+def test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file(tmp_path):
+    from ftw_jax.lm.episodes import EpisodeTail
+
+    path = tmp_path / "episodes.jsonl"
+    line = json.dumps(GOOD) + "\n"
+    path.write_text(line + line[:10])
+    tail = EpisodeTail(path, vocab_size=64, max_length=16)
+    assert len(tail.read()) == 1 and tail.read() == []  # the half line waits
+    with path.open("a") as file:
+        file.write(line[10:] + "\n" + line)  # its end, a blank line, one more
+    assert len(tail.read()) == 2 and tail.lines == 4 and tail.report.kept == 3
+    path.write_text(line)
+    with pytest.raises(ValueError, match="shrank to .* bytes after .* were read; append only"):
+        tail.read()
+    path.write_bytes(b"\xff\n")
+    with pytest.raises(ValueError, match=r"episodes.jsonl:1: 'utf-8' codec can't decode"):
+        EpisodeTail(path, vocab_size=64, max_length=16).read()
+
+
+def test_stale_episodes_are_counted_against_the_bound():
+    from ftw_jax.lm.episodes import parse_episode
+    from ftw_jax.lm.learner import stale_episodes
+
+    episode = parse_episode(json.dumps(GOOD), vocab_size=64, max_length=16)  # written by version 2
+    assert stale_episodes([episode, episode], 5, None) == 0
+    assert stale_episodes([episode, episode], 5, 3) == 0 and stale_episodes([episode], 6, 3) == 1

@@ -140,23 +140,49 @@ def read_episodes(
     """Every episode of a JSONL file, in order. A bad line raises ValueError naming its line and field, before
     anything is learnt from the file, or with `skip_bad` is left out and listed in the report. Blank lines are
     skipped silently."""
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise ValueError(f"no episodes file at {path}.")
-    episodes, report = [], ReadReport()
-    with path.open() as file:
-        for number, line in enumerate(file, start=1):
-            if not line.strip():
+    tail = EpisodeTail(path, vocab_size=vocab_size, max_length=max_length, skip_bad=skip_bad)
+    episodes = tail.read(complete=True)
+    return episodes, tail.report
+
+
+class EpisodeTail:
+    """A JSONL file of episodes that an engine appends to, read as it grows: each `read()` parses the whole lines
+    written since the last one (a line still being written, with no newline yet, waits for the next read). The
+    report counts every line read so far; bad lines are refused or skipped as `read_episodes` does."""
+
+    def __init__(self, path: str | os.PathLike[str], *, vocab_size: int, max_length: int, skip_bad: bool = False):
+        self.path = pathlib.Path(path)
+        if not self.path.is_file():
+            raise ValueError(f"no episodes file at {self.path}.")
+        self.vocab_size, self.max_length, self.skip_bad = vocab_size, max_length, skip_bad
+        self.offset, self.lines = 0, 0  # bytes and lines read
+        self.report = ReadReport()
+
+    def read(self, complete: bool = False) -> list[Episode]:
+        """The episodes of the lines appended since the last read; `complete`: the file is whole, so a last line
+        without a newline is read too."""
+        size = self.path.stat().st_size
+        if size < self.offset:
+            raise ValueError(f"{self.path} shrank to {size:,} bytes after {self.offset:,} were read; append only.")
+        with self.path.open("rb") as file:
+            file.seek(self.offset)
+            data = file.read()
+        end = len(data) if complete else data.rfind(b"\n") + 1
+        self.offset += end
+        episodes = []
+        for raw in data[:end].splitlines():
+            self.lines += 1
+            if not raw.strip():
                 continue
             try:
-                episodes.append(parse_episode(line, vocab_size=vocab_size, max_length=max_length))
-            except BadEpisode as error:
-                problem = f"{path}:{number}: {error}"
-                if not skip_bad:
+                episodes.append(parse_episode(raw.decode(), vocab_size=self.vocab_size, max_length=self.max_length))
+            except (BadEpisode, UnicodeDecodeError) as error:
+                problem = f"{self.path}:{self.lines}: {error}"
+                if not self.skip_bad:
                     raise ValueError(f"{problem} (pass --skip-bad-lines to leave such lines out).") from None
-                report.skipped.append(problem)
-    report.kept = len(episodes)
-    return episodes, report
+                self.report.skipped.append(problem)
+        self.report.kept += len(episodes)
+        return episodes
 
 
 def to_trajectories(episodes: list[Episode], max_length: int) -> Trajectory:

@@ -66,6 +66,13 @@ class LearnConfig(LearnerSettings):
     )
     seed: int = setting(0, "the seed of the learner's draws (selection, ties)")
     save_every: int = setting(1, "write the weights every this many iterations, and after the last")
+    follow: bool = setting(
+        False,
+        "keep the learner running: after the file's episodes, learn from the lines an engine appends, a batch of B "
+        "as soon as B are there (stop with Ctrl-C or SIGTERM, resumable, or --idle-timeout)",
+    )
+    idle_timeout: float | None = setting(None, "with --follow: stop after this many seconds without a new line")
+    poll_seconds: float = setting(0.5, "with --follow: how often to look for new lines")
     algorithm_config: Any = None
 
     def __post_init__(self):
@@ -81,6 +88,10 @@ class LearnConfig(LearnerSettings):
             )
         if self.logits_chunk is not None and not (isinstance(self.logits_chunk, int) and self.logits_chunk >= 0):
             raise ValueError(f"logits_chunk must be None or an int >= 0, got {self.logits_chunk!r}.")
+        if self.idle_timeout is not None and not self.idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be None or > 0 seconds, got {self.idle_timeout!r}.")
+        if not self.poll_seconds > 0:
+            raise ValueError(f"poll_seconds must be > 0, got {self.poll_seconds!r}.")
         if not (isinstance(self.save_every, int) and self.save_every >= 1):
             raise ValueError(f"save_every must be an int >= 1, got {self.save_every!r}.")
         algos.get("ftw").check(self.algorithm_config, self.episodes_per_iteration)
@@ -272,6 +283,22 @@ def replicated(tree: Any, mesh: Mesh) -> Any:
     )
 
 
+def _log_bad_lines(problems: list[str], log: Callable[[str], None]) -> None:
+    for problem in problems[:10]:
+        log(f"skipped {problem}")
+    if len(problems) > 10:
+        log(f"... and {len(problems) - 10} more bad lines skipped")
+
+
+def stale_episodes(episodes: list, version: int, max_staleness: int | None) -> int:
+    """How many of a batch's episodes were written by a policy more than `max_staleness` versions before
+    `version` (their oldest model token's): the pool never selects them (`--max-staleness`). 0 without a bound."""
+    if max_staleness is None:
+        return 0
+    oldest = [int(np.min(e.versions[e.written])) for e in episodes if np.any(e.written)]
+    return sum(version - v > max_staleness for v in oldest)
+
+
 def learn_from_file(
     config: LearnConfig,
     episodes_path: pathlib.Path,
@@ -288,7 +315,7 @@ def learn_from_file(
     checkpointer's latest, with the episodes after those it had learnt from (an engine may have appended more).
     `mesh` (data, model) lays the weights out over that many of this host's devices (`lm.sharding`).
     Returns the summary it writes to summary.json."""
-    from ftw_jax.lm.episodes import read_episodes, to_trajectories
+    from ftw_jax.lm.episodes import EpisodeTail, to_trajectories
     from ftw_jax.lm.load import load
 
     started = time.perf_counter()
@@ -304,14 +331,12 @@ def learn_from_file(
         device_mesh = make_mesh(*mesh)
         params = shard_params(params, device_mesh)
         place = lambda tree: replicated(tree, device_mesh)  # noqa: E731
-    episodes, report = read_episodes(
+    tail = EpisodeTail(
         episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length, skip_bad=skip_bad
     )
-    for problem in report.skipped[:10]:
-        log(f"skipped {problem}")
-    if len(report.skipped) > 10:
-        log(f"... and {len(report.skipped) - 10} more bad lines skipped")
-    if not episodes:
+    episodes = tail.read(complete=not config.follow)  # a follower waits for a last line's newline
+    _log_bad_lines(tail.report.skipped, log)
+    if not episodes and not config.follow:
         raise ValueError(f"{episodes_path} holds no usable episode.")
     learner = EpisodeLearner.build(config, model.config)
     state = learner.init(params)
@@ -324,28 +349,58 @@ def learn_from_file(
         used = record["episodes_used"]
         skipped.update(record.get("skipped", {}))  # absent from checkpoints written before skips were counted
         log(f"resumed after iteration {done} ({used} episodes learnt from)")
+    if used > len(episodes) and not config.follow:
+        raise ValueError(
+            f"{episodes_path} holds {len(episodes)} usable episodes, fewer than the {used} this run has learnt "
+            "from: an engine may only append to it."
+        )
     if jax.process_index() == 0:
         runs.keep_rows_up_to(run_folder / "metrics.jsonl", done)
-    num_iterations = done + -(-(len(episodes) - used) // batch_size)
-    log(
-        f"learning from {len(episodes) - used} new episodes ({len(report.skipped)} bad lines skipped) in "
-        f"{num_iterations - done} iterations of up to {batch_size}; run folder {run_folder}"
+    pending = episodes[used:]  # read, not learnt from yet (a follower may not have read up to `used` yet)
+    to_skip = max(used - len(episodes), 0)
+    total = None if config.follow else done + -(-len(pending) // batch_size)  # iterations, when known
+    plan = (
+        f"then those appended to {episodes_path} as they come, {batch_size} an iteration"
+        if total is None
+        else f"in {total - done} iterations of up to {batch_size}"
     )
-    weights = None
+    log(
+        f"learning from {len(pending)} new episodes ({len(tail.report.skipped)} bad lines skipped) {plan}; "
+        f"run folder {run_folder}"
+    )
+    weights, iteration, idle_since = None, done, time.monotonic()
     updates = config.algorithm_config.updates_per_iteration  # U
     limit = skips.limit_of(config.stop_after_skipped, updates)
-    for iteration in range(done, num_iterations):
+    while True:
         raise_if_stopped()
-        chunk = episodes[used : used + batch_size]  # the last one may be short: the pool takes any B <= N
+        if config.follow and len(pending) < batch_size:  # a follower learns from whole batches only
+            reported = len(tail.report.skipped)
+            new = tail.read()
+            _log_bad_lines(tail.report.skipped[reported:], log)
+            dropped = min(to_skip, len(new))  # lines this run learnt from before a restart
+            new, to_skip = new[dropped:], to_skip - dropped
+            if new or dropped:
+                pending, idle_since = pending + new, time.monotonic()
+            elif config.idle_timeout is not None and time.monotonic() - idle_since >= config.idle_timeout:
+                break
+            else:
+                time.sleep(config.poll_seconds)
+            continue
+        if not pending:
+            break
+        chunk, pending = pending[:batch_size], pending[batch_size:]  # the last one may be short without --follow
         used += len(chunk)
+        version_before = int(host_array(state.policy.version))
         state, metrics = learner.step(state, place(to_trajectories(chunk, config.max_length)), iteration)
         counts = iteration_counts(metrics)
         one_iteration = {name: [value] for name, value in counts.items()}  # [I = 1]
         skipped = {name: int(value) for name, value in skips.totals_after(skipped, one_iteration).items()}
+        iteration, idle_since = iteration + 1, time.monotonic()  # idle: waiting, not learning
         row = {
-            "iteration": iteration + 1,
+            "iteration": iteration,
             "episodes": used,
             "reward_mean": float(np.mean([episode.reward for episode in chunk])),
+            "episodes_stale": stale_episodes(chunk, version_before, config.algorithm_config.max_staleness),
             **metrics_row(metrics),
             **counts,
         }
@@ -353,17 +408,17 @@ def learn_from_file(
             with (run_folder / "metrics.jsonl").open("a") as file:
                 file.write(json.dumps(row) + "\n")
         log(
-            f"iteration {iteration + 1:>4}/{num_iterations}  reward {row['reward_mean']:.3f}  elite reward "
-            f"{row['elite_return_mean']:.3f}  cross-entropy {row['cross_entropy']:.4f}  kl {row['kl']:.4f}  "
-            f"staleness {row['pool_staleness_mean']:.1f}  version {row['version']}  "
+            f"iteration {iteration:>4}{'' if total is None else f'/{total}'}  reward {row['reward_mean']:.3f}  "
+            f"elite reward {row['elite_return_mean']:.3f}  cross-entropy {row['cross_entropy']:.4f}  "
+            f"kl {row['kl']:.4f}  staleness {row['pool_staleness_mean']:.1f}  version {row['version']}  "
             f"skipped {counts['skipped_count']}/{updates}"
         )
-        last = iteration + 1 == num_iterations
+        last = iteration == total
         stuck = bool(skips.stuck(np.asarray(skipped["skipped_in_a_row"]), limit))
-        if (iteration + 1) % config.save_every == 0 or last:
+        if iteration % config.save_every == 0 or last:
             weights = save_weights(run_folder, learner, state, model_path)
         if checkpointer:  # a stopped run resumes from this iteration
-            checkpointer.save(iteration + 1, state, {"episodes_used": used, "skipped": skipped}, final=last or stuck)
+            checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped}, final=last or stuck)
         if stuck:
             assert limit is not None  # nothing is stuck without a limit
             raise skips.SkippedUpdates(
@@ -377,13 +432,17 @@ def learn_from_file(
                     + skips.NONFINITE_ADVICE.removeprefix("try "),
                 )
             )
-    if weights is None:  # everything was done before this resume
-        weights = save_weights(run_folder, learner, state, model_path)
+    if config.follow and checkpointer and iteration > done and iteration % checkpointer.every:
+        checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped}, final=True)
+    if weights is None or weights != weights_folder(run_folder, int(host_array(state.policy.version))):
+        weights = save_weights(run_folder, learner, state, model_path)  # the newest version, once
+    if config.follow and pending:
+        log(f"stopped following after {config.idle_timeout} s without a new line; {len(pending)} episodes wait")
     version = int(host_array(state.policy.version))
     summary = {
         "episodes": used,
-        "bad_lines_skipped": len(report.skipped),
-        "iterations": num_iterations,
+        "bad_lines_skipped": len(tail.report.skipped),
+        "iterations": iteration,
         "version": version,
         "updates_applied": version,
         "updates_skipped": skipped["updates_skipped"],
