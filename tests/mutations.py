@@ -709,6 +709,15 @@ MUTATIONS = (
         "jax.jit(learn)",
         ("tests/test_lm_memory.py::test_a_donated_state_or_a_bfloat16_reference_shrink_the_compiled_update",),
     ),
+    # lm learn's input problems (issue 32, part 4).
+    Mutation(
+        "resume-compares-path-strings",
+        "a resume naming the same episodes file relative, then absolute, is refused",
+        "ftw_jax/checkpoints.py",
+        "return str(pathlib.Path(path).resolve()) if path else path",
+        "return path",
+        ("tests/test_lm_learner.py::test_a_resume_compares_the_files_paths_resolve_to",),
+    ),
 )
 
 

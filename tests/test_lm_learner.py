@@ -11,7 +11,7 @@ import optax
 import pytest
 from conftest import with_cpu_devices
 
-from ftw_jax import cli, diagnostics
+from ftw_jax import checkpoints, cli, diagnostics
 from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.envs.text_search import TextSearchTask
 from ftw_jax.lm import load
@@ -175,6 +175,18 @@ def test_changing_an_environment_tokens_target_changes_no_gradient(engine):
         assert same == expect_same
 
 
+def test_a_resume_compares_the_files_paths_resolve_to(tmp_path, monkeypatch):
+    """Issue 32: the same episodes file and model folder named relative, then absolute, are one configuration
+    (a run folder written before paths were resolved included); another file is not."""
+    monkeypatch.chdir(tmp_path)
+    stored = {"episodes": "episodes.jsonl", "model": "models/tiny", "seed": 0}
+    same = {"episodes": str(tmp_path / "episodes.jsonl"), "model": str(tmp_path / "models" / "tiny"), "seed": 0}
+    assert checkpoints.config_differences(stored, same) == []
+    assert checkpoints.config_differences(stored, {**same, "model": "models/other"}) == [
+        f"model: {str(tmp_path / 'models' / 'tiny')!r} -> {str(tmp_path / 'models' / 'other')!r}"
+    ]
+
+
 def test_per_token_versions_drive_staleness_and_importance_ratios():
     """An episode two hot-loaded versions wrote: staleness counts from the oldest, the ratio sums its tokens."""
     record = {
@@ -285,16 +297,18 @@ def test_lm_learn_writes_versions_an_engine_can_load_and_resumes_exactly(engine,
 
 
 @pytest.mark.slow
-def test_a_short_last_batch_is_learnt_from_and_resumed_after(engine, model_folder, tmp_path, capsys):
+def test_a_short_last_batch_is_learnt_from_and_resumed_after(engine, model_folder, tmp_path, capsys, monkeypatch):
     """12 episodes in batches of 8: the last batch has 4; a resume after more lines were written goes on from
-    the 13th episode."""
+    the 13th episode. The resume names the episodes file relative to where it runs: the same file."""
     _, _, trajectories = played(engine, 20)
     records = list(episode_records(trajectories))
     episodes = tmp_path / "episodes.jsonl"
     write_episodes(episodes, records[:12])
     assert lm_learn(model_folder, episodes, tmp_path) == 0
     write_episodes(episodes, records[12:])
-    assert lm_learn(model_folder, episodes, tmp_path, "--resume", str(tmp_path / "run")) == 0
+    monkeypatch.chdir(tmp_path)
+    relative = pathlib.Path("episodes.jsonl")
+    assert lm_learn(model_folder, relative, pathlib.Path("."), "--resume", "run") == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["episodes"] == 20
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [row["episodes"] for row in rows] == [8, 12, 20]
