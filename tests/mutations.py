@@ -718,6 +718,22 @@ MUTATIONS = (
         "return path",
         ("tests/test_lm_learner.py::test_a_resume_compares_the_files_paths_resolve_to",),
     ),
+    Mutation(
+        "refused-run-folder-kept",
+        "a run refused for bad input leaves a folder that refuses the retry",
+        "ftw_jax/runs.py",
+        "                cleanup.push(functools.partial(_discard_if_refused, folder, created))",
+        "                pass",
+        ("tests/test_bad_input.py::test_a_run_refused_before_its_first_checkpoint_leaves_nothing_that_blocks_a_retry",),
+    ),
+    Mutation(
+        "refused-run-removes-users-folder",
+        "a refused run removes the empty folder the user made for it",
+        "ftw_jax/runs.py",
+        "        created = not folder.exists()  # an empty folder of the user's stays",
+        "        created = True",
+        ("tests/test_bad_input.py::test_a_run_refused_before_its_first_checkpoint_leaves_nothing_that_blocks_a_retry",),
+    ),
 )
 
 

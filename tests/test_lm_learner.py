@@ -321,6 +321,9 @@ def test_lm_learn_refuses_a_bad_line_in_one_line(model_folder, tmp_path, capsys)
     assert lm_learn(model_folder, episodes, tmp_path) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "episodes.jsonl:1: tokens[5]: 999 is not a token id" in error
+    assert not (tmp_path / "run").exists()  # nothing that blocks a retry under the same --name
+    episodes.write_text(json.dumps(GOOD) + "\n")
+    assert lm_learn(model_folder, episodes, tmp_path, "--episodes-per-iteration", "1", "--batch-size", "1") == 0
 
 
 MESH_SCRIPT = """
