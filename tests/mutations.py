@@ -734,6 +734,22 @@ MUTATIONS = (
         "        created = True",
         ("tests/test_bad_input.py::test_a_run_refused_before_its_first_checkpoint_leaves_nothing_that_blocks_a_retry",),
     ),
+    Mutation(
+        "shrunk-episodes-file-resumed",
+        "a resume from a file now shorter than what was learnt exits 0 and learns nothing",
+        "ftw_jax/lm/learner.py",
+        "    if used > len(episodes):",
+        "    if False:",
+        ("tests/test_lm_learner.py::test_a_short_last_batch_is_learnt_from_and_resumed_after",),
+    ),
+    Mutation(
+        "version-ahead-accepted",
+        "a span written by a version ahead of the learner is learnt (negative staleness)",
+        "ftw_jax/lm/episodes.py",
+        "            if version > learner_version:",
+        "            if version > learner_version + 1:",
+        ("tests/test_lm_learner.py::test_a_span_ahead_of_the_learners_version_is_refused_by_file_line_and_field",),
+    ),
 )
 
 

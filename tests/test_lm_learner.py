@@ -15,7 +15,14 @@ from ftw_jax import checkpoints, cli, diagnostics
 from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.envs.text_search import TextSearchTask
 from ftw_jax.lm import load
-from ftw_jax.lm.episodes import episode_records, parse_episode, read_episodes, to_trajectories, write_episodes
+from ftw_jax.lm.episodes import (
+    check_versions,
+    episode_records,
+    parse_episode,
+    read_episodes,
+    to_trajectories,
+    write_episodes,
+)
 from ftw_jax.lm.learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
 from ftw_jax.lm.load import save
 from ftw_jax.lm.policy import tiny_config
@@ -187,6 +194,20 @@ def test_a_resume_compares_the_files_paths_resolve_to(tmp_path, monkeypatch):
     ]
 
 
+def test_a_span_ahead_of_the_learners_version_is_refused_by_file_line_and_field(tmp_path):
+    path = tmp_path / "episodes.jsonl"
+    two_spans = {**GOOD, "spans": [{"start": 3, "end": 4, "version": 1, "logprobs": [-1.0]}, {**GOOD["spans"][0]}]}
+    two_spans["spans"][1]["start"] = 4
+    two_spans["spans"][1]["logprobs"] = [-1.0, -1.0]
+    write_episodes(path, [GOOD, two_spans])
+    episodes, _ = read_episodes(path, vocab_size=64, max_length=8)
+    check_versions(episodes, 2, path)  # version 2 may learn what versions 1 and 2 wrote
+    with pytest.raises(
+        ValueError, match=r"episodes.jsonl:2: spans\[1\].version: 2 is ahead of the learner, at version 1"
+    ):
+        check_versions(episodes[1:], 1, path)
+
+
 def test_per_token_versions_drive_staleness_and_importance_ratios():
     """An episode two hot-loaded versions wrote: staleness counts from the oldest, the ratio sums its tokens."""
     record = {
@@ -312,6 +333,12 @@ def test_a_short_last_batch_is_learnt_from_and_resumed_after(engine, model_folde
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["episodes"] == 20
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [row["episodes"] for row in rows] == [8, 12, 20]
+    episodes.write_text("".join(episodes.read_text().splitlines(keepends=True)[:8]))  # rewritten, not appended to
+    assert lm_learn(model_folder, relative, pathlib.Path("."), "--resume", "run") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: episodes.jsonl now holds 8 usable episodes, fewer than the 20 this run has learnt from: an engine "
+        "appends to the file, never rewrites it; resume with the whole file, or start a new run."
+    )
 
 
 @pytest.mark.slow
@@ -322,8 +349,17 @@ def test_lm_learn_refuses_a_bad_line_in_one_line(model_folder, tmp_path, capsys)
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "episodes.jsonl:1: tokens[5]: 999 is not a token id" in error
     assert not (tmp_path / "run").exists()  # nothing that blocks a retry under the same --name
-    episodes.write_text(json.dumps(GOOD) + "\n")
-    assert lm_learn(model_folder, episodes, tmp_path, "--episodes-per-iteration", "1", "--batch-size", "1") == 0
+    episodes.write_text(json.dumps(GOOD) + "\n")  # written by version 2, before the learner wrote any weights
+    small = ("--episodes-per-iteration", "1", "--batch-size", "1")
+    assert lm_learn(model_folder, episodes, tmp_path, *small) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines
+    assert error == (
+        f"error: {episodes}:1: spans[0].version: 2 is ahead of the learner, at version 0 when it learns this line "
+        "(an engine writes the version of the weights it played with: at most weights/latest.json's)."
+    )
+    assert not (tmp_path / "run").exists()
+    episodes.write_text(json.dumps({**GOOD, "spans": [{**GOOD["spans"][0], "version": 0}]}) + "\n")
+    assert lm_learn(model_folder, episodes, tmp_path, *small) == 0
 
 
 MESH_SCRIPT = """

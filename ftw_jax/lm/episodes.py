@@ -51,6 +51,8 @@ class Episode:
     versions: np.ndarray  # [L] int32 (0 where not written)
     reward: float
     id: str | None = None
+    span_versions: tuple[int, ...] = ()  # [spans] the version that wrote each span
+    line: int | None = None  # its line in the file it was read from
 
 
 class BadEpisode(ValueError):
@@ -123,6 +125,7 @@ def parse_episode(line: str, *, vocab_size: int, max_length: int) -> Episode:
         versions=versions,
         reward=float(record["reward"]),
         id=None if episode_id is None else str(episode_id),
+        span_versions=tuple(span["version"] for span in spans),
     )
 
 
@@ -149,7 +152,8 @@ def read_episodes(
             if not line.strip():
                 continue
             try:
-                episodes.append(parse_episode(line, vocab_size=vocab_size, max_length=max_length))
+                episode = parse_episode(line, vocab_size=vocab_size, max_length=max_length)
+                episodes.append(dataclasses.replace(episode, line=number))
             except BadEpisode as error:
                 problem = f"{path}:{number}: {error}"
                 if not skip_bad:
@@ -157,6 +161,20 @@ def read_episodes(
                 report.skipped.append(problem)
     report.kept = len(episodes)
     return episodes, report
+
+
+def check_versions(episodes: list[Episode], learner_version: int, path: str | os.PathLike[str]) -> None:
+    """ValueError naming the file, line and span of the first episode written by a policy version ahead of the
+    learner's as it learns them: an engine plays only weights the learner has written, so such a version is a bug
+    in its bookkeeping (and would make staleness negative)."""
+    for episode in episodes:
+        for index, version in enumerate(episode.span_versions):
+            if version > learner_version:
+                raise ValueError(
+                    f"{path}:{episode.line}: spans[{index}].version: {version} is ahead of the learner, at version "
+                    f"{learner_version} when it learns this line (an engine writes the version of the weights it "
+                    "played with: at most weights/latest.json's)."
+                )
 
 
 def to_trajectories(episodes: list[Episode], max_length: int) -> Trajectory:

@@ -288,7 +288,7 @@ def learn_from_file(
     checkpointer's latest, with the episodes after those it had learnt from (an engine may have appended more).
     `mesh` (data, model) lays the weights out over that many of this host's devices (`lm.sharding`).
     Returns the summary it writes to summary.json."""
-    from ftw_jax.lm.episodes import read_episodes, to_trajectories
+    from ftw_jax.lm.episodes import check_versions, read_episodes, to_trajectories
     from ftw_jax.lm.load import load
 
     started = time.perf_counter()
@@ -324,6 +324,11 @@ def learn_from_file(
         used = record["episodes_used"]
         skipped.update(record.get("skipped", {}))  # absent from checkpoints written before skips were counted
         log(f"resumed after iteration {done} ({used} episodes learnt from)")
+    if used > len(episodes):  # the run's next episode would be the (used + 1)-th: a rewritten file has none
+        raise ValueError(
+            f"{episodes_path} now holds {len(episodes)} usable episodes, fewer than the {used} this run has learnt "
+            "from: an engine appends to the file, never rewrites it; resume with the whole file, or start a new run."
+        )
     if jax.process_index() == 0:
         runs.keep_rows_up_to(run_folder / "metrics.jsonl", done)
     num_iterations = done + -(-(len(episodes) - used) // batch_size)
@@ -337,6 +342,7 @@ def learn_from_file(
     for iteration in range(done, num_iterations):
         raise_if_stopped()
         chunk = episodes[used : used + batch_size]  # the last one may be short: the pool takes any B <= N
+        check_versions(chunk, int(host_array(state.policy.version)), episodes_path)
         used += len(chunk)
         state, metrics = learner.step(state, place(to_trajectories(chunk, config.max_length)), iteration)
         counts = iteration_counts(metrics)
