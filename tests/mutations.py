@@ -750,6 +750,30 @@ MUTATIONS = (
         "            if version > learner_version + 1:",
         ("tests/test_lm_learner.py::test_a_span_ahead_of_the_learners_version_is_refused_by_file_line_and_field",),
     ),
+    Mutation(
+        "damaged-safetensors-traceback",
+        "a truncated model.safetensors gives a traceback naming no file",
+        "ftw_jax/lm/load.py",
+        "    except SafetensorError as error:",
+        "    except OSError as error:",
+        ("tests/test_lm_learner.py", "-k", "damaged"),
+    ),
+    Mutation(
+        "episode-json-error-at-at",
+        "a JSON error in an episodes line reads 'starting at at column'",
+        "ftw_jax/lm/episodes.py",
+        "error.msg.removesuffix(' at')",
+        "error.msg",
+        ("tests/test_lm_learner.py", "-k", "not_utf8_or_json"),
+    ),
+    Mutation(
+        "episode-line-not-utf8-accepted",
+        "an episodes line that is not UTF-8 is read with replacement characters",
+        "ftw_jax/lm/episodes.py",
+        'raw.decode("utf-8")',
+        'raw.decode("utf-8", "replace")',
+        ("tests/test_lm_learner.py", "-k", "not_utf8_or_json"),
+    ),
 )
 
 

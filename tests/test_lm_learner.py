@@ -3,6 +3,8 @@ learner against the in-process one, versioned weights, resume."""
 
 import json
 import pathlib
+import re
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -192,6 +194,43 @@ def test_a_resume_compares_the_files_paths_resolve_to(tmp_path, monkeypatch):
     assert checkpoints.config_differences(stored, {**same, "model": "models/other"}) == [
         f"model: {str(tmp_path / 'models' / 'tiny')!r} -> {str(tmp_path / 'models' / 'other')!r}"
     ]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (b'{"tokens": [1, 9], "id": "\xff"}', "episodes.jsonl:2: not UTF-8 text (byte 0xff at column 27)"),
+        (b'{"tokens": [1, 9], "id": "abc', "episodes.jsonl:2: not JSON (Unterminated string starting at column 26)"),
+        (b'{"tokens": [1, 9', "episodes.jsonl:2: not JSON (Expecting ',' delimiter at column 17)"),
+    ],
+)
+def test_a_line_that_is_not_utf8_or_json_is_named_with_its_column(tmp_path, text, message):
+    path = tmp_path / "episodes.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + text + b"\n")
+    with pytest.raises(ValueError, match=r"^" + re.escape(str(tmp_path / message))):
+        read_episodes(path, vocab_size=64, max_length=8)
+
+
+@pytest.mark.parametrize("damage", ["half", "40 bytes", "random bytes", "config.json"])
+def test_a_damaged_checkpoint_is_refused_naming_its_file(model_folder, tmp_path, damage):
+    folder = tmp_path / "model"
+    shutil.copytree(model_folder, folder)
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    if damage == "config.json":
+        (folder / "config.json").write_text('{"vocab_size": 64,\n "hidden_size": \x01}')
+        expected = f"{folder / 'config.json'}:2: not JSON (Expecting value at column 17)."
+    else:
+        cut = {
+            "half": data[: len(data) // 2],
+            "40 bytes": data[:40],
+            "random bytes": np.random.default_rng(0).bytes(5000),
+        }
+        weights.write_bytes(cut[damage])
+        expected = f"{weights} is not a readable safetensors file ("
+    with pytest.raises(ValueError) as refused:
+        load(folder)
+    assert str(refused.value).startswith(expected) and "\n" not in str(refused.value)
 
 
 def test_a_span_ahead_of_the_learners_version_is_refused_by_file_line_and_field(tmp_path):

@@ -71,8 +71,8 @@ def parse_episode(line: str, *, vocab_size: int, max_length: int) -> Episode:
     """The episode of one JSONL line; `BadEpisode` naming the field otherwise."""
     try:
         record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise BadEpisode(f"not JSON ({error.msg} at column {error.colno})") from None
+    except json.JSONDecodeError as error:  # some of json's messages end in "at" ("Unterminated string starting at")
+        raise BadEpisode(f"not JSON ({error.msg.removesuffix(' at')} at column {error.pos + 1})") from None
     if not isinstance(record, dict):
         raise BadEpisode(f"expected a JSON object, got {type(record).__name__}")
     for field in ("tokens", "spans", "reward"):
@@ -137,6 +137,14 @@ class ReadReport:
     skipped: list[str] = dataclasses.field(default_factory=list)
 
 
+def _decoded(raw: bytes) -> str:
+    """One line as text, its line break dropped (so a JSON error's column counts from the line's start)."""
+    try:
+        return raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as error:
+        raise BadEpisode(f"not UTF-8 text (byte {raw[error.start]:#04x} at column {error.start + 1})") from None
+
+
 def read_episodes(
     path: str | os.PathLike[str], *, vocab_size: int, max_length: int, skip_bad: bool = False
 ) -> tuple[list[Episode], ReadReport]:
@@ -147,12 +155,12 @@ def read_episodes(
     if not path.is_file():
         raise ValueError(f"no episodes file at {path}.")
     episodes, report = [], ReadReport()
-    with path.open() as file:
-        for number, line in enumerate(file, start=1):
-            if not line.strip():
+    with path.open("rb") as file:  # decoded line by line, so a line that is not UTF-8 is named like any bad line
+        for number, raw in enumerate(file, start=1):
+            if not raw.strip():
                 continue
             try:
-                episode = parse_episode(line, vocab_size=vocab_size, max_length=max_length)
+                episode = parse_episode(_decoded(raw), vocab_size=vocab_size, max_length=max_length)
                 episodes.append(dataclasses.replace(episode, line=number))
             except BadEpisode as error:
                 problem = f"{path}:{number}: {error}"
