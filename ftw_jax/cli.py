@@ -1125,8 +1125,8 @@ def _run_lm_learn(args) -> int:
     own = given_settings(args, describe(LearnConfig))
     config = LearnConfig(**own, algorithm_config=FTWConfig(**given_settings(args, describe(FTWConfig))))
     fingerprint = {
-        "episodes": str(args.episodes),
-        "model": str(args.model),
+        "episodes": str(args.episodes.resolve()),  # resolved: a resume may name them relative or absolute
+        "model": str(args.model.resolve()),
         "skip_bad_lines": args.skip_bad_lines,
         "mesh": args.mesh,
         **dataclasses.asdict(config),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime
+import functools
 import json
 import os
 import pathlib
@@ -162,6 +163,28 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# What a new run folder holds before its first checkpoint: nothing a retry under the same name would keep.
+_UNSTARTED = {"config.json", ".lock", "checkpoints"}
+
+
+def _discard_if_refused(folder: pathlib.Path, created: bool, error_type, error, traceback) -> bool:
+    """After a new run is refused (ValueError, OSError: bad input) before its first checkpoint, removes what it
+    wrote (the folder too, if the run made it), so a retry under the same --name is not refused as taken."""
+    if error_type is None or not issubclass(error_type, (ValueError, OSError)) or not folder.is_dir():
+        return False
+    entries = {path.name: path for path in folder.iterdir()}
+    checkpoints = entries.get("checkpoints")
+    if set(entries) - _UNSTARTED or (checkpoints is not None and any(checkpoints.iterdir())):
+        return False  # something was learnt or written: keep it for --resume
+    with contextlib.suppress(OSError):  # a file appearing meanwhile keeps the folder; the error still gets reported
+        if checkpoints is not None:
+            checkpoints.rmdir()
+        (folder / "config.json").unlink(missing_ok=True)
+        if created:
+            folder.rmdir()
+    return False  # the error goes on to be reported
+
+
 def open_run(
     out: pathlib.Path,
     name: str | None,
@@ -182,7 +205,7 @@ def open_run(
     if resume:
         if checkpoint_every is None:
             raise ValueError("--resume needs the checkpoints: drop --no-checkpoint (nothing written would be kept).")
-        folder = resume
+        folder, created = resume, False  # never discarded: it holds a run
         if not (folder / "config.json").exists():
             raise ValueError(f"--resume {folder}: no run there (config.json is missing).")
         check_same_config(json.loads((folder / "config.json").read_text()), fingerprint, f"the run in {folder}")
@@ -192,11 +215,14 @@ def open_run(
             raise ValueError(f"the run folder {folder} already holds a run; pass --resume {folder} to continue it.")
         if writer and folder.exists() and any(folder.iterdir()):
             raise ValueError(f"{folder} exists and is not a run folder; choose another --name or --out.")
+        created = not folder.exists()  # an empty folder of the user's stays
     else:
-        folder = new_run_folder(out, default_name)
+        folder, created = new_run_folder(out, default_name), True
     if writer:
         make_folder(folder)
         if cleanup is not None:
+            if not resume:  # pushed before the lock: runs after the lock is released
+                cleanup.push(functools.partial(_discard_if_refused, folder, created))
             cleanup.enter_context(locked(folder))
         write_json(folder / "config.json", fingerprint)
     checkpointer = (

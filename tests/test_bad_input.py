@@ -1,12 +1,13 @@
 """Bad input, through the command line as a user types it: one line naming the bad value and what was
 expected, exit status 2, before any work and without a traceback (issue 15)."""
 
+import contextlib
 import json
 import pathlib
 
 import pytest
 
-from ftw_jax import cli
+from ftw_jax import cli, runs
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")  # the checker's false positive on vmapped scans
 # (argv, a piece of the message). Every one of them once ran, crashed with a traceback, hung or trained nothing.
@@ -108,6 +109,27 @@ def test_bad_input_gets_one_line_and_exit_2(argv, message, tmp_path, capsys):
 def test_a_run_folder_name_must_stay_inside_out(tmp_path, capsys):
     assert cli.main(["train", "--env", "bandit", "--out", str(tmp_path / "runs"), "--name", "..", "--no-plot"]) == 2
     assert not (tmp_path / "config.json").exists() and not list(pathlib.Path(tmp_path).glob("*.json"))
+
+
+def test_a_run_refused_before_its_first_checkpoint_leaves_nothing_that_blocks_a_retry(tmp_path):
+    """Issue 32: bad input found after the run folder was made (lm learn reads its episodes there) removes what
+    the run wrote, so the same --name works once the input is fixed; an empty folder of the user's stays."""
+    (tmp_path / "mine").mkdir()
+    for name in ("run", "mine"):
+        with pytest.raises(ValueError, match="bad episodes"), contextlib.ExitStack() as cleanup:
+            folder, checkpointer = runs.open_run(tmp_path, name, None, "lm-learn", {"seed": 0}, cleanup=cleanup)
+            assert checkpointer is not None and (folder / "config.json").is_file()
+            checkpointer.close()
+            raise ValueError("bad episodes")
+    assert not (tmp_path / "run").exists()
+    assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
+    with pytest.raises(RuntimeError), contextlib.ExitStack() as cleanup:  # a crash, not a refusal: kept
+        runs.open_run(tmp_path, "crashed", None, "lm-learn", {"seed": 0}, cleanup=cleanup, checkpoint_every=None)
+        raise RuntimeError("a bug")
+    assert (tmp_path / "crashed" / "config.json").is_file()
+    with contextlib.ExitStack() as cleanup:  # the retry under the refused name
+        folder, _ = runs.open_run(tmp_path, "run", None, "lm-learn", {}, cleanup=cleanup, checkpoint_every=None)
+    assert (folder / "config.json").is_file()
 
 
 @pytest.mark.slow

@@ -3,6 +3,8 @@ learner against the in-process one, versioned weights, resume."""
 
 import json
 import pathlib
+import re
+import shutil
 import threading
 import time
 
@@ -13,11 +15,18 @@ import optax
 import pytest
 from conftest import with_cpu_devices
 
-from ftw_jax import cli, diagnostics
+from ftw_jax import checkpoints, cli, diagnostics
 from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.envs.text_search import TextSearchTask
 from ftw_jax.lm import load
-from ftw_jax.lm.episodes import episode_records, parse_episode, read_episodes, to_trajectories, write_episodes
+from ftw_jax.lm.episodes import (
+    check_versions,
+    episode_records,
+    parse_episode,
+    read_episodes,
+    to_trajectories,
+    write_episodes,
+)
 from ftw_jax.lm.learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
 from ftw_jax.lm.load import save
 from ftw_jax.lm.policy import tiny_config
@@ -177,6 +186,69 @@ def test_changing_an_environment_tokens_target_changes_no_gradient(engine):
         assert same == expect_same
 
 
+def test_a_resume_compares_the_files_paths_resolve_to(tmp_path, monkeypatch):
+    """Issue 32: the same episodes file and model folder named relative, then absolute, are one configuration
+    (a run folder written before paths were resolved included); another file is not."""
+    monkeypatch.chdir(tmp_path)
+    stored = {"episodes": "episodes.jsonl", "model": "models/tiny", "seed": 0}
+    same = {"episodes": str(tmp_path / "episodes.jsonl"), "model": str(tmp_path / "models" / "tiny"), "seed": 0}
+    assert checkpoints.config_differences(stored, same) == []
+    assert checkpoints.config_differences(stored, {**same, "model": "models/other"}) == [
+        f"model: {str(tmp_path / 'models' / 'tiny')!r} -> {str(tmp_path / 'models' / 'other')!r}"
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (b'{"tokens": [1, 9], "id": "\xff"}', "episodes.jsonl:2: not UTF-8 text (byte 0xff at column 27)"),
+        (b'{"tokens": [1, 9], "id": "abc', "episodes.jsonl:2: not JSON (Unterminated string starting at column 26)"),
+        (b'{"tokens": [1, 9', "episodes.jsonl:2: not JSON (Expecting ',' delimiter at column 17)"),
+    ],
+)
+def test_a_line_that_is_not_utf8_or_json_is_named_with_its_column(tmp_path, text, message):
+    path = tmp_path / "episodes.jsonl"
+    path.write_bytes(json.dumps(GOOD).encode() + b"\n" + text + b"\n")
+    with pytest.raises(ValueError, match=r"^" + re.escape(str(tmp_path / message))):
+        read_episodes(path, vocab_size=64, max_length=8)
+
+
+@pytest.mark.parametrize("damage", ["half", "40 bytes", "random bytes", "config.json"])
+def test_a_damaged_checkpoint_is_refused_naming_its_file(model_folder, tmp_path, damage):
+    folder = tmp_path / "model"
+    shutil.copytree(model_folder, folder)
+    weights = folder / "model.safetensors"
+    data = weights.read_bytes()
+    if damage == "config.json":
+        (folder / "config.json").write_text('{"vocab_size": 64,\n "hidden_size": \x01}')
+        expected = f"{folder / 'config.json'}:2: not JSON (Expecting value at column 17)."
+    else:
+        cut = {
+            "half": data[: len(data) // 2],
+            "40 bytes": data[:40],
+            "random bytes": np.random.default_rng(0).bytes(5000),
+        }
+        weights.write_bytes(cut[damage])
+        expected = f"{weights} is not a readable safetensors file ("
+    with pytest.raises(ValueError) as refused:
+        load(folder)
+    assert str(refused.value).startswith(expected) and "\n" not in str(refused.value)
+
+
+def test_a_span_ahead_of_the_learners_version_is_refused_by_file_line_and_field(tmp_path):
+    path = tmp_path / "episodes.jsonl"
+    two_spans = {**GOOD, "spans": [{"start": 3, "end": 4, "version": 1, "logprobs": [-1.0]}, {**GOOD["spans"][0]}]}
+    two_spans["spans"][1]["start"] = 4
+    two_spans["spans"][1]["logprobs"] = [-1.0, -1.0]
+    write_episodes(path, [GOOD, two_spans])
+    episodes, _ = read_episodes(path, vocab_size=64, max_length=8)
+    check_versions(episodes, 2, path)  # version 2 may learn what versions 1 and 2 wrote
+    with pytest.raises(
+        ValueError, match=r"episodes.jsonl:2: spans\[1\].version: 2 is ahead of the learner, at version 1"
+    ):
+        check_versions(episodes[1:], 1, path)
+
+
 def test_per_token_versions_drive_staleness_and_importance_ratios():
     """An episode two hot-loaded versions wrote: staleness counts from the oldest, the ratio sums its tokens."""
     record = {
@@ -287,19 +359,27 @@ def test_lm_learn_writes_versions_an_engine_can_load_and_resumes_exactly(engine,
 
 
 @pytest.mark.slow
-def test_a_short_last_batch_is_learnt_from_and_resumed_after(engine, model_folder, tmp_path, capsys):
+def test_a_short_last_batch_is_learnt_from_and_resumed_after(engine, model_folder, tmp_path, capsys, monkeypatch):
     """12 episodes in batches of 8: the last batch has 4; a resume after more lines were written goes on from
-    the 13th episode."""
+    the 13th episode. The resume names the episodes file relative to where it runs: the same file."""
     _, _, trajectories = played(engine, 20)
     records = list(episode_records(trajectories))
     episodes = tmp_path / "episodes.jsonl"
     write_episodes(episodes, records[:12])
     assert lm_learn(model_folder, episodes, tmp_path) == 0
     write_episodes(episodes, records[12:])
-    assert lm_learn(model_folder, episodes, tmp_path, "--resume", str(tmp_path / "run")) == 0
+    monkeypatch.chdir(tmp_path)
+    relative = pathlib.Path("episodes.jsonl")
+    assert lm_learn(model_folder, relative, pathlib.Path("."), "--resume", "run") == 0
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["episodes"] == 20
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [row["episodes"] for row in rows] == [8, 12, 20]
+    episodes.write_text("".join(episodes.read_text().splitlines(keepends=True)[:8]))  # rewritten, not appended to
+    assert lm_learn(model_folder, relative, pathlib.Path("."), "--resume", "run") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: episodes.jsonl now holds 8 usable episodes, fewer than the 20 this run has learnt from: an engine "
+        "appends to the file, never rewrites it; resume with the whole file, or start a new run."
+    )
 
 
 @pytest.mark.slow
@@ -309,6 +389,18 @@ def test_lm_learn_refuses_a_bad_line_in_one_line(model_folder, tmp_path, capsys)
     assert lm_learn(model_folder, episodes, tmp_path) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "episodes.jsonl:1: tokens[5]: 999 is not a token id" in error
+    assert not (tmp_path / "run").exists()  # nothing that blocks a retry under the same --name
+    episodes.write_text(json.dumps(GOOD) + "\n")  # written by version 2, before the learner wrote any weights
+    small = ("--episodes-per-iteration", "1", "--batch-size", "1")
+    assert lm_learn(model_folder, episodes, tmp_path, *small) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # after the progress lines
+    assert error == (
+        f"error: {episodes}:1: spans[0].version: 2 is ahead of the learner, at version 0 when it learns this line "
+        "(an engine writes the version of the weights it played with: at most weights/latest.json's)."
+    )
+    assert not (tmp_path / "run").exists()
+    episodes.write_text(json.dumps({**GOOD, "spans": [{**GOOD["spans"][0], "version": 0}]}) + "\n")
+    assert lm_learn(model_folder, episodes, tmp_path, *small) == 0
 
 
 MESH_SCRIPT = """
@@ -729,7 +821,7 @@ def test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file(tmp_path)
     with pytest.raises(ValueError, match="shrank to .* bytes after .* were read; append only"):
         tail.read()
     path.write_bytes(b"\xff\n")
-    with pytest.raises(ValueError, match=r"episodes.jsonl:1: 'utf-8' codec can't decode"):
+    with pytest.raises(ValueError, match=r"episodes.jsonl:1: not UTF-8 text \(byte 0xff at column 1\)"):
         EpisodeTail(path, vocab_size=64, max_length=16).read()
 
 

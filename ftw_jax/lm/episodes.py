@@ -51,6 +51,8 @@ class Episode:
     versions: np.ndarray  # [L] int32 (0 where not written)
     reward: float
     id: str | None = None
+    span_versions: tuple[int, ...] = ()  # [spans] the version that wrote each span
+    line: int | None = None  # its line in the file it was read from
 
 
 class BadEpisode(ValueError):
@@ -69,8 +71,8 @@ def parse_episode(line: str, *, vocab_size: int, max_length: int) -> Episode:
     """The episode of one JSONL line; `BadEpisode` naming the field otherwise."""
     try:
         record = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise BadEpisode(f"not JSON ({error.msg} at column {error.colno})") from None
+    except json.JSONDecodeError as error:  # some of json's messages end in "at" ("Unterminated string starting at")
+        raise BadEpisode(f"not JSON ({error.msg.removesuffix(' at')} at column {error.pos + 1})") from None
     if not isinstance(record, dict):
         raise BadEpisode(f"expected a JSON object, got {type(record).__name__}")
     for field in ("tokens", "spans", "reward"):
@@ -123,6 +125,7 @@ def parse_episode(line: str, *, vocab_size: int, max_length: int) -> Episode:
         versions=versions,
         reward=float(record["reward"]),
         id=None if episode_id is None else str(episode_id),
+        span_versions=tuple(span["version"] for span in spans),
     )
 
 
@@ -132,6 +135,14 @@ class ReadReport:
 
     kept: int = 0
     skipped: list[str] = dataclasses.field(default_factory=list)
+
+
+def _decoded(raw: bytes) -> str:
+    """One line as text, its line break dropped (so a JSON error's column counts from the line's start)."""
+    try:
+        return raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as error:
+        raise BadEpisode(f"not UTF-8 text (byte {raw[error.start]:#04x} at column {error.start + 1})") from None
 
 
 def read_episodes(
@@ -174,15 +185,30 @@ class EpisodeTail:
             self.lines += 1
             if not raw.strip():
                 continue
-            try:
-                episodes.append(parse_episode(raw.decode(), vocab_size=self.vocab_size, max_length=self.max_length))
-            except (BadEpisode, UnicodeDecodeError) as error:
+            try:  # decoded line by line, so a line that is not UTF-8 is named like any bad line
+                episode = parse_episode(_decoded(raw), vocab_size=self.vocab_size, max_length=self.max_length)
+                episodes.append(dataclasses.replace(episode, line=self.lines))
+            except BadEpisode as error:
                 problem = f"{self.path}:{self.lines}: {error}"
                 if not self.skip_bad:
                     raise ValueError(f"{problem} (pass --skip-bad-lines to leave such lines out).") from None
                 self.report.skipped.append(problem)
         self.report.kept += len(episodes)
         return episodes
+
+
+def check_versions(episodes: list[Episode], learner_version: int, path: str | os.PathLike[str]) -> None:
+    """ValueError naming the file, line and span of the first episode written by a policy version ahead of the
+    learner's as it learns them: an engine plays only weights the learner has written, so such a version is a bug
+    in its bookkeeping (and would make staleness negative)."""
+    for episode in episodes:
+        for index, version in enumerate(episode.span_versions):
+            if version > learner_version:
+                raise ValueError(
+                    f"{path}:{episode.line}: spans[{index}].version: {version} is ahead of the learner, at version "
+                    f"{learner_version} when it learns this line (an engine writes the version of the weights it "
+                    "played with: at most weights/latest.json's)."
+                )
 
 
 def to_trajectories(episodes: list[Episode], max_length: int) -> Trajectory:

@@ -315,7 +315,7 @@ def learn_from_file(
     checkpointer's latest, with the episodes after those it had learnt from (an engine may have appended more).
     `mesh` (data, model) lays the weights out over that many of this host's devices (`lm.sharding`).
     Returns the summary it writes to summary.json."""
-    from ftw_jax.lm.episodes import EpisodeTail, to_trajectories
+    from ftw_jax.lm.episodes import EpisodeTail, check_versions, to_trajectories
     from ftw_jax.lm.load import load
 
     started = time.perf_counter()
@@ -349,10 +349,12 @@ def learn_from_file(
         used = record["episodes_used"]
         skipped.update(record.get("skipped", {}))  # absent from checkpoints written before skips were counted
         log(f"resumed after iteration {done} ({used} episodes learnt from)")
-    if used > len(episodes) and not config.follow:
+    # The run's next episode is the (used + 1)-th: a rewritten file has none (a follower may lack one last line
+    # that a run without --follow learnt before its newline came).
+    if used - len(episodes) > (1 if config.follow else 0):
         raise ValueError(
-            f"{episodes_path} holds {len(episodes)} usable episodes, fewer than the {used} this run has learnt "
-            "from: an engine may only append to it."
+            f"{episodes_path} now holds {len(episodes)} usable episodes, fewer than the {used} this run has learnt "
+            "from: an engine appends to the file, never rewrites it; resume with the whole file, or start a new run."
         )
     if jax.process_index() == 0:
         runs.keep_rows_up_to(run_folder / "metrics.jsonl", done)
@@ -389,8 +391,9 @@ def learn_from_file(
         if not pending:
             break
         chunk, pending = pending[:batch_size], pending[batch_size:]  # the last one may be short without --follow
-        used += len(chunk)
         version_before = int(host_array(state.policy.version))
+        check_versions(chunk, version_before, episodes_path)
+        used += len(chunk)
         state, metrics = learner.step(state, place(to_trajectories(chunk, config.max_length)), iteration)
         counts = iteration_counts(metrics)
         one_iteration = {name: [value] for name, value in counts.items()}  # [I = 1]

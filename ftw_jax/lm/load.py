@@ -11,13 +11,14 @@ writes such a folder (atomically), for an inference engine to load the weights a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import pathlib
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import jax
@@ -58,13 +59,38 @@ def hf_names(config: LMConfig) -> dict[str, tuple[tuple[str, ...], bool]]:
     return names
 
 
+def read_json(path: pathlib.Path) -> Any:
+    """A JSON file's value; ValueError naming the file, line and column where it is not JSON."""
+    try:
+        return json.loads(path.read_bytes())
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{path}:{error.lineno}: not JSON ({error.msg.removesuffix(' at')} at column {error.colno})."
+        ) from None
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start})."
+        ) from None
+
+
+@contextlib.contextmanager
+def _opened(path: pathlib.Path) -> Iterator[Any]:
+    """`safe_open(path)` (the flax reader keeps bfloat16, numpy has none); a truncated or damaged file is a
+    ValueError naming it."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(path, framework="flax") as file:
+            yield file
+    except SafetensorError as error:
+        raise ValueError(f"{path} is not a readable safetensors file ({error}); is it truncated?") from None
+
+
 def _weight_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:
     """Tensor name -> the safetensors file that holds it."""
-    from safetensors import safe_open
-
     index = folder / "model.safetensors.index.json"
     if index.exists():
-        weight_map = json.loads(index.read_text())["weight_map"]
+        weight_map = read_json(index)["weight_map"]
         files = {name: folder / file for name, file in weight_map.items()}
         absent = sorted({str(path.name) for path in files.values() if not path.exists()})
         if absent:
@@ -73,16 +99,14 @@ def _weight_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:
     single = folder / "model.safetensors"
     if not single.exists():
         raise ValueError(f"{folder} has neither model.safetensors nor model.safetensors.index.json.")
-    with safe_open(single, framework="flax") as file:
+    with _opened(single) as file:
         return {name: single for name in file.keys()}
 
 
 def _shapes(files: dict[str, pathlib.Path]) -> dict[str, tuple[int, ...]]:
-    from safetensors import safe_open
-
     shapes = {}
     for path in sorted(set(files.values())):
-        with safe_open(path, framework="flax") as file:
+        with _opened(path) as file:
             for name in file.keys():
                 shapes[name] = tuple(file.get_slice(name).get_shape())
     return shapes
@@ -113,9 +137,7 @@ def load(
     folder = pathlib.Path(path)
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} is not a Hugging Face model folder: no config.json in it.")
-    config = LMConfig.from_hf(
-        json.loads((folder / "config.json").read_text()), dtype=dtype, param_dtype=param_dtype, remat=remat
-    )
+    config = LMConfig.from_hf(read_json(folder / "config.json"), dtype=dtype, param_dtype=param_dtype, remat=remat)
     files = _weight_files(folder)
     found, expected = _shapes(files), expected_shapes(config)
     missing = sorted(set(expected) - set(found))
@@ -148,11 +170,9 @@ def load(
 
 
 def _read(files: dict[str, pathlib.Path], dtype: str) -> dict[str, jax.Array]:
-    from safetensors import safe_open
-
     tensors = {}
     for path in sorted(set(files.values())):
-        with safe_open(path, framework="flax") as file:  # the flax reader keeps bfloat16 (numpy has none)
+        with _opened(path) as file:
             tensors.update({name: file.get_tensor(name).astype(dtype) for name in file.keys()})
     return tensors
 
