@@ -832,3 +832,42 @@ def test_stale_episodes_are_counted_against_the_bound():
     episode = parse_episode(json.dumps(GOOD), vocab_size=64, max_length=16)  # written by version 2
     assert stale_episodes([episode, episode], 5, None) == 0
     assert stale_episodes([episode, episode], 5, 3) == 0 and stale_episodes([episode], 6, 3) == 1
+
+
+@pytest.mark.slow
+def test_a_follower_killed_while_writing_weights_leaves_a_loadable_latest_version(engine, model_folder, tmp_path):
+    """SIGKILL while `lm learn --follow` writes version 2 (its staging folder seen): `latest.json` names a whole
+    folder that loads, no partial version folder is left, and a resume finishes with the weights of a run never
+    stopped."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    _, _, trajectories = played(engine, 24)
+    episodes = tmp_path / "episodes.jsonl"
+    write_episodes(episodes, episode_records(trajectories))
+    argv = [sys.executable, "-m", "ftw_jax.cli", "lm", "learn", "--episodes", str(episodes)]
+    argv += ["--model", str(model_folder), "--out", str(tmp_path), "--max-length", str(MAX_LENGTH)]
+    argv += ["--episodes-per-iteration", "8", "--pool-capacity", "16", "--num-batches", "4", "--batch-size", "4"]
+    argv += ["--num-elites", "1", "--monitor-entries", "4"]
+    follower = subprocess.Popen([*argv, "--name", "killed", "--follow", "true"], stderr=subprocess.PIPE)
+    weights = tmp_path / "killed" / "weights"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and follower.poll() is None:
+        staging = list(weights.glob(".version-000002.*")) if weights.is_dir() else []  # version 1 is written
+        if staging or (weights / "version-000003").exists():
+            break
+        time.sleep(0.001)
+    os.kill(follower.pid, signal.SIGKILL)
+    follower.wait()
+    latest = json.loads((weights / "latest.json").read_text())
+    load(weights / latest["path"])  # whole
+    for folder in weights.glob("version-*"):
+        load(folder)
+    subprocess.run([*argv, "--name", "killed", "--resume", str(tmp_path / "killed")], check=True, capture_output=True)
+    subprocess.run([*argv, "--name", "whole"], check=True, capture_output=True)
+    _, resumed = load(weights / "version-000003")
+    _, whole = load(tmp_path / "whole" / "weights" / "version-000003")
+    for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(whole)):
+        np.testing.assert_array_equal(a, b)
