@@ -313,6 +313,8 @@ def learn_from_file(
     """`ftw-jax lm learn`: the episodes of a JSONL file, B at a time in file order, each batch into the pool and
     then U FTW updates; weights written every `save_every` iterations and after the last. Resumes from the
     checkpointer's latest, with the episodes after those it had learnt from (an engine may have appended more).
+    With `config.follow` it then learns the lines an engine appends, a whole batch of B at a time, until a stop
+    is asked for (SIGINT, SIGTERM) or `idle_timeout` passes without a new line.
     `mesh` (data, model) lays the weights out over that many of this host's devices (`lm.sharding`).
     Returns the summary it writes to summary.json."""
     from ftw_jax.lm.episodes import EpisodeTail, check_versions, to_trajectories
