@@ -830,8 +830,9 @@ def test_stale_episodes_are_counted_against_the_bound():
     from ftw_jax.lm.learner import stale_episodes
 
     episode = parse_episode(json.dumps(GOOD), vocab_size=64, max_length=16)  # written by version 2
-    assert stale_episodes([episode, episode], 5, None) == 0
-    assert stale_episodes([episode, episode], 5, 3) == 0 and stale_episodes([episode], 6, 3) == 1
+    two, one = to_trajectories([episode, episode], 16), to_trajectories([episode], 16)
+    assert stale_episodes(two, 5, None) == 0
+    assert stale_episodes(two, 5, 3) == 0 and stale_episodes(one, 6, 3) == 1
 
 
 @pytest.mark.slow

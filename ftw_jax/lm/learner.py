@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ftw_jax import algos, runs, skips
+from ftw_jax import algos, diagnostics, runs, skips
 from ftw_jax.algos.base import Context, Hyperparameters, Learner
 from ftw_jax.algos.ftw import FTWConfig, FTWLearnerState
 from ftw_jax.lm.config import LMConfig
@@ -290,13 +290,14 @@ def _log_bad_lines(problems: list[str], log: Callable[[str], None]) -> None:
         log(f"... and {len(problems) - 10} more bad lines skipped")
 
 
-def stale_episodes(episodes: list, version: int, max_staleness: int | None) -> int:
-    """How many of a batch's episodes were written by a policy more than `max_staleness` versions before
-    `version` (their oldest model token's): the pool never selects them (`--max-staleness`). 0 without a bound."""
+def stale_episodes(batch: Trajectory, version: int, max_staleness: int | None) -> int:
+    """How many of a batch's episodes [B, T] were written by a policy more than `max_staleness` versions before
+    `version` (their oldest model token's, `diagnostics.staleness`): the pool never selects them
+    (`--max-staleness`). 0 without a bound."""
     if max_staleness is None:
         return 0
-    oldest = [int(np.min(e.versions[e.written])) for e in episodes if np.any(e.written)]
-    return sum(version - v > max_staleness for v in oldest)
+    staleness = diagnostics.staleness(jnp.int32(version), batch.behaviour_version, batch.mask)
+    return int(np.sum(np.asarray(staleness) > max_staleness))
 
 
 def learn_from_file(
@@ -396,7 +397,8 @@ def learn_from_file(
         version_before = int(host_array(state.policy.version))
         check_versions(chunk, version_before, episodes_path)
         used += len(chunk)
-        state, metrics = learner.step(state, place(to_trajectories(chunk, config.max_length)), iteration)
+        batch = to_trajectories(chunk, config.max_length)
+        state, metrics = learner.step(state, place(batch), iteration)
         counts = iteration_counts(metrics)
         one_iteration = {name: [value] for name, value in counts.items()}  # [I = 1]
         skipped = {name: int(value) for name, value in skips.totals_after(skipped, one_iteration).items()}
@@ -405,7 +407,7 @@ def learn_from_file(
             "iteration": iteration,
             "episodes": used,
             "reward_mean": float(np.mean([episode.reward for episode in chunk])),
-            "episodes_stale": stale_episodes(chunk, version_before, config.algorithm_config.max_staleness),
+            "episodes_stale": stale_episodes(batch, version_before, config.algorithm_config.max_staleness),
             **metrics_row(metrics),
             **counts,
         }
