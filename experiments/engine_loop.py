@@ -162,6 +162,13 @@ def add_version_times(run: pathlib.Path, rows: list[dict], began: float) -> None
         previous = written
 
 
+def loop_summary(engine: Engine, run: pathlib.Path, rows: list[dict], epoch: float, seconds: float) -> dict:
+    """What both loops report: their rows (with each version's time), seconds, versions written, seconds per one."""
+    versions = engine.newest(run)[0]
+    add_version_times(run, rows, epoch)
+    return {"rows": rows, "seconds": seconds, "versions": versions, "seconds_per_version": seconds / versions}
+
+
 def round_row(number: int, version: int, records: list[dict], metrics: dict | None, seconds: float) -> dict:
     row = {
         "round": number,
@@ -195,16 +202,11 @@ def round_by_round(args: argparse.Namespace, start: pathlib.Path, work: pathlib.
             raise SystemExit(f"round {number}: metrics.jsonl has {len(metrics)} rows")
         rows.append(round_row(number, engine.version, records, metrics[-1], time.perf_counter() - round_began))
         print(f"round  {rows[-1]}", flush=True)
-    total = time.perf_counter() - began
-    versions = engine.newest(run)[0]
-    add_version_times(run, rows, epoch)
+    summary = loop_summary(engine, run, rows, epoch, time.perf_counter() - began)
     return {
-        "rows": rows,
-        "seconds": total,
-        "versions": versions,
-        "seconds_per_version": total / versions,
+        **summary,
         "learner_seconds": learn_seconds,
-        "learner_seconds_per_version": sum(learn_seconds) / versions,
+        "learner_seconds_per_version": sum(learn_seconds) / summary["versions"],
     }
 
 
@@ -258,13 +260,8 @@ def follow(args: argparse.Namespace, start: pathlib.Path, work: pathlib.Path, en
         row.update({"learner_version": metric["version"], **{name: metric[name] for name in STATS}})
         print(f"follow {row}", flush=True)
     assert last is not None
-    versions = engine.newest(run)[0]
-    add_version_times(run, rows, epoch)
     return {
-        "rows": rows,
-        "seconds": total,
-        "versions": versions,
-        "seconds_per_version": total / versions,
+        **loop_summary(engine, run, rows, epoch, total),
         "engine_wait_seconds": waits,
         "learner_exit_code": code,
         "interrupted_cleanly": "interrupted" in (work / "follow-learn.log").read_text(),
