@@ -441,11 +441,11 @@ def learn_from_file(
             )
     if config.follow and checkpointer and iteration > done and iteration % checkpointer.every:
         checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped}, final=True)
-    if weights is None or weights != weights_folder(run_folder, int(host_array(state.policy.version))):
-        weights = save_weights(run_folder, learner, state, model_path)  # the newest version, once
+    version = int(host_array(state.policy.version))
+    if weights != weights_folder(run_folder, version):  # the newest version, written once
+        weights = save_weights(run_folder, learner, state, model_path)
     if config.follow and pending:
         log(f"stopped following after {config.idle_timeout} s without a new line; {len(pending)} episodes wait")
-    version = int(host_array(state.policy.version))
     summary = {
         "episodes": used,
         "bad_lines_skipped": len(tail.report.skipped),
