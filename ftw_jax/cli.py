@@ -831,6 +831,14 @@ def _add_compare_parser(subparsers) -> None:
         help="iterations of each tuning run (default: those of the reported runs)",
     )
     parser.add_argument(
+        "--rungs",
+        type=_positive_int,
+        default=1,
+        help="successive halving of --search: every configuration runs the first rung, the better half by mean AUC "
+        "so far goes on to the next, the last reaching the tuning horizon; rung r of R ends at 1/2^(R-r) of it, "
+        "schedules on the whole (default 1: every configuration runs it whole)",
+    )
+    parser.add_argument(
         "--tuning-seeds",
         type=_seed_list,
         default=None,
@@ -894,7 +902,12 @@ def _run_compare(args) -> int:
     tuned = args.search or (learning_rates and len(learning_rates) > 1)
     tuning_seeds = args.tuning_seeds or ([1000, 1001, 1002] if args.search else [1000, 1001] if tuned else [])
     overrides = given_settings(args, _training_settings())
-    search = {"search": args.search, "search_seed": args.search_seed, "tuning_iterations": args.tuning_iterations}
+    search = {
+        "search": args.search,
+        "search_seed": args.search_seed,
+        "tuning_iterations": args.tuning_iterations,
+        **({"rungs": args.rungs} if args.rungs != 1 else {}),  # absent from the runs made before it existed
+    }
     folder, checkpointer = _open_run(
         args,
         f"compare-{args.env}",

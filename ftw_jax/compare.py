@@ -16,6 +16,7 @@ compiled program is one sweep (`ftw_jax.sweep`), vmapped, sharded and checkpoint
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -29,7 +30,7 @@ import scipy.stats
 from ftw_jax import envs, runs, tuning
 from ftw_jax.checkpoints import Checkpointer, check_same_config, rows_from_record, rows_record
 from ftw_jax.runner import MemberRun, history_arrays
-from ftw_jax.sweep import make_sweep
+from ftw_jax.sweep import Sweep, make_sweep
 from ftw_jax.train import RUN_FIELDS, TrainConfig, make_train, split_overrides
 
 CONFIDENCE = 0.95
@@ -159,6 +160,7 @@ def compare(
     search: int = 0,
     search_seed: int = 0,
     tuning_iterations: int | None = None,
+    rungs: int = 1,
     tuning_seeds: Sequence[int] = (),
     env_options: dict | None = None,
     overrides: dict | None = None,
@@ -178,6 +180,9 @@ def compare(
       search: instead of the grid, this many configurations drawn from each algorithm's space
         (`ftw_jax.tuning`, numpy seed `search_seed`); the overrides may not set a searched setting.
       tuning_iterations: the tuning runs' iterations (default: the reported runs'); β's decay horizon scales.
+      rungs: successive halving of the search's configurations (`tuning.rung_periods`): every one runs the
+        first rung, the better half by mean AUC so far goes on, ..., the last rung reaches the tuning horizon
+        (1: every configuration runs it whole).
       tuning_seeds: seeds for choosing the settings; must not overlap `seeds` and are needed when the grid
         has more than one value or `search` is on.
       metric: "success" or "return" (default: success where the environment has it).
@@ -203,7 +208,10 @@ def compare(
         raise ValueError(f"algorithms must be distinct and at least one, got {algorithms}.")
     if len(learning_rates) > 1 and not tuning_seeds:
         raise ValueError(f"a tuning grid of {len(learning_rates)} learning rates needs tuning seeds.")
+    if rungs != 1 and not search:
+        raise ValueError(f"rungs={rungs} narrows a random search (--search N); there is none here.")
     if search:
+        tuning.rung_periods((tuning_iterations or base.num_iterations) // base.eval_every, rungs)  # refuses
         if len(learning_rates) > 1:
             raise ValueError("give either a learning-rate grid or a random search, not both.")
         if not tuning_seeds:
@@ -235,7 +243,9 @@ def compare(
     metric = metric or ("success" if envs.make(env, **dict(env_options or {})).has_success else "return")
     phases = _Phases(env, dict(env_options or {}), metric, checkpoint_folder, on_period)
     results = [
-        phases.search(algorithm, own_settings[algorithm], search, search_seed, tuning_iterations, seeds, tuning_seeds)
+        phases.search(
+            algorithm, own_settings[algorithm], search, search_seed, tuning_iterations, rungs, seeds, tuning_seeds
+        )
         if search
         else phases.compare(algorithm, own_settings[algorithm], learning_rates, seeds, tuning_seeds)
         for algorithm in algorithms
@@ -254,17 +264,48 @@ class _Phases:
     checkpoint_folder: pathlib.Path | None
     on_period: Callable[[str, str, int, np.ndarray, tuple[int, int]], None] | None
 
-    def run(self, algorithm: str, phase: str, sweep) -> tuple[dict, float]:
-        """One phase's sweep, checkpointed in its own folder ("ALGORITHM-PHASE") and resumed from it: its
-        results (as `run_sweep`'s) and the seconds it took (those of the processes it resumes included).
+    def run(
+        self, algorithm: str, phase: str, sweep: Sweep, until: int | None = None, start: Start | None = None
+    ) -> tuple[dict, float]:
+        """One phase's sweep, checkpointed in its own folder ("ALGORITHM-PHASE") and resumed from it, to period
+        `until` (default: the last): its results (as `run_sweep`'s) and the seconds it took (those of the
+        processes it resumes included). `start`: where it starts when it has no checkpoint of its own (a rung
+        of successive halving goes on from the runs it promotes).
 
         A finished phase leaves "ALGORITHM-PHASE.json" beside its checkpoints (its evaluations, applied
         shares and seconds: kilobytes, where the checkpoints are megabytes); a resume takes the phase from it
         without restoring or compiling anything, so those files alone carry a comparison's finished phases
         to another machine.
         """
+        finished = self.checkpoint_folder / f"{algorithm}-{phase}.json" if self.checkpoint_folder else None
+        with contextlib.ExitStack() as stack:
+            if finished and finished.exists():
+                record = json.loads(finished.read_text())
+                fingerprint = self.checkpointer(algorithm, phase, sweep, stack).fingerprint  # type: ignore[union-attr]
+                check_same_config(record["fingerprint"], fingerprint, str(finished))
+                results = history_arrays(rows_from_record(record["history"]))
+                results["updates_applied_share"] = np.asarray(record["updates_applied_share"])
+                for name in ("updates_skipped", "updates_nonfinite"):  # absent from phases finished before counting
+                    results.setdefault(name, np.zeros_like(results["updates_applied"]))
+                return results, record["seconds"]
+            run = self.started(algorithm, phase, sweep, until, start, stack)
+            results, seconds = run.results(), run.seconds
+            if finished:
+                runs.write_json(
+                    finished,
+                    {
+                        "fingerprint": run.checkpointer.fingerprint,  # type: ignore[union-attr]
+                        "seconds": seconds,
+                        "updates_applied_share": results["updates_applied_share"].tolist(),
+                        "history": rows_record(run.history),
+                    },
+                )
+        return results, seconds
+
+    def checkpointer(self, algorithm: str, phase: str, sweep: Sweep, stack: contextlib.ExitStack):
+        """The phase's checkpointer (None without a checkpoint folder), closed with `stack`."""
         if not self.checkpoint_folder:
-            return self._run(algorithm, phase, sweep, None)[:2]
+            return None
         checkpointer = Checkpointer(
             self.checkpoint_folder / f"{algorithm}-{phase}",
             {
@@ -274,46 +315,39 @@ class _Phases:
                 "config": dataclasses.asdict(sweep.config),
             },
         )
-        finished = self.checkpoint_folder / f"{algorithm}-{phase}.json"
-        try:
-            if finished.exists():
-                record = json.loads(finished.read_text())
-                check_same_config(record["fingerprint"], checkpointer.fingerprint, str(finished))
-                results = history_arrays(rows_from_record(record["history"]))
-                results["updates_applied_share"] = np.asarray(record["updates_applied_share"])
-                for name in ("updates_skipped", "updates_nonfinite"):  # absent from phases finished before counting
-                    results.setdefault(name, np.zeros_like(results["updates_applied"]))
-                return results, record["seconds"]
-            results, seconds, history = self._run(algorithm, phase, sweep, checkpointer)
-        finally:
-            checkpointer.close()
-        runs.write_json(
-            finished,
-            {
-                "fingerprint": checkpointer.fingerprint,
-                "seconds": seconds,
-                "updates_applied_share": results["updates_applied_share"].tolist(),
-                "history": rows_record(history),
-            },
-        )
-        return results, seconds
+        stack.callback(checkpointer.close)
+        return checkpointer
 
-    def _run(self, algorithm: str, phase: str, sweep, checkpointer: Checkpointer | None):
-        """The phase's results, seconds and per-period rows, run (or resumed) here. A reported run stops when a
-        seed stops applying updates (`MemberRun`); a tuning run goes on."""
+    def started(
+        self,
+        algorithm: str,
+        phase: str,
+        sweep: Sweep,
+        until: int | None,
+        start: Start | None,
+        stack: contextlib.ExitStack,
+    ) -> MemberRun:
+        """The phase's members run (or resumed) to period `until`. A reported run stops when a seed stops applying
+        updates (`MemberRun`); a tuning run goes on. Every phase keeps the batch diagnostics per iteration
+        (`train.batch_diagnostics`)."""
+        trainer = make_train(sweep.config, **sweep.env_options)
         run = MemberRun(
-            make_train(sweep.config, **sweep.env_options),
+            trainer,
             sweep.keys(),
             sweep.hyperparameters(),
-            checkpointer,
+            self.checkpointer(algorithm, phase, sweep, stack),
+            metric_names=DIAGNOSTICS[: 2 if trainer.learner.group_size > 1 else 1],
             labels=[f"{algorithm} seed {member['seed']}" for member in sweep.members],
             stops=phase == "report",
         )
-        for _ in run.periods():
+        if start and not run.history:
+            previous, members = start(stack)
+            run.take_members(previous, members)
+        for _ in run.periods(until):
             if self.on_period:
                 period = len(run.history) - 1
                 self.on_period(algorithm, phase, period, run.history[-1][self.metric], run.last_period_skipped())
-        return run.results(), run.seconds, run.history
+        return run
 
     def compare(
         self, algorithm: str, settings: dict, learning_rates: list[float], seeds: list[int], tuning_seeds: list[int]
@@ -366,34 +400,88 @@ class _Phases:
         count: int,
         search_seed: int,
         tuning_iterations: int | None,
+        rungs: int,
         seeds: list[int],
         tuning_seeds: list[int],
     ) -> AlgorithmResult:
         """`count` configurations from the algorithm's space on the tuning seeds (one sweep per compiled
-        program), the best mean AUC, then the reported seeds with it."""
+        program), narrowed by successive halving over `rungs` rungs (`tuning.rung_periods`; each rung's runs
+        go on from the last one's), the best mean AUC at the full tuning horizon, then the reported seeds
+        with it. Each configuration's row holds its scores at the last rung it ran."""
         seconds, tuning_skipped = 0.0, (0, 0)
         configurations = tuning.draw_configurations(algorithm, count, search_seed)
         tuning_settings = {**settings, **({"num_iterations": tuning_iterations} if tuning_iterations else {})}
-        rows = [dict(point) for point in configurations]
-        groups = tuning.group_sweeps(
-            self.env, configurations, tuning_seeds, self.env_options, algorithm=algorithm, **tuning_settings
+        group_sweep = functools.partial(
+            tuning.group_sweeps, self.env, seeds=tuning_seeds, env_options=self.env_options, algorithm=algorithm
         )
-        for group, (sweep, indices) in enumerate(groups):
-            tuned, phase_seconds = self.run(algorithm, f"tune{group}", sweep)
-            curves, seconds = tuned[self.metric], seconds + phase_seconds  # [configs × seeds, periods]
-            skipped, nonfinite = _skipped_total(tuned)
-            tuning_skipped = (tuning_skipped[0] + skipped, tuning_skipped[1] + nonfinite)
-            for position, index in enumerate(indices):
-                members = curves[position * len(tuning_seeds) : (position + 1) * len(tuning_seeds)]
-                rows[index].update(
-                    auc_mean=float(members.mean()),
-                    final_mean=float(members[:, -1].mean()),
-                    auc_per_seed=[float(value) for value in members.mean(axis=1)],
-                )
-        chosen = configurations[max(range(len(rows)), key=lambda index: rows[index]["auc_mean"])]
+        groups = group_sweep(configurations, **tuning_settings)
+        config = groups[0][0].config
+        untils = tuning.rung_periods(config.num_periods, rungs)
+        per_seed = len(tuning_seeds)
+        rows = [dict(point) for point in configurations]
+        alive = list(range(count))
+        starts: dict[int, Start] = {}  # per group: where its runs of the next rung start
+        for rung, until in enumerate(untils):
+            scores, ran = {}, {}
+            for group, (sweep, indices) in enumerate(groups):
+                running = [index for index in indices if index in alive]
+                if not running:
+                    continue
+                if running != indices:  # the promoted members of the group's program
+                    sweep = group_sweep([configurations[index] for index in running], **tuning_settings)[0][0]
+                phase = f"tune{group}" if rungs == 1 else f"tune{group}-rung{rung}"
+                tuned, phase_seconds = self.run(algorithm, phase, sweep, until, starts.get(group))
+                curves, seconds = tuned[self.metric], seconds + phase_seconds  # [configs × seeds, periods]
+                skipped, nonfinite = _skipped_total(tuned)
+                tuning_skipped = (tuning_skipped[0] + skipped, tuning_skipped[1] + nonfinite)
+                for position, index in enumerate(running):
+                    members = curves[position * per_seed : (position + 1) * per_seed]
+                    rows[index].update(
+                        iterations=until * config.eval_every,
+                        auc_mean=float(members.mean()),
+                        final_mean=float(members[:, -1].mean()),
+                        auc_per_seed=[float(value) for value in members.mean(axis=1)],
+                    )
+                    scores[index] = rows[index]["auc_mean"]
+                ran[group] = (phase, sweep, starts.get(group), running)
+            if rung + 1 < len(untils):
+                alive = tuning.promoted(scores)
+                starts = {
+                    group: self.continuation(algorithm, phase, sweep, start, running, until, alive, per_seed)
+                    for group, (phase, sweep, start, running) in ran.items()
+                }
+        chosen = configurations[max(alive, key=lambda index: rows[index]["auc_mean"])]
         sweep = tuning.group_sweeps(self.env, [chosen], seeds, self.env_options, algorithm=algorithm, **settings)[0][0]
         reported, report_seconds = self.run(algorithm, "report", sweep)
         return self.result(algorithm, reported, seconds + report_seconds, rows, dict(chosen), tuning_skipped)
+
+    def continuation(
+        self,
+        algorithm: str,
+        phase: str,
+        sweep: Sweep,
+        start: Start | None,
+        running: list[int],
+        until: int,
+        alive: list[int],
+        per_seed: int,
+    ) -> Start:
+        """Where a group's next rung starts: this rung's phase at `until` (restored from its checkpoints, or run
+        again where they are gone), and the members of its configurations (`running`, in order) that are
+        `alive`, in the same order."""
+
+        def begin(stack: contextlib.ExitStack) -> tuple[MemberRun, list[int]]:
+            run = self.started(algorithm, phase, sweep, until, start, stack)
+            positions = [position for position, index in enumerate(running) if index in alive]
+            return run, [position * per_seed + seed for position in positions for seed in range(per_seed)]
+
+        return begin
+
+
+# Where a rung's runs start when they have no checkpoint of their own: given an exit stack (that closes the
+# checkpointers opened), the previous rung's run at its end and the members of it to go on from.
+Start = Callable[[contextlib.ExitStack], tuple[MemberRun, list[int]]]
+DIAGNOSTICS = ("policy_entropy", "groups_tied")  # `train.batch_diagnostics`, kept per iteration (the 2nd: G > 1)
 
 
 def _skipped_total(results: dict) -> tuple[int, int]:

@@ -9,6 +9,7 @@ The return is the sum of rewards before the end; each step's reward is kept too 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +32,10 @@ def rollout(
     params: Any,
     version: jax.Array,
     reset_key: jax.Array | None = None,
+    greedy: bool = False,
 ) -> tuple[Trajectory, jax.Array]:
-    """Plays one episode of at most `env.max_steps` steps with actions sampled from `policy`.
+    """Plays one episode of at most `env.max_steps` steps with actions sampled from `policy` (or its most
+    likely ones).
 
     Args:
       key: consumed.
@@ -42,6 +45,7 @@ def rollout(
       version: [] int32 policy version, recorded on every step.
       reset_key: if given, the start state comes from it (episodes that share it start alike, as GRPO's
         groups do) and `key` drives only the actions and the environment's steps.
+      greedy: take the most likely action at every step instead of sampling one (static).
 
     Returns:
       A `Trajectory` with leaves [T, ...] (T = env.max_steps), and whether the episode solved the task
@@ -62,7 +66,7 @@ def rollout(
         else:
             memory = jax.tree.map(lambda buffer, leaf: buffer.at[t].set(leaf), memory, observation)
             logits = policy.apply(params, memory)[t]
-        action = jax.random.categorical(key, logits)
+        action = jnp.argmax(logits) if greedy else jax.random.categorical(key, logits)
         return action, jax.nn.log_softmax(logits)[action], memory
 
     def memory(observation):
@@ -187,20 +191,22 @@ def rollouts(
     num_episodes: int,
     group_size: int = 1,
     reset_keys: jax.Array | None = None,
+    greedy: bool = False,
 ) -> tuple[Trajectory, jax.Array]:
     """B episodes in parallel (a vmap of `rollout`): trajectories [B, T, ...] and success [B].
 
     `reset_keys` [B], if given, set each episode's start state (episodes sharing a key start alike: the same
     task). Otherwise, with `group_size` G > 1, consecutive groups of G episodes start from the same state
-    (B a multiple of G), and with G = 1 every episode starts from its own.
+    (B a multiple of G), and with G = 1 every episode starts from its own. `greedy`: as `rollout`'s.
     """
+    play_one = functools.partial(rollout, greedy=greedy)
     if reset_keys is None and group_size == 1:
-        return jax.vmap(rollout, in_axes=(0, None, None, None, None, None))(
+        return jax.vmap(play_one, in_axes=(0, None, None, None, None, None))(
             jax.random.split(key, num_episodes), env, env_params, policy, params, version
         )
     if reset_keys is None:
         reset_key, key = jax.random.split(key)
         reset_keys = jnp.repeat(jax.random.split(reset_key, num_episodes // group_size), group_size, axis=0)
-    return jax.vmap(rollout, in_axes=(0, None, None, None, None, None, 0))(
+    return jax.vmap(play_one, in_axes=(0, None, None, None, None, None, 0))(
         jax.random.split(key, num_episodes), env, env_params, policy, params, version, reset_keys
     )

@@ -233,10 +233,27 @@ class MemberRun:
         """[M] training env steps of every member so far."""
         return host_array(self.carry.env_steps)[: self.num_members]
 
-    def periods(self) -> Iterator[tuple[dict, dict]]:
-        """Runs the periods left, yielding each one's (metrics {name: [M, eval_every]}, evaluation {name: [M]})."""
+    def take_members(self, source: MemberRun, members: list[int]) -> None:
+        """Goes on from `source`'s `members` (their carry and history, in this order) unless this run restored its
+        own checkpoint: successive halving's next rung continues the runs it promotes. Both runs must be of the
+        same program, this one's members being those of `source` (`members[i]` is this run's member i)."""
+        if self.history:
+            return
+        if len(members) != self.num_members:
+            raise ValueError(f"{len(members)} members given for a run of {self.num_members}.")
+        sharding, padded = member_sharding(self.num_members)
+        index = np.asarray(list(members) + [members[-1]] * (padded - self.num_members))
+        take = jax.jit(lambda carry: jax.tree.map(lambda leaf: leaf[index], carry), out_shardings=sharding)
+        self.carry = take(source.carry)
+        self.history = [{name: np.asarray(value)[members] for name, value in row.items()} for row in source.history]
+        self.periods_done_before = len(self.history)
+
+    def periods(self, until: int | None = None) -> Iterator[tuple[dict, dict]]:
+        """Runs the periods left (those before period `until`, default the config's last), yielding each one's
+        (metrics {name: [M, eval_every]}, evaluation {name: [M]})."""
         config = self.trainer.config
-        if len(self.history) >= config.num_periods:  # restored finished: nothing to compile
+        until = config.num_periods if until is None else until
+        if len(self.history) >= until:  # restored finished: nothing to compile
             return
         started = time.perf_counter()
         # Compiled ahead of time, so that throughput is reported without the compile.
@@ -246,7 +263,7 @@ class MemberRun:
         self.compile_seconds = time.perf_counter() - started
         started = time.perf_counter()
         limit = skips.limit_of(config.stop_after_skipped, self.updates_per_period) if self.stops else None
-        for period in range(len(self.history), config.num_periods):  # one period per call: same result as one scan
+        for period in range(len(self.history), until):  # one period per call: same result as one scan
             raise_if_stopped()
             self.carry, (metrics, evaluation) = run_period(self.carry)
             metrics = {name: host_array(value)[: self.num_members, 0] for name, value in metrics.items()}
@@ -267,7 +284,7 @@ class MemberRun:
                     period + 1,
                     self.carry,
                     {"history": rows_record(self.history), "seconds": self.seconds},
-                    final=period + 1 == config.num_periods or bool(stuck.any()),  # a stopped run resumes from here
+                    final=period + 1 == until or bool(stuck.any()),  # a stopped run resumes from here
                 )
             yield metrics, evaluation
             if stuck.any():

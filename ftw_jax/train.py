@@ -102,6 +102,11 @@ class TrainConfig(LearnerSettings):
     conv_channels: tuple[int, ...] = setting((16, 16), "the conv policy's channels")
     eval_every: int = setting(10, "iterations between evaluations")
     eval_episodes: int = setting(32, "episodes per evaluation")
+    eval_greedy: bool = setting(
+        False,
+        "also evaluate the most likely actions (greedy_return, greedy_success) beside the sampled policy's, on "
+        "the same number of episodes",
+    )
     # Probe-based task filtering (ftw_jax.probes): at the start of every evaluation period, M candidate tasks
     # get n probes each with the current policy, and the period trains on those solved 0 < s < n times.
     probe_tasks: int = setting(0, "task filtering: M candidate tasks probed each period (0: off)")
@@ -421,10 +426,24 @@ def make_iteration(
             "env_steps": env_steps,
             "kl_coef": state.policy.kl_coef,
             "learning_rate": learning_rate,
+            **batch_diagnostics(batch, group_size),
         }
         return carry.replace(learner=state, key=key, iteration=carry.iteration + 1, env_steps=env_steps), metrics
 
     return iteration
+
+
+def batch_diagnostics(batch: Trajectory, group_size: int) -> dict:
+    """What every method's batch says of its policy, computed alike for all: `policy_entropy`, the mean of
+    −log q(a_t) over the policy's steps (an unbiased estimate of the acting policy's entropy per step), and
+    for grouped methods (G > 1) `groups_tied`, the share of groups whose G returns are all equal (TRL's
+    `frac_reward_zero_std`: such a group's advantages are all 0, it teaches nothing)."""
+    steps = jnp.maximum(jnp.sum(batch.mask), 1)
+    diagnostics = {"policy_entropy": -jnp.sum(jnp.where(batch.mask, batch.behaviour_logp, 0.0)) / steps}
+    if group_size > 1:
+        groups = batch.episode_return.reshape(-1, group_size)
+        diagnostics["groups_tied"] = jnp.mean(jnp.all(groups == groups[:, :1], axis=1))
+    return diagnostics
 
 
 def make_evaluation(
@@ -436,10 +455,26 @@ def make_evaluation(
 
     def evaluate(key: jax.Array, carry: TrainCarry) -> dict:
         policy_state = carry.learner.policy
-        episodes, success = rollouts(
-            key, env, eval_params, policy, policy_state.params, policy_state.version, config.eval_episodes
+        play = functools.partial(
+            rollouts,
+            env=env,
+            env_params=eval_params,
+            policy=policy,
+            params=policy_state.params,
+            version=policy_state.version,
+            num_episodes=config.eval_episodes,
         )
+        greedy = {}
+        if config.eval_greedy:  # on episodes of its own (a key split off: the sampled ones change with it)
+            key, greedy_key = jax.random.split(key)
+            greedy_episodes, greedy_success = play(greedy_key, greedy=True)
+            greedy = {
+                "greedy_return": jnp.mean(greedy_episodes.episode_return),
+                "greedy_success": jnp.mean(greedy_success),
+            }
+        episodes, success = play(key)
         return {
+            **greedy,
             "return": jnp.mean(episodes.episode_return),
             "success": jnp.mean(success),
             "iteration": carry.iteration,

@@ -1,13 +1,20 @@
-"""Equal tuning for every algorithm: the same number of configurations, drawn at random from each one's space.
+"""Equal tuning for every algorithm: the same number of configurations, drawn at random from each one's space,
+narrowed by the same successive halving.
 
     configurations = draw_configurations("ppo", count=8, seed=0)       # override dicts, distinct
     sweeps = group_sweeps("sokoban", configurations, seeds=[1000, 1001, 1002], algorithm="ppo")
+    rung_periods(num_periods=40, rungs=3)                              # [10, 20, 40]: 8, then 4, then 2 run on
 
-Every algorithm searches the settings they share (the learning rate on a log grid 3e-4–1e-2, β at the start,
-the iterations over which it decays to 0) and its own knobs (FTW: N, J, C, K; PPO: minibatches and entropy
-bonus; GRPO: G and entropy bonus; REINFORCE: steps per batch and entropy bonus). Configurations that differ
-only in sweep axes (learning rate, β, N, J, C, K) share one compiled program; `group_sweeps` makes one sweep
-per program. `ftw_jax.compare` runs them on tuning seeds and keeps the configuration with the best mean AUC.
+Every algorithm searches the settings they share (the learning rate on a half-decade log grid 1e-4–1e-2, β at the start,
+the iterations over which it decays to 0) and its own knobs (FTW: N, J, C, K and the elite rule; PPO:
+minibatches and entropy bonus; GRPO: G, steps per batch, entropy bonus and TRL's β = 0.04; REINFORCE: steps
+per batch and entropy bonus). The learning rate is stratified: the draws take every rate of the grid in turn
+(a random order), so 8 configurations cover all 5 rates where uniform draws left some unvisited. Configurations
+that differ only in sweep axes (learning rate, β, N, J, C, K) share one compiled program; `group_sweeps`
+makes one sweep per program. `ftw_jax.compare` runs them on tuning seeds and keeps the configuration with the
+best mean AUC; with rungs, every configuration runs to the first rung, the better half (by mean AUC so far)
+goes on to the next, and so on to the full horizon, whose schedules (β's decay, the annealed learning rate)
+every rung shares: a configuration is scored on the start of the very run it would make.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import numpy as np
 from ftw_jax.sweep import Sweep, program_key, sweep_of
 from ftw_jax.train import TrainConfig
 
-LEARNING_RATES = (3e-4, 5e-4, 1e-3, 2e-3, 3e-3, 5e-3, 1e-2)
+LEARNING_RATES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2)  # a half-decade log grid
 KL_COEFS = (0.0, 0.1, 0.3, 0.5, 1.0)
 KL_DECAY_FRACTIONS = (0.25, 0.5, 1.0)  # β reaches 0 after this share of the run's iterations
 SHARED = {"learning_rate": LEARNING_RATES, "kl_coef": KL_COEFS, "kl_decay_fraction": KL_DECAY_FRACTIONS}
@@ -31,9 +38,15 @@ SPACES: dict[str, dict[str, tuple]] = {
         "num_batches": (32, 64, 128),
         "batch_size": (4, 8, 16, 32),
         "num_elites": (1, 2, 4),
+        "elite_rule": ("top_k", "beat_minimum"),
     },
     "ppo": {"num_minibatches": (1, 4), "entropy_coef": ENTROPY_COEFS},
-    "grpo": {"group_size": (4, 8, 16), "entropy_coef": ENTROPY_COEFS},
+    "grpo": {
+        "kl_coef": (0.0, 0.04, 0.1, 0.3, 0.5, 1.0),  # TRL's 0.04 beside the shared values
+        "group_size": (4, 8, 16),
+        "updates_per_iteration": (1, 4),  # TRL's default: one step per batch
+        "entropy_coef": ENTROPY_COEFS,
+    },
     "reinforce": {"updates_per_iteration": (1, 4), "entropy_coef": ENTROPY_COEFS},
 }
 
@@ -53,15 +66,46 @@ def _valid(point: dict) -> bool:
 
 
 def draw_configurations(algorithm: str, count: int, seed: int) -> list[dict]:
-    """`count` distinct points of the algorithm's space, uniformly at random among the valid ones (numpy,
-    seeded: the same seed draws the same configurations)."""
+    """`count` distinct points of the algorithm's space (numpy, seeded: the same seed draws the same ones).
+
+    The learning rate is stratified: the draws walk the grid's rates in a random order (again and again when
+    `count` exceeds them), and each draws the rest of its point uniformly among the valid ones with that rate
+    not drawn yet.
+    """
     names = list(space(algorithm))
     points = [dict(zip(names, values)) for values in itertools.product(*space(algorithm).values())]
     points = [point for point in points if _valid(point)]
     if not 1 <= count <= len(points):
         raise ValueError(f"count must be in [1, {len(points)}] for {algorithm}'s space, got {count}.")
-    chosen = np.random.default_rng(seed).choice(len(points), size=count, replace=False)
+    rng = np.random.default_rng(seed)
+    rates = space(algorithm)["learning_rate"]
+    order = itertools.cycle([rates[index] for index in rng.permutation(len(rates))])
+    chosen: list[int] = []
+    while len(chosen) < count:  # ends: count <= len(points)
+        rate = next(order)
+        left = [i for i, point in enumerate(points) if point["learning_rate"] == rate and i not in chosen]
+        if left:
+            chosen.append(left[rng.integers(len(left))])
     return [points[index] for index in sorted(chosen)]
+
+
+def rung_periods(num_periods: int, rungs: int) -> list[int]:
+    """The evaluation periods at which successive halving's rungs end: halving the horizon back from the last,
+    e.g. 40 periods in 3 rungs -> [10, 20, 40]."""
+    if not (isinstance(rungs, int) and rungs >= 1):
+        raise ValueError(f"rungs must be an int >= 1, got {rungs!r}.")
+    if num_periods < 2 ** (rungs - 1):
+        raise ValueError(
+            f"{rungs} rungs halve the horizon {rungs - 1} time(s), which needs at least {2 ** (rungs - 1)} "
+            f"evaluation periods; the tuning runs have {num_periods}: use fewer rungs or evaluate more often."
+        )
+    return [-(-num_periods // 2 ** (rungs - 1 - rung)) for rung in range(rungs)]
+
+
+def promoted(scores: dict[int, float]) -> list[int]:
+    """The better half (rounded up) of configurations by score, best first: those that go on to the next rung."""
+    ranked = sorted(scores, key=lambda index: -scores[index])
+    return ranked[: -(-len(ranked) // 2)]
 
 
 def as_overrides(point: dict, num_iterations: int) -> dict:

@@ -1,6 +1,8 @@
 """Equal tuning: the random search's configurations, their grouping into compiled programs, and `compare`'s
 search protocol (the best configuration on the tuning seeds is what the reported seeds run)."""
 
+import shutil
+
 import jax
 import numpy as np
 import pytest
@@ -30,6 +32,29 @@ def test_every_algorithm_searches_the_shared_settings_and_its_own_knobs():
                 assert point["num_elites"] < point["batch_size"] <= point["pool_capacity"]
     with pytest.raises(ValueError, match="count must be in"):
         tuning.draw_configurations("ppo", 0, seed=0)
+
+
+def test_the_learning_rate_is_stratified_and_the_spaces_hold_the_references_defaults():
+    for algorithm in tuning.SPACES:
+        rates = [point["learning_rate"] for point in tuning.draw_configurations(algorithm, 8, seed=5)]
+        counts = [rates.count(rate) for rate in tuning.LEARNING_RATES]
+        assert min(counts) >= 1 and max(counts) - min(counts) <= 1  # 8 draws over 5 rates: each once or twice
+    assert {0.0, 0.04} <= set(tuning.space("grpo")["kl_coef"])  # TRL's β values
+    assert 1 in tuning.space("grpo")["updates_per_iteration"]  # TRL's one step per batch
+    assert set(tuning.space("ftw")["elite_rule"]) == {"top_k", "beat_minimum"}
+    # Every point of a space may be drawn: the stratification ends even when a rate has no point left.
+    everything = tuning.draw_configurations("reinforce", 50, seed=0)
+    assert len({tuple(sorted(point.items())) for point in everything}) == 50
+
+
+def test_rungs_halve_the_horizon_and_promote_the_better_half():
+    assert tuning.rung_periods(40, 1) == [40]
+    assert tuning.rung_periods(40, 3) == [10, 20, 40]
+    assert tuning.rung_periods(5, 2) == [3, 5]
+    with pytest.raises(ValueError, match="needs at least 4 evaluation periods; the tuning runs have 3"):
+        tuning.rung_periods(3, 3)
+    assert tuning.promoted({0: 0.1, 1: 0.5, 2: 0.3}) == [1, 2]  # the better half, rounded up
+    assert tuning.promoted({4: 0.2, 7: 0.9, 1: 0.5, 2: 0.1}) == [7, 1]
 
 
 def test_a_configuration_becomes_a_beta_schedule_over_its_share_of_the_run():
@@ -74,6 +99,34 @@ def test_compare_search_reports_the_best_configuration_as_a_plain_run_gives_it()
     table = tuning_table(comparison).splitlines()
     assert table[0] == "reinforce:" and len(table) == 4 + 3  # name, blank, header, rule, a row per configuration
     assert table[4].startswith(f"| **{best['learning_rate']:g}** |")  # best first, in bold
+
+
+@pytest.mark.slow
+def test_successive_halving_goes_on_from_the_runs_it_promotes(tmp_path):
+    """Rung 2 continues rung 1's runs: the promoted configurations' curves are those of plain full runs, with
+    the schedules on the whole horizon, whether rung 1's checkpoints are there or gone (then it reruns)."""
+    search = dict(seeds=[3], search=4, search_seed=2, rungs=2, tuning_seeds=[7, 8], overrides=BUDGET)
+    comparison = compare("bandit", ["reinforce"], checkpoint_folder=tmp_path, **search)
+    [result] = comparison.results
+    full = [row for row in result.tuning if row["iterations"] == 24]
+    halved = [row for row in result.tuning if row["iterations"] == 12]
+    assert len(full) == 2 and len(halved) == 2  # 4 configurations, the better 2 went on
+    best = max(full, key=lambda row: row["auc_mean"])
+    assert result.settings == {name: best[name] for name in tuning.space("reinforce")}  # chosen among the last rung
+    for row in full:
+        overrides = tuning.as_overrides({name: row[name] for name in tuning.space("reinforce")}, 24)
+        trainer = make_train(TrainConfig.for_env("bandit", algorithm="reinforce", **BUDGET, **overrides))
+        for seed, auc in zip([7, 8], row["auc_per_seed"]):
+            _, (_, evaluation) = trainer.train(jax.random.key(seed))
+            np.testing.assert_allclose(auc, evaluation["return"].mean(), rtol=1e-6)
+    for path in tmp_path.iterdir():  # keep rung 1's records only: rung 2 must rerun rung 1 to go on from it
+        if "rung1" in path.name or (path.is_dir() and "rung0" in path.name) or path.name.startswith("reinforce-rep"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    again = compare("bandit", ["reinforce"], checkpoint_folder=tmp_path, **search)
+    assert again.results[0].tuning == result.tuning
+    np.testing.assert_array_equal(again.results[0].curves, result.curves)
+    with pytest.raises(ValueError, match="rungs=2 narrows a random search"):
+        compare("bandit", ["reinforce"], seeds=[3], rungs=2, overrides=BUDGET)
 
 
 def test_compare_search_refuses_an_unfair_protocol():
