@@ -62,10 +62,23 @@ def _compared(value: Any) -> Any:
     return value
 
 
+def _without_added_off(stored: Any, current: Any) -> Any:
+    """`current` without the settings (at any depth) that `stored` lacks and that are off (False or None): a
+    setting added to the project after a run was written starts off, so that run had the behaviour it names."""
+    if isinstance(stored, dict) and isinstance(current, dict):
+        return {
+            name: _without_added_off(stored.get(name), item)
+            for name, item in current.items()
+            if name in stored or not (item is None or item is False)
+        }
+    return current
+
+
 def config_differences(stored: dict, current: dict) -> list[str]:
     """'field: stored -> current' for every top-level field where two fingerprints differ (the
-    `CHANGEABLE_ON_RESUME` settings left out)."""
-    stored, current = _compared(_as_json(stored)), _compared(_as_json(current))
+    `CHANGEABLE_ON_RESUME` settings and settings added since, left off, left out)."""
+    stored = _compared(_as_json(stored))
+    current = _without_added_off(stored, _compared(_as_json(current)))
     return [
         f"{name}: {stored.get(name)!r} -> {current.get(name)!r}"
         for name in sorted(set(stored) | set(current))

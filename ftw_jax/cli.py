@@ -878,6 +878,14 @@ def _save_compare_plots(args, folder: pathlib.Path, comparison, num_seeds: int) 
     ):
         x = {r.algorithm: of(r).mean(axis=0) for r in comparison.results}
         save_banded_curves(folder / f"curves_{name}.png", x, bands, title=title, xlabel=label, ylabel=ylabel)
+    for name, ylabel in (("policy_entropy", "policy entropy (nats per step)"), ("groups_tied", "share of groups tied")):
+        shown = {r.algorithm: r.diagnostics[name] for r in comparison.results if name in r.diagnostics}
+        if shown:  # per training iteration, over the reported seeds
+            bands = {algorithm: (v.mean(axis=0), *bootstrap_interval(v)) for algorithm, v in shown.items()}
+            iterations = np.arange(1, next(iter(shown.values())).shape[1] + 1)
+            save_banded_curves(
+                folder / f"{name}.png", iterations, bands, title=title, xlabel="training iteration", ylabel=ylabel
+            )
 
 
 def _options_label(env_options: dict) -> str:
@@ -888,6 +896,7 @@ def _run_compare(args) -> int:
     from ftw_jax import runs
     from ftw_jax.compare import (
         compare,
+        diagnostics_table,
         difference_rows,
         markdown_table,
         seed_rows,
@@ -961,6 +970,8 @@ def _run_compare(args) -> int:
     if tried:
         runs.write_csv(folder / "tuning.csv", tried)
     table = markdown_table(comparison)
+    if diagnostics_table(comparison):
+        table += "\n" + diagnostics_table(comparison)
     (folder / "table.md").write_text(table)
     if tuning_table(comparison):
         (folder / "tuning.md").write_text(tuning_table(comparison))
@@ -971,6 +982,12 @@ def _run_compare(args) -> int:
             **{f"{r.algorithm}_{comparison.metric}": r.curves for r in comparison.results},
             **{f"{r.algorithm}_env_steps": r.env_steps for r in comparison.results},
             **{f"{r.algorithm}_updates": r.updates for r in comparison.results},
+            **{
+                f"{r.algorithm}_greedy_{comparison.metric}": r.greedy
+                for r in comparison.results
+                if r.greedy is not None
+            },
+            **{f"{r.algorithm}_{name}": values for r in comparison.results for name, values in r.diagnostics.items()},
         },
     )
     _save_compare_plots(args, folder, comparison, len(seeds))

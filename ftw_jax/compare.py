@@ -105,6 +105,20 @@ def welch(a: np.ndarray, b: np.ndarray, confidence: float = CONFIDENCE) -> dict:
     }
 
 
+def rank_test(a: np.ndarray, b: np.ndarray) -> float:
+    """The two-sided Mann–Whitney U test's p-value for a vs b (exact where scipy can, ties corrected): no
+    normality assumed, which bounded, bimodal results (most seeds at 100%, a few stuck) violate."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if np.all(a == a[0]) and np.array_equal(np.unique(a), np.unique(b)):
+        return 1.0  # every value the same: scipy's statistic is undefined
+    return float(scipy.stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def p_text(p_value: float) -> str:
+    """A p-value as a table prints it: three decimals, or "p < 0.001" (never "p = 0.000")."""
+    return "p < 0.001" if p_value < 0.001 else f"p = {p_value:.3f}"
+
+
 def verdict(a: np.ndarray, b: np.ndarray, margin: float) -> str:
     """ "better", "worse", "equivalent" (the 90% interval of the difference inside ±margin: two one-sided tests at
     5%) or "inconclusive", for a − b from one value per seed each."""
@@ -131,6 +145,9 @@ class AlgorithmResult:
     skipped: np.ndarray | None = None  # [S] ready optimizer steps each reported seed skipped (`ftw_jax.skips`)
     nonfinite: np.ndarray | None = None  # [S] those of them skipped for a non-finite loss, gradient or update
     tuning_skipped: tuple[int, int] = (0, 0)  # (skipped, of them non-finite) over every tuning run
+    # [S, iterations] per name of `DIAGNOSTICS` the reported runs kept (groups_tied: grouped methods only)
+    diagnostics: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    greedy: np.ndarray | None = None  # [S, periods] the metric of the most likely actions, with `eval_greedy`
 
     @property
     def final(self) -> np.ndarray:
@@ -391,6 +408,12 @@ class _Phases:
             skipped=reported["updates_skipped"][:, -1],
             nonfinite=reported["updates_nonfinite"][:, -1],
             tuning_skipped=tuning_skipped,
+            diagnostics={  # [S, periods, eval_every] from a record -> [S, iterations]
+                name: reported[f"metrics/{name}"].reshape(len(reported[self.metric]), -1)
+                for name in DIAGNOSTICS
+                if f"metrics/{name}" in reported
+            },
+            greedy=reported.get(f"greedy_{self.metric}"),
         )
 
     def search(
@@ -520,8 +543,9 @@ def summary_rows(comparison: Comparison) -> list[dict]:
 
 def difference_rows(comparison: Comparison, reference: str = "ftw", margin: float | None = None) -> list[dict]:
     """`reference` minus each other algorithm, on final and AUC: the difference of means, its 95% Welch
-    interval, Welch's p-value, and a verdict ("better", "worse", or with a `margin` "equivalent" /
-    "inconclusive"; default margin: 5 points of success or 5% of the reference's mean return)."""
+    interval, Welch's p-value, the Mann–Whitney p-value (`rank_test`), and Welch's verdict ("better", "worse",
+    or with a `margin` "equivalent" / "inconclusive"; default margin: 5 points of success or 5% of the
+    reference's mean return)."""
     by_name = {result.algorithm: result for result in comparison.results}
     if reference not in by_name:
         return []
@@ -539,6 +563,7 @@ def difference_rows(comparison: Comparison, reference: str = "ftw", margin: floa
             )
             test = welch(mine, theirs)
             row.update({f"{name}_{key}": value for key, value in test.items()})
+            row[f"{name}_rank_p_value"] = rank_test(mine, theirs)
             row[f"{name}_verdict"] = verdict(mine, theirs, bound)
             row[f"{name}_margin"] = bound
         rows.append(row)
@@ -566,16 +591,19 @@ def markdown_table(comparison: Comparison) -> str:
     interval and IQM of final and AUC; then, with FTW among the algorithms, FTW minus each baseline."""
     scale, unit = (100.0, "%") if comparison.metric == "success" else (1.0, "")
     number = lambda value: f"{scale * value:.1f}" if unit else f"{value:.4g}"  # noqa: E731
+    # A success rate lies in [0, 1]: a t-interval past it (bimodal seeds) is cut there, and says so.
+    bounded = (lambda value: min(max(value, 0.0), 1.0)) if unit else (lambda value: value)
 
     def cell(row, name):
         return (
-            f"{number(row[f'{name}_mean'])}{unit} [{number(row[f'{name}_t_low'])}, "
-            f"{number(row[f'{name}_t_high'])}] [{number(row[f'{name}_ci_low'])}, "
+            f"{number(row[f'{name}_mean'])}{unit} [{number(bounded(row[f'{name}_t_low']))}, "
+            f"{number(bounded(row[f'{name}_t_high']))}] [{number(row[f'{name}_ci_low'])}, "
             f"{number(row[f'{name}_ci_high'])}] | {number(row[f'{name}_iqm'])}{unit}"
         )
 
+    t_label = "95% t-CI in [0, 100]" if unit else "95% t-CI"
     lines = [
-        f"| algorithm | learning rate | final {comparison.metric}: mean [95% t-CI] [95% bootstrap CI] | "
+        f"| algorithm | learning rate | final {comparison.metric}: mean [{t_label}] [95% bootstrap CI] | "
         f"final IQM | AUC: mean [t-CI] [bootstrap CI] | AUC IQM | env steps / seed | seconds |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -588,18 +616,48 @@ def markdown_table(comparison: Comparison) -> str:
     if differences:
         lines += [
             "",
-            "| FTW minus | final: difference [95% Welch CI], p | verdict | AUC: difference [95% Welch CI], p "
-            "| verdict |",
+            "| FTW minus | final: difference [95% Welch CI], Welch p, Mann–Whitney p | verdict | AUC: difference "
+            "[95% Welch CI], Welch p, Mann–Whitney p | verdict |",
             "|---|---:|---|---:|---|",
         ]
         for row in differences:
             cells = [
                 f"{number(row[f'{name}_difference'])} [{number(row[f'{name}_low'])}, "
-                f"{number(row[f'{name}_high'])}], p = {row[f'{name}_p_value']:.3f} | {row[f'{name}_verdict']} "
+                f"{number(row[f'{name}_high'])}], {p_text(row[f'{name}_p_value'])}, "
+                f"{p_text(row[f'{name}_rank_p_value'])} | {row[f'{name}_verdict']} "
                 f"(margin ±{number(row[f'{name}_margin'])})"
                 for name in ("final", "auc")
             ]
             lines.append(f"| {row['algorithm']} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+def diagnostics_table(comparison: Comparison) -> str:
+    """Per algorithm, the mean over reported seeds of the batch diagnostics (`train.batch_diagnostics`) over the
+    first, middle and last evaluation period's iterations, and greedy evaluation beside sampled where it was
+    run, as a markdown table; empty when no reported run kept them."""
+    results = [result for result in comparison.results if result.diagnostics]
+    if not results:
+        return ""
+    number = (lambda value: f"{100 * value:.1f}%") if comparison.metric == "success" else (lambda v: f"{v:.4g}")
+    periods = len(comparison.episodes)
+    stages = {"first": 0, "middle": (periods - 1) // 2, "last": periods - 1}
+    lines = [
+        "| algorithm | policy entropy (nats/step): first, middle, last period | groups tied: first, middle, last | "
+        f"final {comparison.metric}: sampled, greedy |",
+        "|---|---:|---:|---:|",
+    ]
+    for result in results:
+        cells = []
+        for name in DIAGNOSTICS:
+            if name not in result.diagnostics:
+                cells.append("-")
+                continue
+            per_period = result.diagnostics[name].reshape(len(comparison.seeds), periods, -1).mean(axis=(0, 2))
+            cells.append(", ".join(f"{per_period[index]:.2f}" for index in stages.values()))
+        greedy = "-" if result.greedy is None else number(float(result.greedy[:, -1].mean()))
+        sampled = number(float(result.final.mean()))
+        lines.append(f"| {result.algorithm} | {cells[0]} | {cells[1]} | {sampled}, {greedy} |")
     return "\n".join(lines) + "\n"
 
 
@@ -611,16 +669,20 @@ def tuning_table(comparison: Comparison) -> str:
     for result in comparison.results:
         if not result.tuning:
             continue
-        names = [name for name in result.tuning[0] if name not in ("auc_mean", "final_mean", "auc_per_seed")]
+        scores = ("iterations", "auc_mean", "final_mean", "auc_per_seed")
+        names = [name for name in result.tuning[0] if name not in scores]
+        # A search's rows were scored at the last rung each ran (its iterations): those that went furthest first.
+        horizon = ["iterations"] if "iterations" in result.tuning[0] else []
         lines = [
             f"{result.algorithm}:",
             "",
-            "| " + " | ".join([*names, "tuning AUC", "tuning final"]) + " |",
-            "|" + "---:|" * (len(names) + 2),
+            "| " + " | ".join([*names, *horizon, "tuning AUC", "tuning final"]) + " |",
+            "|" + "---:|" * (len(names) + len(horizon) + 2),
         ]
-        for row in sorted(result.tuning, key=lambda row: -row["auc_mean"]):
+        for row in sorted(result.tuning, key=lambda row: (-row.get("iterations", 0), -row["auc_mean"])):
             chosen = all(result.settings.get(name, row[name]) == row[name] for name in names)
             cells = [f"{row[name]:g}" if isinstance(row[name], float) else str(row[name]) for name in names]
+            cells += [str(row[name]) for name in horizon]
             cells += [number(row["auc_mean"]), number(row["final_mean"]) if "final_mean" in row else ""]
             lines.append("| " + " | ".join(f"**{cell}**" if chosen and cell else cell for cell in cells) + " |")
         sections.append("\n".join(lines))

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from ftw_jax import cli
-from ftw_jax.checkpoints import Checkpointer, rows_from_record, rows_record, with_raw_keys
+from ftw_jax.checkpoints import Checkpointer, config_differences, rows_from_record, rows_record, with_raw_keys
 from ftw_jax.runner import MemberRun, seed_keys
 from ftw_jax.train import TrainConfig, make_train
 
@@ -130,6 +130,17 @@ def test_checkpointer_round_trip_ignores_partial_writes_and_checks_the_fingerpri
     with pytest.raises(ValueError, match=r"different configuration.*config: \[1, 2\] -> \[1, 3\]"):
         Checkpointer(tmp_path, {"config": [1, 3]}).restore(carry)
     assert Checkpointer(pathlib.Path(tmp_path / "empty"), {}).restore(carry) is None
+
+
+def test_a_setting_added_since_is_the_same_run_only_while_it_is_off():
+    stored = {"config": {"lr": 0.1, "nested": {"a": 1}}}
+    for added_off in ({"greedy": False}, {"model": None}):
+        assert config_differences(stored, {"config": {"lr": 0.1, **added_off, "nested": {"a": 1, **added_off}}}) == []
+    assert config_differences(stored, {"config": {"lr": 0.1, "nested": {"a": 1}, "greedy": True}}) == [
+        "config: {'lr': 0.1, 'nested': {'a': 1}} -> {'lr': 0.1, 'nested': {'a': 1}, 'greedy': True}"
+    ]
+    assert config_differences(stored, {"config": {"lr": 0.1, "nested": {"a": 1}, "probes": 0}})  # 0 is a value
+    assert config_differences({"config": {"lr": 0.1, "greedy": False}}, {"config": {"lr": 0.1}})  # dropped: differs
 
 
 @pytest.mark.slow

@@ -10,7 +10,20 @@ import numpy as np
 import pytest
 
 from ftw_jax.cli import main
-from ftw_jax.compare import bootstrap_interval, compare, describe, interquartile_mean, t_interval, verdict, welch
+from ftw_jax.compare import (
+    AlgorithmResult,
+    Comparison,
+    bootstrap_interval,
+    compare,
+    describe,
+    interquartile_mean,
+    markdown_table,
+    p_text,
+    rank_test,
+    t_interval,
+    verdict,
+    welch,
+)
 from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
@@ -40,6 +53,27 @@ def test_statistics_by_hand():
     half = 2.364624 * values.std(ddof=1) / np.sqrt(8)
     assert (t_low, t_high) == pytest.approx((values.mean() - half, values.mean() + half), rel=1e-5)
     assert t_high - t_low > high - low
+
+
+def test_rank_test_p_values_and_bounded_intervals_by_hand():
+    # No ties, every a above every b: the exact two-sided Mann–Whitney p is 2 / C(6, 3) = 0.1.
+    assert rank_test(np.array([5.0, 6.0, 7.0]), np.array([1.0, 2.0, 3.0])) == pytest.approx(0.1)
+    assert rank_test(np.ones(4), np.ones(5)) == 1.0
+    assert p_text(0.0004) == "p < 0.001" and p_text(0.0123) == "p = 0.012" and p_text(0.001) == "p = 0.001"
+    # Two seeds at 100%, one at 50%: the t-interval runs past 100%; the table cuts it there and says so.
+    result = AlgorithmResult(
+        algorithm="ppo",
+        learning_rate=1e-3,
+        curves=np.array([[1.0], [1.0], [0.5]]),
+        env_steps=np.ones((3, 1)),
+        seconds=0.0,
+        tuning=[],
+        applied_share=np.ones(3),
+    )
+    assert t_interval(result.final)[1] > 1
+    comparison = Comparison(env="search", metric="success", seeds=[0, 1, 2], episodes=np.array([10]), results=[result])
+    table = markdown_table(comparison)
+    assert "[95% t-CI in [0, 100]]" in table and ", 100.0] [" in table
 
 
 def test_welch_difference_and_verdicts_by_hand():
@@ -121,8 +155,10 @@ def test_cli_writes_the_table_the_csvs_and_the_plot(tmp_path, capsys):
     ftw_final = [float(row["final"]) for row in seeds if row["algorithm"] == "ftw"]
     assert summary["algorithms"][0]["final_mean"] == pytest.approx(np.mean(ftw_final))
     table = (folder / "table.md").read_text()
-    # header, rule, two rows (the bandit's lr), then FTW minus PPO: blank line, header, rule, one row
-    assert table.count("\n") == 8 and "| ppo | 0.08 |" in table and "\n| ppo | " in table.split("FTW minus")[1]
+    # header, rule, two rows (the bandit's lr), then FTW minus PPO: blank line, header, rule, one row; then the
+    # batch diagnostics: blank line, header, rule, two rows (no groups: PPO and FTW have none)
+    assert table.count("\n") == 13 and "| ppo | 0.08 |" in table and "\n| ppo | " in table.split("FTW minus")[1]
+    assert table.split("policy entropy")[1].count("| - |") == 2
     differences = summary["differences"][0]
     assert differences["algorithm"] == "ppo" and differences["final_difference"] == pytest.approx(
         summary["algorithms"][0]["final_mean"] - summary["algorithms"][1]["final_mean"], rel=1e-4

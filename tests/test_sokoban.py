@@ -13,7 +13,9 @@ from ftw_jax.envs.sokoban import (
     SokobanState,
     _generate_once,
     generate_level,
+    held_out_hashes,
     is_solved,
+    level_hash,
     observe,
     render,
 )
@@ -169,6 +171,24 @@ def test_reset_draws_from_the_split():
     assert len(held_out) > 10 and not held_out & training
 
 
+@pytest.mark.slow
+def test_the_test_levels_are_held_out_from_every_training_draw():
+    """Training resets never make one of the `num_test_levels` test levels (they draw again); evaluation resets
+    make only those. The check can fail: without the finite test set the training stream makes test levels."""
+    env = Sokoban(reward="binary", num_test_levels=200)
+    params = env.default_params()
+    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+    keys = jax.random.split(jax.random.key(0), 3000)
+    test_levels = {tuple(row) for row in held_out_hashes(env).tolist()}
+    hashes = lambda states: {tuple(row) for row in np.asarray(jax.vmap(level_hash)(states.level)).tolist()}  # noqa: E731
+    training = hashes(reset(keys, params)[1])
+    assert len(training) > 1000 and not training & test_levels
+    assert hashes(reset(keys[:500], env.evaluation_params(params))[1]) <= test_levels
+    unfiltered = Sokoban(reward="binary", num_test_levels=0)
+    fresh = hashes(jax.jit(jax.vmap(unfiltered.reset, in_axes=(0, None)))(keys, params)[1])
+    assert len(fresh & test_levels) > 10  # the generator does make them: without the filter they would be there
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -176,6 +196,7 @@ def test_reset_draws_from_the_split():
         (dict(reverse_moves=30), "reverse_moves"),
         (dict(height=3), "4x4"),
         (dict(num_boxes=0), "num_boxes"),
+        (dict(num_test_levels=-1), "num_test_levels must be >= 0"),
     ],
 )
 def test_bad_options(options, message):

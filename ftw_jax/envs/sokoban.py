@@ -14,13 +14,17 @@ ends when the level is solved or after `step_limit` steps.
 
 Splits: training levels come from one key stream, held-out test levels from another (`params.split`:
 0 train, 1 test); `num_train_levels` > 0 fixes a finite training set (level ids 0..n−1), 0 draws a fresh
-level at every reset. Small grids have few distinct layouts, so an unlimited training stream can contain
-levels identical to test levels.
+level at every reset. The test set is finite too, `num_test_levels` ids (0: a fresh test level at every
+reset, as before), and then held out for real: small grids have few distinct layouts, so the training stream
+makes levels identical to test levels (9% of 1,000 test levels among 4,000 training draws on 6×6, one box),
+and a training reset that draws one of the test levels draws again (`level_hash` identifies a level: walls,
+targets, boxes and player).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import flax.struct
 import jax
@@ -33,6 +37,9 @@ from ftw_jax.envs.base import Environment
 MOVES = np.array([[-1, 0], [1, 0], [0, -1], [0, 1]], np.int32)
 _GENERATION_ATTEMPTS = 32
 _PULL_PROBABILITY = 0.8
+# A training reset draws again while its level is a test level; past this many draws the env refuses to build
+# (`check_held_out`): the test set would cover most of what the generator makes.
+_REDRAWS = 64
 
 
 # Bounds beyond which level generation and the policy would only hang or run out of memory on a CPU.
@@ -66,6 +73,7 @@ class Sokoban(Environment):
     reward: str = "shaped"  # or "binary"
     reverse_moves: int = 16
     num_train_levels: int = 0
+    num_test_levels: int = 1000
     level_seed: int = 0
 
     def __post_init__(self):
@@ -82,8 +90,9 @@ class Sokoban(Environment):
                 f"reverse_moves must be in [1, step_limit={self.step_limit}] so a solution fits, "
                 f"got {self.reverse_moves}."
             )
-        if self.num_train_levels < 0:
-            raise ValueError(f"num_train_levels must be >= 0, got {self.num_train_levels}.")
+        for name in ("num_train_levels", "num_test_levels"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
 
     @property
     def num_actions(self) -> int:
@@ -103,11 +112,27 @@ class Sokoban(Environment):
     def level_key(self, split: jax.Array, index: jax.Array) -> jax.Array:
         return jax.random.fold_in(jax.random.fold_in(jax.random.key(self.level_seed), split), index)
 
+    def is_test_level(self, level: Level) -> jax.Array:
+        """[] bool: `level` is one of the test levels (or, rarely, shares a 64-bit hash with one)."""
+        return jnp.any(jnp.all(jnp.asarray(held_out_hashes(self)) == level_hash(level), axis=-1))
+
     def reset(self, key: jax.Array, params: SokobanParams) -> tuple[jax.Array, SokobanState]:
         unlimited = jnp.iinfo(jnp.int32).max
-        finite_training_set = (params.split == 0) & (self.num_train_levels > 0)
-        index = jax.random.randint(key, (), 0, jnp.where(finite_training_set, self.num_train_levels, unlimited))
-        level = generate_level(self.level_key(params.split, index), self)
+        training = params.split == 0
+        levels = jnp.where(training, self.num_train_levels or unlimited, self.num_test_levels or unlimited)
+        first_key, redraw_key = jax.random.split(key)
+
+        def draw(index_key):
+            return generate_level(self.level_key(params.split, jax.random.randint(index_key, (), 0, levels)), self)
+
+        level = draw(first_key)
+        if self.num_test_levels:  # a training draw that is a test level draws again
+            redraw_keys = jax.random.split(redraw_key, _REDRAWS)
+            level = jax.lax.while_loop(
+                lambda loop: training & self.is_test_level(loop[1]) & (loop[0] < _REDRAWS),
+                lambda loop: (loop[0] + 1, draw(redraw_keys[loop[0]])),
+                (jnp.zeros((), jnp.int32), level),
+            )[1]
         return observe(level), SokobanState(level=level, time=jnp.zeros((), jnp.int32))
 
     def step(
@@ -148,6 +173,29 @@ def observe(level: Level) -> jax.Array:
 
 def is_solved(level: Level) -> jax.Array:
     return ~jnp.any(level.boxes & ~level.targets)
+
+
+# Fixed odd multipliers of `level_hash` (two 32-bit hashes, so that distinct levels rarely collide).
+_HASH_WEIGHTS = np.random.default_rng(0).integers(0, 2**31, size=(2, 3 * MAX_SIDE * MAX_SIDE + 2)) * 2 + 1
+
+
+def level_hash(level: Level) -> jax.Array:
+    """[2] uint32: a hash of the level's walls, targets, boxes and player (equal levels hash alike; arithmetic
+    modulo 2**32)."""
+    bits = jnp.concatenate([level.walls.reshape(-1), level.targets.reshape(-1), level.boxes.reshape(-1)])
+    values = jnp.concatenate([bits.astype(jnp.uint32), level.player.astype(jnp.uint32)])
+    weights = jnp.asarray(_HASH_WEIGHTS[:, : values.shape[0]], jnp.uint32)
+    return jnp.sum(weights * values, axis=-1, dtype=jnp.uint32)
+
+
+@functools.lru_cache(maxsize=16)
+def held_out_hashes(env: Sokoban) -> np.ndarray:
+    """[num_test_levels, 2] uint32: `level_hash` of every test level of `env`, computed once per process and
+    setting on the host (also when first asked for inside a traced program)."""
+    with jax.ensure_compile_time_eval():
+        indices = jnp.arange(env.num_test_levels)
+        keys = jax.vmap(lambda index: env.level_key(jnp.ones((), jnp.int32), index))(indices)
+        return np.asarray(jax.jit(jax.vmap(lambda key: level_hash(generate_level(key, env))))(keys))
 
 
 def _random_cells(key: jax.Array, allowed: jax.Array, count: int) -> jax.Array:
