@@ -3,14 +3,15 @@
     comparison = compare("sokoban", ["ftw", "ppo", "grpo", "reinforce"], seeds=range(10),
                          search=8, tuning_seeds=[1000, 1001, 1002])
     rows = summary_rows(comparison)     # per algorithm: final and AUC, mean [95% t- and bootstrap CIs], IQM
-    tests = difference_rows(comparison, "ftw")      # FTW minus each baseline: Welch's t-test
+    tests = difference_rows(comparison, "ftw")      # FTW minus each baseline: Welch's t-test, Mann–Whitney
 
 Matched budget: every algorithm runs the environment's `TrainConfig` with the same overrides, so the same
 iterations × B episodes (env steps differ only as episode lengths do), the same policy network, the same
 optimizer family and the same evaluation. Tuning effort is the same too, on tuning seeds kept apart from the
 reported ones, keeping the highest mean AUC: either every learning rate of a grid, or (`search`) the same
 number of configurations drawn at random from each algorithm's space (`ftw_jax.tuning`: learning rate, β and
-its decay horizon, and the algorithm's own knobs), optionally on shorter runs (`tuning_iterations`). Each
+its decay horizon, and the algorithm's own knobs), narrowed by the same successive halving (`rungs`), or run
+on shorter runs (`tuning_iterations`). Each
 compiled program is one sweep (`ftw_jax.sweep`), vmapped, sharded and checkpointed as sweeps are.
 """
 
@@ -601,10 +602,10 @@ def markdown_table(comparison: Comparison) -> str:
             f"{number(row[f'{name}_ci_high'])}] | {number(row[f'{name}_iqm'])}{unit}"
         )
 
-    t_label = "95% t-CI in [0, 100]" if unit else "95% t-CI"
+    cut = " in [0, 100]" if unit else ""
     lines = [
-        f"| algorithm | learning rate | final {comparison.metric}: mean [{t_label}] [95% bootstrap CI] | "
-        f"final IQM | AUC: mean [t-CI] [bootstrap CI] | AUC IQM | env steps / seed | seconds |",
+        f"| algorithm | learning rate | final {comparison.metric}: mean [95% t-CI{cut}] [95% bootstrap CI] | "
+        f"final IQM | AUC: mean [t-CI{cut}] [bootstrap CI] | AUC IQM | env steps / seed | seconds |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in summary_rows(comparison):
