@@ -24,6 +24,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from ftw_jax import __version__, compile_cache
+from ftw_jax.checks import MAX_SEED, check_seed
 
 if typing.TYPE_CHECKING:  # imported where they are used, so that `ftw-jax --help` stays fast
     from ftw_jax.envs import GaussianBandit
@@ -49,8 +50,7 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-# Seeds become PRNG keys: non-negative int32 values work on every backend.
-MAX_SEED, MAX_NUM_SEEDS = 2**31 - 1, 1_000_000
+MAX_NUM_SEEDS = 1_000_000
 
 
 def _seed_list(text: str) -> list[int]:
@@ -64,6 +64,21 @@ def _seed_list(text: str) -> list[int]:
             f"seeds must be distinct (a repeated seed repeats its run), got {repeated[0]} more than once"
         )
     return seeds
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+        check_seed("the seed", value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, {MAX_SEED}], got {text!r}") from None
+    return value
+
+
+def _name(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a folder name, got an empty one")
+    return text
 
 
 def _num_seeds(text: str) -> int:
@@ -214,7 +229,7 @@ def _add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", type=pathlib.Path, default=pathlib.Path("runs"), help="where the run folder is created (default runs/)"
     )
-    parser.add_argument("--name", default=None, help="run folder name (default: COMMAND-ENV-DATE-TIME)")
+    parser.add_argument("--name", type=_name, default=None, help="run folder name (default: COMMAND-ENV-DATE-TIME)")
     parser.add_argument(
         "--resume",
         type=pathlib.Path,
@@ -255,6 +270,8 @@ def _logger(args):
 
 
 def _default_metric(args, env) -> str:
+    if args.metric == "success" and not env.has_success:
+        raise ValueError(f"--metric success is not defined for {args.env} (it has no notion of success); use return.")
     return args.metric or ("success" if env.has_success else "return")
 
 
@@ -676,6 +693,7 @@ def _run_sweep(args) -> int:
         from ftw_jax.train import make_train
 
         trainer = make_train(sweep.config, **sweep.env_options)
+        metric = _default_metric(args, trainer.env)
         main_process = jax.process_index() == 0  # the one that writes files and prints
         folder, checkpointer = _open_run(
             args,
@@ -694,7 +712,6 @@ def _run_sweep(args) -> int:
             f"{len(seeds)} seeds) in one program on {jax.device_count()} device(s) in {jax.process_count()} "
             f"process(es); run folder {folder}"
         )
-        metric = _default_metric(args, trainer.env)
         labels = [", ".join([*(f"{axis}={m[axis]}" for axis in grid), f"seed {m['seed']}"]) for m in sweep.members]
         started = time.perf_counter()
         try:
@@ -823,7 +840,7 @@ def _add_compare_parser(subparsers) -> None:
         help="tune by random search: this many configurations per algorithm from its space "
         "(learning rate, beta and its horizon, its own knobs; default: off)",
     )
-    parser.add_argument("--search-seed", type=int, default=0, help="the seed that draws the configurations")
+    parser.add_argument("--search-seed", type=_seed, default=0, help="the seed that draws the configurations")
     parser.add_argument(
         "--tuning-iterations",
         type=_positive_int,

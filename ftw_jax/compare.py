@@ -226,8 +226,9 @@ def compare(
         raise ValueError(f"algorithms must be distinct and at least one, got {algorithms}.")
     if len(learning_rates) > 1 and not tuning_seeds:
         raise ValueError(f"a tuning grid of {len(learning_rates)} learning rates needs tuning seeds.")
-    if rungs != 1 and not search:
-        raise ValueError(f"rungs={rungs} narrows a random search (--search N); there is none here.")
+    for name, value, default in (("rungs", rungs, 1), ("tuning_iterations", tuning_iterations, None)):
+        if value != default and not search:  # a setting of the random search alone: it would be ignored
+            raise ValueError(f"{name}={value} applies to a random search (--search N); there is none here.")
     if search:
         tuning.rung_periods((tuning_iterations or base.num_iterations) // base.eval_every, rungs)  # refuses
         if len(learning_rates) > 1:
@@ -258,7 +259,10 @@ def compare(
             raise ValueError(f"{algorithm}: {error} (change its settings, or leave it out of the algorithms)") from None
     if metric not in (None, "success", "return"):
         raise ValueError(f"metric must be 'success' or 'return', got {metric!r}.")
-    metric = metric or ("success" if envs.make(env, **dict(env_options or {})).has_success else "return")
+    has_success = envs.make(env, **dict(env_options or {})).has_success
+    if metric == "success" and not has_success:
+        raise ValueError(f"metric 'success' is not defined for {env} (it has no notion of success); use 'return'.")
+    metric = metric or ("success" if has_success else "return")
     phases = _Phases(env, dict(env_options or {}), metric, checkpoint_folder, on_period)
     results = [
         phases.search(

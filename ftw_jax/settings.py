@@ -88,15 +88,25 @@ def describe(cls: type) -> list[Setting]:
 def check_field_types(instance: Any) -> None:
     """Raises ValueError naming the field if a dataclass field of type int, float, bool, str or tuple holds a value
     of another type (`--env-options height=6.5` for an int); an int passes for a float."""
-    hints = typing.get_type_hints(type(instance))
-    for field in dataclasses.fields(instance):
-        expected, value = hints.get(field.name), getattr(instance, field.name)
+    check_option_types(
+        type(instance), {field.name: getattr(instance, field.name) for field in dataclasses.fields(instance)}
+    )
+
+
+def check_option_types(cls: type, options: dict[str, Any]) -> None:
+    """`check_field_types` for the values a dataclass is about to be built with, before its own checks compare
+    them (`noise_sd=abc` would otherwise fail as "'>=' not supported"); names it does not declare are left to it."""
+    hints = typing.get_type_hints(cls)
+    for name, value in options.items():
+        expected = hints.get(name)
         expected = (int, float) if expected is float else expected  # an int passes for a float
-        if expected in (int, float, bool, str, (int, float)) and (
+        if typing.get_origin(expected) is tuple:
+            expected = tuple
+        if expected in (int, float, bool, str, tuple, (int, float)) and (
             not isinstance(value, expected) or (expected is not bool and isinstance(value, bool))
         ):
             names = " or ".join(kind.__name__ for kind in (expected if isinstance(expected, tuple) else (expected,)))
-            raise ValueError(f"{field.name} must be {names}, got {value!r}.")
+            raise ValueError(f"{name} must be {names}, got {value!r}.")
 
 
 def check_settings(instance: Any) -> None:

@@ -69,6 +69,17 @@ CASES = [
     (["train", "--env", "search", "--env-options", "num_entities=1000000"], "num_entities and num_values must be"),
     (["train", "--env", "sokoban", "--env-options", "nosuch=1"], "unexpected keyword argument 'nosuch'"),
     (["train", "--env", "bandit", "--policy", "mlp"], "policy must be one of ('tabular',) for bandit"),
+    # Typed before the environment compares them (issue 35: "'>=' not supported between 'str' and 'int'").
+    (["train", "--env", "bandit", "--env-options", "noise_sd=abc"], "noise_sd must be int or float, got 'abc'"),
+    (["train", "--env", "bandit", "--env-options", "arm_means=1"], "arm_means must be tuple, got 1"),
+    (["train", "--env", "sokoban", "--env-options", "height=abc"], "height must be int, got 'abc'"),
+    (["train", "--env", "text-search", "--env-options", "two_hop_fraction=abc"], "two_hop_fraction must be"),
+    # Settings that would be ignored, seeds out of range, metrics that do not exist (issue 35).
+    (["compare", "--env", "bandit", "--algos", "ftw", "--tuning-iterations", "10"], "tuning_iterations=10 applies"),
+    (["compare", "--env", "bandit", "--algos", "ftw", "--search-seed=-1"], "expected an integer in [0, 2147483647]"),
+    (["compare", "--env", "bandit", "--algos", "ftw", "--metric", "success"], "metric 'success' is not defined"),
+    (["sweep", "--env", "bandit", "--grid", "C=4,5", "--metric", "success"], "--metric success is not defined"),
+    (["train", "--env", "bandit", "--name="], "expected a folder name, got an empty one"),
     # Run folders.
     (["train", "--env", "bandit", "--name", "../escape"], "--name must be a plain folder name"),
     (["train", "--env", "bandit", "--name", "/absolute/path"], "--name must be a plain folder name"),

@@ -403,6 +403,16 @@ def test_lm_learn_refuses_a_bad_line_in_one_line(model_folder, tmp_path, capsys)
     assert lm_learn(model_folder, episodes, tmp_path, *small) == 0
 
 
+@pytest.mark.parametrize("seed", ["-1", "2147483648", "99999999999999999999"])
+def test_lm_learn_refuses_a_seed_out_of_range_in_one_line(model_folder, tmp_path, capsys, seed):
+    episodes = tmp_path / "episodes.jsonl"
+    episodes.write_text(json.dumps(GOOD) + "\n")
+    assert lm_learn(model_folder, episodes, tmp_path, "--seed", seed) == 2
+    error = capsys.readouterr().err.strip()
+    assert error == f"error: seed must be an int in [0, 2147483647], got {int(seed)}." and "Traceback" not in error
+    assert not (tmp_path / "run").exists()
+
+
 MESH_SCRIPT = """
 import json, pathlib, sys
 import jax, numpy as np

@@ -125,7 +125,7 @@ def test_successive_halving_goes_on_from_the_runs_it_promotes(tmp_path):
     again = compare("bandit", ["reinforce"], checkpoint_folder=tmp_path, **search)
     assert again.results[0].tuning == result.tuning
     np.testing.assert_array_equal(again.results[0].curves, result.curves)
-    with pytest.raises(ValueError, match="rungs=2 narrows a random search"):
+    with pytest.raises(ValueError, match="rungs=2 applies to a random search"):
         compare("bandit", ["reinforce"], seeds=[3], rungs=2, overrides=BUDGET)
 
 

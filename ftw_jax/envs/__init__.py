@@ -19,7 +19,7 @@ from ftw_jax.envs.gymnax_adapter import GymnaxEnvironment
 from ftw_jax.envs.search import SearchTask
 from ftw_jax.envs.sokoban import Sokoban
 from ftw_jax.envs.text_search import TextSearchTask
-from ftw_jax.settings import check_field_types
+from ftw_jax.settings import check_field_types, check_option_types
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,8 +130,14 @@ def entry(name: str) -> EnvEntry:
 
 def make(name: str, **options: Any) -> Environment:
     """An environment by registry name; options go to its class (a ValueError names one it does not take)."""
+    make_env = entry(name).make
+    if isinstance(make_env, type) and dataclasses.is_dataclass(make_env):
+        try:
+            check_option_types(make_env, options)
+        except ValueError as error:
+            raise ValueError(f"bad options for {name}: {error}") from None
     try:
-        env = entry(name).make(**options)
+        env = make_env(**options)
     except TypeError as error:  # an option the environment does not have
         raise ValueError(f"bad options for {name}: {error}") from None
     if dataclasses.is_dataclass(env):

@@ -31,6 +31,7 @@ import numpy as np
 from ftw_jax import algos, diagnostics, runs, skips
 from ftw_jax.algos.base import Context, Hyperparameters, Learner
 from ftw_jax.algos.ftw import FTWConfig, FTWLearnerState
+from ftw_jax.checks import check_seed
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.policy import LMPolicy, logits_chunk_for
 from ftw_jax.pool import Trajectory
@@ -82,6 +83,7 @@ class LearnConfig(LearnerSettings):
             raise ValueError(f"algorithm_config must be an FTWConfig, got {type(self.algorithm_config).__name__}.")
         check_settings(self)
         self.check_learner_settings()
+        check_seed("seed", self.seed)
         if not (isinstance(self.max_length, int) and self.max_length >= 2):
             raise ValueError(
                 f"max_length must be an int >= 2 (a prompt token and one the model writes), got {self.max_length!r}."
