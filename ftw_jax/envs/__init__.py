@@ -130,14 +130,14 @@ def entry(name: str) -> EnvEntry:
 
 def make(name: str, **options: Any) -> Environment:
     """An environment by registry name; options go to its class (a ValueError names one it does not take)."""
-    make_env = entry(name).make
-    if isinstance(make_env, type) and dataclasses.is_dataclass(make_env):
+    kind = entry(name).make
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
         try:
-            check_option_types(make_env, options)
+            check_option_types(kind, options)
         except ValueError as error:
             raise ValueError(f"bad options for {name}: {error}") from None
     try:
-        env = make_env(**options)
+        env = entry(name).make(**options)
     except TypeError as error:  # an option the environment does not have
         raise ValueError(f"bad options for {name}: {error}") from None
     if dataclasses.is_dataclass(env):
