@@ -118,6 +118,10 @@ def test_a_good_line_parses_into_per_token_fields():
         (dict(spans=[{"start": 3, "end": 6, "version": 0, "logprobs": [-1]}]), "spans[0].logprobs"),
         (dict(spans=[{"start": 3, "end": 4, "version": 0, "logprobs": [0.5]}]), "spans[0].logprobs"),
         (dict(spans=[{"start": 3, "end": 4, "version": -1, "logprobs": [-1]}]), "spans[0].version"),
+        # Issue 35: numbers that become infinite in float32, and an episode with nothing the model wrote.
+        (dict(reward=1e300), "reward"),
+        (dict(spans=[{"start": 3, "end": 4, "version": 0, "logprobs": [-1e300]}]), "spans[0].logprobs"),
+        (dict(spans=[]), "spans"),
     ],
 )
 def test_a_bad_field_is_named(change, field):

@@ -63,8 +63,17 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number that stays finite as the float32 it is learned as (1e300 would become infinity)."""
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and abs(value) <= _FLOAT32_MAX
+    )
 
 
 def parse_episode(line: str, *, vocab_size: int, max_length: int) -> Episode:
@@ -87,10 +96,12 @@ def parse_episode(line: str, *, vocab_size: int, max_length: int) -> Episode:
         if not (_is_int(token) and 0 <= token < vocab_size):
             raise BadEpisode(f"tokens[{index}]: {token!r} is not a token id in [0, {vocab_size})")
     if not _is_number(record["reward"]):
-        raise BadEpisode(f"reward: {record['reward']!r} is not a finite number")
+        raise BadEpisode(f"reward: {record['reward']!r} is not a finite float32 number")
     spans = record["spans"]
     if not isinstance(spans, list):
         raise BadEpisode("spans: expected a list of {start, end, version, logprobs} objects")
+    if not spans:
+        raise BadEpisode("spans: empty: the model wrote none of the tokens, so there is nothing to learn")
     written = np.zeros(len(tokens), bool)
     logprobs = np.zeros(len(tokens), np.float32)
     versions = np.zeros(len(tokens), np.int32)
@@ -114,7 +125,7 @@ def parse_episode(line: str, *, vocab_size: int, max_length: int) -> Episode:
             )
         bad = next((value for value in values if not (_is_number(value) and value <= 0)), None)
         if bad is not None:
-            raise BadEpisode(f"{where}.logprobs: {bad!r} is not a log-probability (a finite number <= 0)")
+            raise BadEpisode(f"{where}.logprobs: {bad!r} is not a log-probability (a finite float32 number <= 0)")
         written[start:end], logprobs[start:end], versions[start:end] = True, values, version
         previous_end = end
     episode_id = record.get("id")
