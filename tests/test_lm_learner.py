@@ -239,6 +239,24 @@ def test_a_damaged_checkpoint_is_refused_naming_its_file(model_folder, tmp_path,
     assert str(refused.value).startswith(expected) and "\n" not in str(refused.value)
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int8, np.float64])
+def test_a_checkpoint_of_integer_or_other_tensors_is_refused_naming_file_and_tensor(model_folder, tmp_path, dtype):
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "model"
+    shutil.copytree(model_folder, folder)
+    weights = folder / "model.safetensors"
+    tensors = load_file(weights)
+    name = "model.norm.weight"
+    save_file({**tensors, name: tensors[name].astype(dtype)}, weights)  # once cast to float without a word
+    with pytest.raises(ValueError) as refused:
+        load(folder)
+    expected = f"{weights}: tensor {name} is {np.dtype(dtype).name.replace('int', 'I').replace('float', 'F')}; "
+    assert str(refused.value).startswith(expected) and "integer and quantized checkpoints are not supported" in str(
+        refused.value
+    )
+
+
 def test_a_span_ahead_of_the_learners_version_is_refused_by_file_line_and_field(tmp_path):
     path = tmp_path / "episodes.jsonl"
     two_spans = {**GOOD, "spans": [{"start": 3, "end": 4, "version": 1, "logprobs": [-1.0]}, {**GOOD["spans"][0]}]}

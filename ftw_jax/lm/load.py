@@ -103,12 +103,25 @@ def _weight_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:
         return {name: single for name in file.keys()}
 
 
+# The tensor dtypes a checkpoint's weights may have (safetensors' names): integer or quantized tensors would be
+# cast to floats as if they were weights, and the model would compute garbage.
+WEIGHT_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+
+
 def _shapes(files: dict[str, pathlib.Path]) -> dict[str, tuple[int, ...]]:
+    """Every tensor's shape, read from the headers; a ValueError naming the file and tensor for a dtype that is
+    not a float weight's."""
     shapes = {}
     for path in sorted(set(files.values())):
         with _opened(path) as file:
             for name in file.keys():
-                shapes[name] = tuple(file.get_slice(name).get_shape())
+                tensor = file.get_slice(name)
+                if tensor.get_dtype() not in WEIGHT_DTYPES:
+                    raise ValueError(
+                        f"{path}: tensor {name} is {tensor.get_dtype()}; expected float weights "
+                        f"({', '.join(WEIGHT_DTYPES.values())}): integer and quantized checkpoints are not supported."
+                    )
+                shapes[name] = tuple(tensor.get_shape())
     return shapes
 
 
