@@ -69,8 +69,8 @@ class UpdateConfig:
       importance_weight_cap: if set (c), each kept trajectory's loss weight is multiplied by min(w, c), with
         w = π_θ(τ) / q(τ) its importance ratio (no gradient through w); the averages divide by the total weight
         (self-normalised). An experiment flag; default None: no weighting.
-      monitor_entries: the trust-region monitor's sample: that many pool entries, evenly spaced over the
-        filled slots, on whose policy steps KL(π_old ‖ π_new) and the total variation are measured after the
+      monitor_entries: the trust-region monitor's sample: that many pool entries (at most N: more would only
+        repeat entries, and 10⁹ of them would never compile), evenly spaced over the filled slots, on whose policy steps KL(π_old ‖ π_new) and the total variation are measured after the
         step (2 × that many extra forward passes). 0 turns the monitor off.
       monitor_discount: γ of the logged TRPO penalty term (must be < 1).
       staleness_histogram_bins: if > 0, metrics carry `pool_staleness_histogram` [bins]: filled entries by
@@ -444,7 +444,8 @@ def make_trust_region(
         )
 
     def monitor(old_params, new_params, pool: pool_lib.Pool) -> dict:
-        picks = (jnp.arange(config.monitor_entries) * pool.size) // config.monitor_entries
+        count = min(config.monitor_entries, config.pool_capacity)  # more would only repeat entries
+        picks = (jnp.arange(count) * pool.size) // count
         monitored = jax.tree.map(lambda leaf: leaf[picks], pool.trajectories)
         mask = monitored.mask & (pool.size > 0)
         kl, tv = jax.vmap(sequence_divergences, in_axes=(None, None, 0, 0))(

@@ -356,6 +356,11 @@ def test_trust_region_monitor_measures_the_step_it_logs():
         jax.random.key(3),
     )
     assert not bool(idle["applied"]) and float(idle["policy_kl_max"]) == 0.0
+    # More entries than the pool's N only repeat entries: 10**9 of them measure what N do (and compile at once).
+    _, huge = shared_update(monitor_entries=10**9)(state(), pool, jax.random.key(3))
+    _, every = shared_update(monitor_entries=N)(state(), pool, jax.random.key(3))
+    for name in ("policy_kl_mean", "policy_kl_max", "policy_tv_max"):
+        np.testing.assert_array_equal(huge[name], every[name])
 
 
 @pytest.mark.parametrize(
