@@ -494,8 +494,10 @@ def _run_train(args) -> int:
         run = MemberRun(trainer, seed_keys(seeds), checkpointer=checkpointer, labels=[f"seed {s}" for s in seeds])
         if run.periods_done_before:
             log(f"resumed from the checkpoint after iteration {run.periods_done_before * config.eval_every}")
-        for log_file in ("metrics.jsonl", "evaluation.jsonl"):  # rows written after that checkpoint come again
-            runs.keep_rows_up_to(folder / log_file, run.periods_done_before * config.eval_every)
+        done = run.periods_done_before * config.eval_every
+        for log_file, every in (("metrics.jsonl", 1), ("evaluation.jsonl", config.eval_every)):
+            # rows written after that checkpoint come again; those it counts must all be there
+            runs.keep_rows_up_to(folder / log_file, done, list(range(every, done + 1, every)), seeds)
         steps_before = int(run.env_steps().sum())
         start = _starting_evaluation(trainer, run, seeds, folder, log) if config.warm_start_demonstrations else None
         for metrics, evaluation in run.periods():

@@ -279,6 +279,7 @@ class MemberRun:
             )
             self.clock.append((time.perf_counter() - started, int(self.env_steps().sum())))
             stuck = skips.stuck(self.history[-1]["skipped_in_a_row"], limit)
+            yield metrics, evaluation  # the caller writes the period's logs before the checkpoint counts it
             if self.checkpointer:
                 self.checkpointer.save(
                     period + 1,
@@ -286,7 +287,6 @@ class MemberRun:
                     {"history": rows_record(self.history), "seconds": self.seconds},
                     final=period + 1 == until or bool(stuck.any()),  # a stopped run resumes from here
                 )
-            yield metrics, evaluation
             if stuck.any():
                 assert limit is not None  # nothing is stuck without a limit
                 raise skips.SkippedUpdates(

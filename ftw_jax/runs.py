@@ -9,7 +9,7 @@ import functools
 import json
 import os
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -62,6 +62,8 @@ def append_rows(path: pathlib.Path, columns: dict, seeds: list[int]) -> None:
             for index, seed in enumerate(seeds):
                 record = {"seed": seed, **{name: _plain(value[index, row]) for name, value in arrays.items()}}
                 file.write(json.dumps(record) + "\n")
+        file.flush()
+        os.fsync(file.fileno())  # on disk before the checkpoint that counts them is written
 
 
 def write_atomically(path: pathlib.Path, text: str) -> None:
@@ -87,18 +89,40 @@ def _iteration(line: str) -> int | None:
         return None
 
 
-def keep_rows_up_to(path: pathlib.Path, last_iteration: int) -> None:
+def append_line(path: pathlib.Path, record: dict) -> None:
+    """Appends one JSON line, on disk before the caller goes on (to the checkpoint that counts it)."""
+    with path.open("a") as file:
+        file.write(json.dumps(record) + "\n")
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def keep_rows_up_to(
+    path: pathlib.Path, last_iteration: int, iterations: Sequence[int], seeds: Sequence[int | None]
+) -> None:
     """Keeps the JSON lines of iterations up to `last_iteration` (those after the checkpoint a run resumes from
-    are written again, and a line torn by a kill is dropped); rewritten atomically."""
-    if not path.exists():
-        return
-    lines = path.read_text().splitlines(keepends=True)
+    are written again, and a line torn by a kill is dropped), rewritten atomically; a ValueError naming the file
+    and the first missing row if a row of `iterations` × `seeds` (those up to the checkpoint; None: rows without
+    a seed) is not there: the
+    rows are written before the checkpoint that counts them, so only a file damaged since lacks one, and
+    resuming would lose it for good."""
+    lines = path.read_text().splitlines(keepends=True) if path.exists() else []
     kept = [
         line
         for line in lines
         if line.endswith("\n") and (_iteration(line) or 0) <= last_iteration and _iteration(line) is not None
     ]
-    write_atomically(path, "".join(kept))
+    present = {(record.get("seed"), record["iteration"]) for record in map(json.loads, kept)}
+    missing = next(((s, i) for i in iterations if i <= last_iteration for s in seeds if (s, i) not in present), None)
+    if missing:
+        seed = "" if missing[0] is None else f"seed {missing[0]}, "
+        raise ValueError(
+            f"{path} lacks the row of {seed}iteration {missing[1]}, which the checkpoint after "
+            f"iteration {last_iteration} counts (the file was cut or edited after it was written); resuming would "
+            "lose it: restore the file, or start the run again."
+        )
+    if path.exists():
+        write_atomically(path, "".join(kept))
 
 
 def write_arrays(path: pathlib.Path, arrays: dict[str, Any]) -> None:

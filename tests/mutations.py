@@ -68,6 +68,21 @@ RESUME_TESTS = ("tests/test_checkpoints.py",)
 SWEEP_TESTS = ("tests/test_sweep.py", "-k", "standalone or reproduce or resumes")
 SKIP_TESTS = ("tests/test_skipped_updates.py", "-m", "not slow")
 
+# `MemberRun.periods` hands a period to its caller (who writes its rows), then checkpoints it.
+_YIELD = (
+    "            yield metrics, evaluation  # the caller writes the period's logs before the checkpoint counts it\n"
+)
+_SAVE = (
+    "            if self.checkpointer:\n"
+    "                self.checkpointer.save(\n"
+    "                    period + 1,\n"
+    "                    self.carry,\n"
+    '                    {"history": rows_record(self.history), "seconds": self.seconds},\n'
+    "                    final=period + 1 == until or bool(stuck.any()),  # a stopped run resumes from here\n"
+    "                )\n"
+)
+YIELD_THEN_SAVE, SAVE_THEN_YIELD = _YIELD + _SAVE, _SAVE + _YIELD
+
 MUTATIONS = (
     # Non-finite and skipped steps (one `apply_if_finite` serves FTW, the baselines and PPO's critic).
     Mutation(
@@ -151,6 +166,22 @@ MUTATIONS = (
         "final=period + 1 == until or bool(stuck.any()),",
         "final=period + 1 == until,",
         SKIP_TESTS,
+    ),
+    Mutation(
+        "checkpoint-before-rows",
+        "a period is checkpointed before its rows are written: a kill in between loses them for good",
+        "ftw_jax/runner.py",
+        YIELD_THEN_SAVE,
+        SAVE_THEN_YIELD,
+        ("tests/test_faults.py", "-k", "checkpointed_only"),
+    ),
+    Mutation(
+        "rows-lost-on-resume",
+        "a resume from a checkpoint whose rows were cut since goes on without them",
+        "ftw_jax/runs.py",
+        "    if missing:",
+        "    if False:",
+        ("tests/test_faults.py", "-k", "cut_behind"),
     ),
     Mutation(
         "skips-run-lost-on-resume",

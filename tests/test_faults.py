@@ -88,6 +88,57 @@ def test_a_damaged_newest_checkpoint_or_log_resumes_from_the_one_before(damage, 
     assert_same_run(folder, json.loads(captured.out), whole)
 
 
+@pytest.mark.parametrize("kept", [0, 1.5, 3, 4])  # rows of the last period's 4 in metrics.jsonl; 1.5: torn
+def test_a_kill_while_a_periods_rows_are_appended_resumes_to_the_whole_runs_files(kept, whole, tmp_path, capsys):
+    """The rows are written (and synced) before the checkpoint that counts them, so a kill in between leaves
+    the previous checkpoint and any part of the period's rows: the resume writes them again, whole."""
+    folder = tmp_path / "run"
+    shutil.copytree(whole[0], folder)
+    shutil.rmtree(folder / "checkpoints" / "30")
+    (folder / "summary.json").unlink()
+    metrics = (folder / "metrics.jsonl").read_text().splitlines(keepends=True)
+    last = metrics[-4:]  # iterations 59 and 60 of both seeds
+    cut = "".join(metrics[:-4] + last[: int(kept)]) + (last[int(kept)][:25] if kept % 1 else "")
+    (folder / "metrics.jsonl").write_text(cut)
+    if kept < 4:  # the evaluation rows come after the metrics rows
+        evaluation = (folder / "evaluation.jsonl").read_text().splitlines(keepends=True)
+        (folder / "evaluation.jsonl").write_text("".join(evaluation[:-2]))
+    assert cli.main([*TRAIN, "--out", str(tmp_path), "--resume", str(folder)]) == 0
+    assert_same_run(folder, json.loads(capsys.readouterr().out), whole)
+
+
+def test_a_log_cut_behind_its_checkpoint_is_refused_not_resumed_without_its_rows(whole, tmp_path, capsys):
+    """Issue 35: rows lost after their checkpoint was written (a file cut or edited since) would never be
+    written again; the resume says which row is missing and stops, before touching anything."""
+    folder = tmp_path / "run"
+    shutil.copytree(whole[0], folder)
+    (folder / "summary.json").unlink()
+    metrics = (folder / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (folder / "metrics.jsonl").write_text("".join(metrics[:-5]) + metrics[-5][:30])
+    assert cli.main([*TRAIN, "--out", str(tmp_path), "--resume", str(folder)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"error: {folder / 'metrics.jsonl'} lacks the row of seed 1, iteration 58, which the")
+    assert (folder / "metrics.jsonl").read_text().endswith(metrics[-5][:30])  # left as it was
+
+
+def test_a_period_is_checkpointed_only_after_its_rows_are_written(tmp_path):
+    """`MemberRun.periods` checkpoints a period once the caller is done with it (has written its rows): a caller
+    killed while writing leaves the checkpoint of the period before."""
+    from ftw_jax.checkpoints import Checkpointer
+    from ftw_jax.runner import MemberRun, seed_keys
+    from ftw_jax.train import TrainConfig, make_train
+
+    config = TrainConfig.for_env("bandit", num_iterations=6, eval_every=2)
+    checkpointer = Checkpointer(tmp_path, {"case": "ordering"})
+    run = MemberRun(make_train(config), seed_keys([0]), checkpointer=checkpointer)
+    with pytest.raises(KeyboardInterrupt):
+        for index, _ in enumerate(run.periods()):
+            if index == 1:  # killed while writing the second period's rows
+                raise KeyboardInterrupt
+    checkpointer.close()
+    assert Checkpointer(tmp_path, {"case": "ordering"}).restore(run.carry)[0] == 1
+
+
 def start(folder):
     return subprocess.Popen(
         [sys.executable, "-m", "ftw_jax.cli", *TRAIN, "--out", str(folder.parent), "--name", folder.name],

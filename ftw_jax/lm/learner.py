@@ -362,7 +362,7 @@ def learn_from_file(
             "from: an engine appends to the file, never rewrites it; resume with the whole file, or start a new run."
         )
     if jax.process_index() == 0:
-        runs.keep_rows_up_to(run_folder / "metrics.jsonl", done)
+        runs.keep_rows_up_to(run_folder / "metrics.jsonl", done, range(1, done + 1), [None])
     pending = episodes[used:]  # read, not learnt from yet (a follower may not have read up to `used` yet)
     to_skip = max(used - len(episodes), 0)
     total = None if config.follow else done + -(-len(pending) // batch_size)  # iterations, when known
@@ -414,8 +414,7 @@ def learn_from_file(
             **counts,
         }
         if jax.process_index() == 0:
-            with (run_folder / "metrics.jsonl").open("a") as file:
-                file.write(json.dumps(row) + "\n")
+            runs.append_line(run_folder / "metrics.jsonl", row)
         log(
             f"iteration {iteration:>4}{'' if total is None else f'/{total}'}  reward {row['reward_mean']:.3f}  "
             f"elite reward {row['elite_return_mean']:.3f}  cross-entropy {row['cross_entropy']:.4f}  "
