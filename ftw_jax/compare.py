@@ -439,10 +439,9 @@ class _Phases:
         seconds, tuning_skipped = 0.0, (0, 0)
         configurations = tuning.draw_configurations(algorithm, count, search_seed)
         tuning_settings = {**settings, **({"num_iterations": tuning_iterations} if tuning_iterations else {})}
-        group_sweep = functools.partial(
-            tuning.group_sweeps, self.env, seeds=tuning_seeds, env_options=self.env_options, algorithm=algorithm
+        groups = tuning.group_sweeps(
+            self.env, configurations, tuning_seeds, self.env_options, algorithm=algorithm, **tuning_settings
         )
-        groups = group_sweep(configurations, **tuning_settings)
         config = groups[0][0].config
         untils = tuning.rung_periods(config.num_periods, rungs)
         per_seed = len(tuning_seeds)
@@ -455,8 +454,9 @@ class _Phases:
                 running = [index for index in indices if index in alive]
                 if not running:
                     continue
-                if running != indices:  # the promoted members of the group's program
-                    sweep = group_sweep([configurations[index] for index in running], **tuning_settings)[0][0]
+                if running != indices:  # the promoted configurations' members, in the group's program
+                    positions = [indices.index(index) for index in running]
+                    sweep = sweep.subset([p * per_seed + seed for p in positions for seed in range(per_seed)])
                 phase = f"tune{group}" if rungs == 1 else f"tune{group}-rung{rung}"
                 tuned, phase_seconds = self.run(algorithm, phase, sweep, until, starts.get(group))
                 curves, seconds = tuned[self.metric], seconds + phase_seconds  # [configs × seeds, periods]

@@ -79,6 +79,15 @@ class Sweep:
     def keys(self) -> jax.Array:
         return seed_keys([m["seed"] for m in self.members])
 
+    def subset(self, members: list[int]) -> Sweep:
+        """These members alone, in the same program (the same maxima: a member's numbers depend on them, and a
+        run going on from this sweep's carry needs its shapes)."""
+        return dataclasses.replace(
+            self,
+            members=[self.members[i] for i in members],
+            member_configs=[self.member_configs[i] for i in members],
+        )
+
 
 def make_sweep(
     env: str, grid: dict[str, list], seeds: list[int], env_options: dict | None = None, **overrides: Any

@@ -102,31 +102,32 @@ def test_compare_search_reports_the_best_configuration_as_a_plain_run_gives_it()
 
 
 @pytest.mark.slow
-def test_successive_halving_goes_on_from_the_runs_it_promotes(tmp_path):
-    """Rung 2 continues rung 1's runs: the promoted configurations' curves are those of plain full runs, with
-    the schedules on the whole horizon, whether rung 1's checkpoints are there or gone (then it reruns)."""
-    search = dict(seeds=[3], search=4, search_seed=2, rungs=2, tuning_seeds=[7, 8], overrides=BUDGET)
-    comparison = compare("bandit", ["reinforce"], checkpoint_folder=tmp_path, **search)
+@pytest.mark.parametrize("algorithm", ["reinforce", "ftw"])  # FTW: groups whose survivors have smaller N, J, C, K
+def test_successive_halving_goes_on_from_the_runs_it_promotes(algorithm, tmp_path):
+    """Rung 2 continues rung 1's runs in their program: the promoted configurations' curves are those every
+    configuration has when run whole (rungs=1), whether rung 1's checkpoints are there or gone (it reruns)."""
+    search = dict(seeds=[3], search=4, search_seed=2, tuning_seeds=[7, 8], overrides={**BUDGET, "eval_every": 6})
+    whole = {
+        tuple(sorted((k, v) for k, v in row.items() if k in tuning.space(algorithm))): row
+        for row in compare("bandit", [algorithm], **search).results[0].tuning
+    }
+    comparison = compare("bandit", [algorithm], checkpoint_folder=tmp_path, rungs=3, **search)
     [result] = comparison.results
-    full = [row for row in result.tuning if row["iterations"] == 24]
-    halved = [row for row in result.tuning if row["iterations"] == 12]
-    assert len(full) == 2 and len(halved) == 2  # 4 configurations, the better 2 went on
-    best = max(full, key=lambda row: row["auc_mean"])
-    assert result.settings == {name: best[name] for name in tuning.space("reinforce")}  # chosen among the last rung
-    for row in full:
-        overrides = tuning.as_overrides({name: row[name] for name in tuning.space("reinforce")}, 24)
-        trainer = make_train(TrainConfig.for_env("bandit", algorithm="reinforce", **BUDGET, **overrides))
-        for seed, auc in zip([7, 8], row["auc_per_seed"]):
-            _, (_, evaluation) = trainer.train(jax.random.key(seed))
-            np.testing.assert_allclose(auc, evaluation["return"].mean(), rtol=1e-6)
+    assert sorted(row["iterations"] for row in result.tuning) == [6, 6, 12, 24]  # 4 configurations, 2, then 1
+    best = max((row for row in result.tuning if row["iterations"] == 24), key=lambda row: row["auc_mean"])
+    assert result.settings == {name: best[name] for name in tuning.space(algorithm)}  # chosen in the last rung
+    same = whole[tuple(sorted(result.settings.items()))]
+    assert best["auc_per_seed"] == same["auc_per_seed"] and best["final_mean"] == same["final_mean"]
     for path in tmp_path.iterdir():  # keep rung 1's records only: rung 2 must rerun rung 1 to go on from it
-        if "rung1" in path.name or (path.is_dir() and "rung0" in path.name) or path.name.startswith("reinforce-rep"):
+        if "rung1" in path.name or "rung2" in path.name or (path.is_dir() and "rung0" in path.name):
             shutil.rmtree(path) if path.is_dir() else path.unlink()
-    again = compare("bandit", ["reinforce"], checkpoint_folder=tmp_path, **search)
+        elif path.name.startswith(f"{algorithm}-report"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    again = compare("bandit", [algorithm], checkpoint_folder=tmp_path, rungs=3, **search)
     assert again.results[0].tuning == result.tuning
     np.testing.assert_array_equal(again.results[0].curves, result.curves)
     with pytest.raises(ValueError, match="rungs=2 applies to a random search"):
-        compare("bandit", ["reinforce"], seeds=[3], rungs=2, overrides=BUDGET)
+        compare("bandit", [algorithm], seeds=[3], rungs=2, overrides=BUDGET)
 
 
 def test_compare_search_refuses_an_unfair_protocol():
