@@ -263,7 +263,7 @@ def compare(
     if metric == "success" and not has_success:
         raise ValueError(f"metric 'success' is not defined for {env} (it has no notion of success); use 'return'.")
     metric = metric or ("success" if has_success else "return")
-    phases = _Phases(env, dict(env_options or {}), metric, checkpoint_folder, on_period)
+    phases = _Phases(env, dict(env_options or {}), metric, checkpoint_folder, on_period, log)
     results = [
         phases.search(
             algorithm, own_settings[algorithm], search, search_seed, tuning_iterations, rungs, seeds, tuning_seeds
@@ -285,6 +285,23 @@ class _Phases:
     metric: str
     checkpoint_folder: pathlib.Path | None
     on_period: Callable[[str, str, int, np.ndarray, tuple[int, int]], None] | None
+    log: Callable[[str], None] | None = None
+
+    def finished_record(self, path: pathlib.Path) -> dict | None:
+        """A finished phase's record, or None where there is none or it cannot be read (a torn or edited file:
+        named, set aside as PATH.unreadable, and the phase restored from its checkpoints instead)."""
+        if not path.exists():
+            return None
+        try:
+            record = json.loads(path.read_text())
+            if not isinstance(record, dict) or not {"fingerprint", "history", "seconds"} <= set(record):
+                raise ValueError("not a phase record")
+            return record
+        except (ValueError, UnicodeDecodeError) as error:
+            path.replace(path.with_name(path.name + ".unreadable"))
+            if self.log:
+                self.log(f"note: {path} cannot be read ({error}); set aside, the phase resumes from its checkpoints.")
+            return None
 
     def run(
         self, algorithm: str, phase: str, sweep: Sweep, until: int | None = None, start: Start | None = None
@@ -301,8 +318,8 @@ class _Phases:
         """
         finished = self.checkpoint_folder / f"{algorithm}-{phase}.json" if self.checkpoint_folder else None
         with contextlib.ExitStack() as stack:
-            if finished and finished.exists():
-                record = json.loads(finished.read_text())
+            record = self.finished_record(finished) if finished else None
+            if record is not None:
                 fingerprint = self.checkpointer(algorithm, phase, sweep, stack).fingerprint  # type: ignore[union-attr]
                 check_same_config(record["fingerprint"], fingerprint, str(finished))
                 results = history_arrays(rows_from_record(record["history"]))

@@ -216,6 +216,20 @@ def test_cli_resume_runs_only_the_missing_periods_and_gives_the_same_results(tmp
     captured = capsys.readouterr()
     assert not re.findall(r"^ *(\w+) +(tune|report) +period", captured.err, re.MULTILINE)
     assert json.loads(captured.out)["algorithms"] == again["algorithms"]  # seconds included: from the records
+    # A torn record (issue 35: a bare JSON error) is named, set aside, and its phase run again from its start.
+    torn = checkpoints / "ftw-report.json"
+    torn.write_text(torn.read_text()[:40])
+    assert main([*arguments, "--resume", str(tmp_path / "run")]) == 0
+    captured = capsys.readouterr()
+    assert f"note: {torn} cannot be read (" in captured.err and (checkpoints / "ftw-report.json.unreadable").exists()
+    assert re.findall(r"^ *(\w+) +(tune|report) +period +(\d+)", captured.err, re.MULTILINE) == [
+        ("ftw", "report", "1"),
+        ("ftw", "report", "2"),
+    ]
+    rows = json.loads(captured.out)["algorithms"]
+    assert [{k: v for k, v in row.items() if k != "seconds"} for row in rows] == [
+        {k: v for k, v in row.items() if k != "seconds"} for row in again["algorithms"]
+    ]
     record = json.loads((checkpoints / "ftw-tune.json").read_text())
     record["fingerprint"]["config"]["learning_rate"] = 0.5
     (checkpoints / "ftw-tune.json").write_text(json.dumps(record))
