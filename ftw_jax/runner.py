@@ -84,24 +84,38 @@ def memory_available() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_memory(trainer: Trainer, num_members: int, share: float = 0.5) -> None:
-    """Refuses, before allocating anything, a run whose members' state (params, optimizer, pool, ...) alone would
-    take more than `share` of the memory available (the program needs room for its temporaries too)."""
-    spec = jax.eval_shape(trainer.init, jax.random.key(0))
-    per_member = sum(
+def state_bytes(spec: Any) -> int:
+    """Bytes of a state's arrays, from its shapes (`jax.eval_shape`: nothing allocated); keys not counted."""
+    return sum(
         leaf.size * np.dtype(leaf.dtype).itemsize
         for leaf in jax.tree.leaves(spec)
         if not jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
     )
-    here = jax.local_device_count() / jax.device_count()  # this process holds its devices' share of the members
-    needed, available = per_member * num_members * here, memory_available()
+
+
+def check_state_memory(needed: int, what: str, remedy: str, share: float = 0.5) -> None:
+    """Refuses, before allocating anything, a state of `needed` bytes (`what` it holds) above `share` of the memory
+    here (the program needs room for its temporaries too), naming the flags that would shrink it."""
+    available = memory_available()
     if needed > share * available:
         raise ValueError(
-            f"the run's state needs {needed / 2**30:,.1f} GiB ({num_members} member(s) x "
-            f"{per_member / 2**30:,.2f} GiB: params, optimizer state and the pool of N trajectories), "
-            f"more than {share:.0%} of the {available / 2**30:,.1f} GiB here; use a smaller "
-            "--pool-capacity or fewer seeds or grid points."
+            f"the run's state needs {needed / 2**30:,.1f} GiB ({what}), more than {share:.0%} of the "
+            f"{available / 2**30:,.1f} GiB here; {remedy}."
         )
+
+
+def check_memory(trainer: Trainer, num_members: int, share: float = 0.5) -> None:
+    """Refuses, before allocating anything, a run whose members' state (params, optimizer, pool, ...) alone would
+    take more than `share` of the memory available."""
+    per_member = state_bytes(jax.eval_shape(trainer.init, jax.random.key(0)))
+    here = jax.local_device_count() / jax.device_count()  # this process holds its devices' share of the members
+    check_state_memory(
+        int(per_member * num_members * here),
+        f"{num_members} member(s) x {per_member / 2**30:,.2f} GiB: params, optimizer state and the pool of N "
+        "trajectories",
+        "use a smaller --pool-capacity or fewer seeds or grid points",
+        share,
+    )
 
 
 def check_working_memory(stats: Any, share: float = 0.8) -> None:

@@ -435,6 +435,17 @@ def test_lm_learn_refuses_a_seed_out_of_range_in_one_line(model_folder, tmp_path
     assert not (tmp_path / "run").exists()
 
 
+def test_lm_learn_refuses_a_state_larger_than_the_memory_before_allocating_it(model_folder, tmp_path, capsys):
+    episodes = tmp_path / "episodes.jsonl"
+    episodes.write_text(json.dumps(GOOD) + "\n")
+    assert lm_learn(model_folder, episodes, tmp_path, "--pool-capacity", "1000000000") == 2  # once a traceback
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert (
+        error.startswith("error: the run's state needs ") and "use a smaller --pool-capacity or --max-length" in error
+    )
+    assert not (tmp_path / "run").exists()
+
+
 MESH_SCRIPT = """
 import json, pathlib, sys
 import jax, numpy as np

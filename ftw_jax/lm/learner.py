@@ -35,7 +35,7 @@ from ftw_jax.checks import check_seed
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.policy import LMPolicy, logits_chunk_for
 from ftw_jax.pool import Trajectory
-from ftw_jax.runner import host_array, raise_if_stopped
+from ftw_jax.runner import check_state_memory, host_array, raise_if_stopped, state_bytes
 from ftw_jax.settings import check_settings, setting
 from ftw_jax.train import LearnerSettings, make_optimizer
 
@@ -159,7 +159,13 @@ class EpisodeLearner:
         Compiled (`init_program`); where the weights are laid out on a mesh (`lm.sharding.shard_params`), so is
         the state: the reference and Adam's moments like the weights (`param_specs`), the pool whole on every
         device."""
-        return self.init_program(model_params)(model_params)
+        init = self.init_program(model_params)
+        check_state_memory(  # before anything is allocated: a pool of N sequences of max_length tokens, ...
+            state_bytes(jax.eval_shape(init, model_params)) // max(jax.process_count(), 1),
+            "the reference weights, Adam's moments and the pool of N sequences of --max-length tokens",
+            "use a smaller --pool-capacity or --max-length",  # (a huge --max-length fails earlier: issue 35)
+        )
+        return init(model_params)
 
     def init_program(self, model_params: dict) -> Any:
         """`init`'s jitted function for weights laid out as these are (arrays, or ShapeDtypeStructs to lower it)."""
