@@ -163,7 +163,7 @@ class EpisodeLearner:
         check_state_memory(  # before anything is allocated: a pool of N sequences of max_length tokens, ...
             state_bytes(jax.eval_shape(init, model_params)) // max(jax.process_count(), 1),
             "the reference weights, Adam's moments and the pool of N sequences of --max-length tokens",
-            "use a smaller --pool-capacity or --max-length",  # (a huge --max-length fails earlier: issue 35)
+            "use a smaller --pool-capacity or --max-length",
         )
         return init(model_params)
 
