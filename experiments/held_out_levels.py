@@ -24,7 +24,7 @@ def training_hashes(env: Sokoban, draws: int, seed: int) -> list[tuple[int, int]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="How held out Sokoban's test levels are.")
     parser.add_argument("--draws", type=int, default=4000, help="training resets")
     parser.add_argument("--test-levels", type=int, default=1000, help="num_test_levels")
     parser.add_argument("--seed", type=int, default=0)
