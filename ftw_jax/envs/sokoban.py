@@ -17,9 +17,8 @@ Splits: training levels come from one key stream, held-out test levels from anot
 level at every reset. The test set is finite too, `num_test_levels` ids (0: a fresh test level at every
 reset, as before), and then held out for real: small grids have few distinct layouts, so the training stream
 makes levels identical to test levels (8.5% of 1,000 test levels among 4,000 training draws on 6×6, one
-box: experiments/held_out_levels.py),
-and a training reset that draws one of the test levels draws again (`level_hash` identifies a level: walls,
-targets, boxes and player).
+box: experiments/held_out_levels.py), and a training reset that draws one of the test levels draws again
+(`level_hash` identifies a level: walls, targets, boxes and player).
 """
 
 from __future__ import annotations
