@@ -102,7 +102,7 @@ def test_compare_search_reports_the_best_configuration_as_a_plain_run_gives_it()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ["reinforce", "ftw"])  # FTW: groups whose survivors have smaller N, J, C, K
+@pytest.mark.parametrize("algorithm", ["ftw"])  # groups whose survivors have smaller N, J, C, K than the group
 def test_successive_halving_goes_on_from_the_runs_it_promotes(algorithm, tmp_path):
     """Rung 2 continues rung 1's runs in their program: the promoted configurations' curves are those every
     configuration has when run whole (rungs=1), whether rung 1's checkpoints are there or gone (it reruns)."""
