@@ -988,9 +988,9 @@ def _run_compare(args) -> int:
     ]
     if tried:
         runs.write_csv(folder / "tuning.csv", tried)
-    table = markdown_table(comparison)
-    if diagnostics_table(comparison):
-        table += "\n" + diagnostics_table(comparison)
+    table, diagnostics = markdown_table(comparison), diagnostics_table(comparison)
+    if diagnostics:
+        table += "\n" + diagnostics
     (folder / "table.md").write_text(table)
     if tuning_table(comparison):
         (folder / "tuning.md").write_text(tuning_table(comparison))

@@ -54,16 +54,25 @@ def _plain(value):
 
 
 def append_rows(path: pathlib.Path, columns: dict, seeds: list[int]) -> None:
-    """Appends one JSON line per (row, seed) from `columns` whose leaves are [S, rows]."""
+    """Appends one JSON line per (row, seed) from `columns` whose leaves are [S, rows] (`append_lines`)."""
     arrays = {name: np.asarray(value) for name, value in columns.items()}
     num_rows = next(iter(arrays.values())).shape[1]
+    append_lines(
+        path,
+        [
+            {"seed": seed, **{name: _plain(value[index, row]) for name, value in arrays.items()}}
+            for row in range(num_rows)
+            for index, seed in enumerate(seeds)
+        ],
+    )
+
+
+def append_lines(path: pathlib.Path, records: list[dict]) -> None:
+    """Appends one JSON line per record, on disk before the caller goes on (to the checkpoint that counts them)."""
     with path.open("a") as file:
-        for row in range(num_rows):
-            for index, seed in enumerate(seeds):
-                record = {"seed": seed, **{name: _plain(value[index, row]) for name, value in arrays.items()}}
-                file.write(json.dumps(record) + "\n")
+        file.writelines(json.dumps(record) + "\n" for record in records)
         file.flush()
-        os.fsync(file.fileno())  # on disk before the checkpoint that counts them is written
+        os.fsync(file.fileno())
 
 
 def write_atomically(path: pathlib.Path, text: str) -> None:
@@ -81,20 +90,13 @@ def write_json(path: pathlib.Path, payload: dict) -> None:
     write_atomically(path, json.dumps(payload, indent=2, default=_plain) + "\n")
 
 
-def _iteration(line: str) -> int | None:
-    """The iteration of one JSON line, or None for a line torn by a kill mid-write."""
+def _row(line: str) -> dict | None:
+    """One whole JSON line with an iteration, or None for a line torn by a kill mid-write."""
     try:
-        return json.loads(line)["iteration"]
-    except (ValueError, KeyError, TypeError):
+        record = json.loads(line) if line.endswith("\n") else None
+        return record if isinstance(record, dict) and isinstance(record["iteration"], int) else None
+    except (ValueError, KeyError):
         return None
-
-
-def append_line(path: pathlib.Path, record: dict) -> None:
-    """Appends one JSON line, on disk before the caller goes on (to the checkpoint that counts it)."""
-    with path.open("a") as file:
-        file.write(json.dumps(record) + "\n")
-        file.flush()
-        os.fsync(file.fileno())
 
 
 def keep_rows_up_to(
@@ -103,16 +105,12 @@ def keep_rows_up_to(
     """Keeps the JSON lines of iterations up to `last_iteration` (those after the checkpoint a run resumes from
     are written again, and a line torn by a kill is dropped), rewritten atomically; a ValueError naming the file
     and the first missing row if a row of `iterations` × `seeds` (those up to the checkpoint; None: rows without
-    a seed) is not there: the
-    rows are written before the checkpoint that counts them, so only a file damaged since lacks one, and
-    resuming would lose it for good."""
+    a seed) is not there: the rows are written before the checkpoint that counts them, so only a file damaged
+    since lacks one, and resuming would lose it for good."""
     lines = path.read_text().splitlines(keepends=True) if path.exists() else []
-    kept = [
-        line
-        for line in lines
-        if line.endswith("\n") and (_iteration(line) or 0) <= last_iteration and _iteration(line) is not None
-    ]
-    present = {(record.get("seed"), record["iteration"]) for record in map(json.loads, kept)}
+    rows = [(line, _row(line)) for line in lines]
+    kept = [(line, row) for line, row in rows if row is not None and row["iteration"] <= last_iteration]
+    present = {(row.get("seed"), row["iteration"]) for _, row in kept}
     missing = next(((s, i) for i in iterations if i <= last_iteration for s in seeds if (s, i) not in present), None)
     if missing:
         seed = "" if missing[0] is None else f"seed {missing[0]}, "
@@ -122,7 +120,7 @@ def keep_rows_up_to(
             "lose it: restore the file, or start the run again."
         )
     if path.exists():
-        write_atomically(path, "".join(kept))
+        write_atomically(path, "".join(line for line, _ in kept))
 
 
 def write_arrays(path: pathlib.Path, arrays: dict[str, Any]) -> None:

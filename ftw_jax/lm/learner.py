@@ -420,7 +420,7 @@ def learn_from_file(
             **counts,
         }
         if jax.process_index() == 0:
-            runs.append_line(run_folder / "metrics.jsonl", row)
+            runs.append_lines(run_folder / "metrics.jsonl", [row])
         log(
             f"iteration {iteration:>4}{'' if total is None else f'/{total}'}  reward {row['reward_mean']:.3f}  "
             f"elite reward {row['elite_return_mean']:.3f}  cross-entropy {row['cross_entropy']:.4f}  "
