@@ -33,6 +33,9 @@ if os.environ.get("FTW_JAX_TEST_OPTIMIZED") != "1" and "xla_backend_optimization
             os.environ["XLA_FLAGS"] = flags
             break
 
+# The suite runs on two processes (pytest -n 2): on a GPU each would otherwise reserve most of its memory at start.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 import jax
 import jax.numpy as jnp
 import pytest
