@@ -118,15 +118,19 @@ def check_memory(trainer: Trainer, num_members: int, share: float = 0.5) -> None
     )
 
 
-def check_working_memory(stats: Any, share: float = 0.8) -> None:
-    """Refuses, before running it, a compiled period whose temporaries and outputs (XLA's own count) exceed
-    `share` of the memory here: large J·K, B or T make the update's working arrays big, not the state."""
+def check_working_memory(stats: Any, what: str = "one evaluation period", share: float = 0.8) -> None:
+    """Refuses, before running it, a compiled program (`what` it does) whose arguments, outputs and temporaries
+    (XLA's own count; a donated argument counted once) exceed `share` of the memory here: large J·K, B or T make
+    the update's working arrays big, and many members a state that is held twice while a new one is made."""
     if stats is None:
         return
-    needed, available = stats.temp_size_in_bytes + stats.output_size_in_bytes, memory_available()
+    needed = (
+        stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes + stats.temp_size_in_bytes
+    )
+    available = memory_available()
     if needed > share * available:
         raise ValueError(
-            f"one evaluation period needs {needed / 2**30:,.1f} GiB of working memory (XLA's count: the "
+            f"{what} needs {needed / 2**30:,.1f} GiB of working memory (XLA's count: the members' state, the "
             f"episodes played, the elites gathered per update), more than {share:.0%} of the "
             f"{available / 2**30:,.1f} GiB here; use smaller J, K, B or fewer seeds or grid points."
         )
@@ -241,7 +245,10 @@ class MemberRun:
             ),
             out_shardings=sharding,
         )
-        return init(to_devices(key_data), jax.tree.map(to_devices, hyperparameters), self.trainer.start_params)
+        arguments = (to_devices(key_data), jax.tree.map(to_devices, hyperparameters), self.trainer.start_params)
+        compiled = init.lower(*arguments).compile()
+        check_working_memory(compiled.memory_analysis(), "making the members' initial state")
+        return compiled(*arguments)
 
     def env_steps(self) -> np.ndarray:
         """[M] training env steps of every member so far."""

@@ -73,8 +73,15 @@ class Sweep:
     grid: dict[str, list]
 
     def hyperparameters(self) -> Hyperparameters:
-        """Leaves [M, ...]: every member's β, learning rate and the algorithm's sizes."""
-        return jax.tree.map(lambda *leaves: jnp.stack(leaves), *[c.hyperparameters() for c in self.member_configs])
+        """Leaves [M, ...]: every member's β, learning rate and the algorithm's sizes.
+
+        Made once per distinct config and gathered per member: stacking a million members' arrays one by one
+        took minutes and gigabytes before the memory check could refuse them."""
+        distinct = {id(config): config for config in self.member_configs}  # a grid point's seeds share its config
+        position = {key: index for index, key in enumerate(distinct)}
+        rows = np.asarray([position[id(config)] for config in self.member_configs])
+        stacked = jax.tree.map(lambda *leaves: jnp.stack(leaves), *[c.hyperparameters() for c in distinct.values()])
+        return jax.tree.map(lambda leaf: leaf[rows], stacked)
 
     def keys(self) -> jax.Array:
         return seed_keys([m["seed"] for m in self.members])

@@ -5,6 +5,7 @@ import contextlib
 import json
 import pathlib
 
+import jax
 import pytest
 
 from ftw_jax import cli, runs
@@ -115,6 +116,23 @@ def test_bad_input_gets_one_line_and_exit_2(argv, message, tmp_path, capsys):
     assert message in err
     assert err.strip().splitlines()[-1].count("error") == 1  # the last line is the error
     assert not (tmp_path / "not-a-run" / "config.json").exists()  # nothing half-written
+
+
+def test_a_sweep_too_big_for_memory_is_refused_before_it_runs_and_leaves_nothing(monkeypatch, tmp_path, capsys):
+    """Issue 35: a sweep of a million seeds took 20 GB and minutes before any check. Its state alone fits under
+    half the memory here, but a period holds the state twice (in and out, ~2.4 states with its outputs, where
+    its outputs and temporaries alone are ~1.6): XLA's count of the compiled period, arguments included, refuses
+    it. Memory is set small so that the check is the same on any machine."""
+    from ftw_jax import runner, sweep
+
+    members = sweep.make_sweep("bandit", {"C": [4, 5]}, list(range(100)))
+    state = runner.state_bytes(jax.eval_shape(sweep.make_train(members.config).init, jax.random.key(0)))
+    monkeypatch.setattr(runner, "memory_available", lambda: int(3.2 * state * len(members.members)))
+    argv = ["sweep", "--env", "bandit", "--grid", "C=4,5", "--num-seeds", "100", "--out", str(tmp_path)]
+    assert cli.main([*argv, "--name", "big"]) == 2
+    err = capsys.readouterr().err
+    assert "one evaluation period needs" in err and "of working memory" in err and "Traceback" not in err
+    assert not (tmp_path / "big").exists()  # the corrected command may take the same name
 
 
 def test_a_run_folder_name_must_stay_inside_out(tmp_path, capsys):
