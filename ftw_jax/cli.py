@@ -979,8 +979,9 @@ def _run_compare(args) -> int:
     )
     runs.write_csv(folder / "results.csv", summary_rows(comparison))
     runs.write_csv(folder / "seeds.csv", seed_rows(comparison))
-    if difference_rows(comparison):
-        runs.write_csv(folder / "differences.csv", difference_rows(comparison))
+    differences = difference_rows(comparison)
+    if differences:
+        runs.write_csv(folder / "differences.csv", differences)
     tried = [
         {"algorithm": r.algorithm, **{k: v for k, v in row.items() if k != "auc_per_seed"}}
         for r in comparison.results
@@ -992,8 +993,9 @@ def _run_compare(args) -> int:
     if diagnostics:
         table += "\n" + diagnostics
     (folder / "table.md").write_text(table)
-    if tuning_table(comparison):
-        (folder / "tuning.md").write_text(tuning_table(comparison))
+    tuning = tuning_table(comparison)
+    if tuning:
+        (folder / "tuning.md").write_text(tuning)
     runs.write_arrays(
         folder / "curves.npz",
         {

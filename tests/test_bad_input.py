@@ -124,9 +124,10 @@ def test_a_sweep_too_big_for_memory_is_refused_before_it_runs_and_leaves_nothing
     its outputs and temporaries alone are ~1.6): XLA's count of the compiled period, arguments included, refuses
     it. Memory is set small so that the check is the same on any machine."""
     from ftw_jax import runner, sweep
+    from ftw_jax.train import make_train
 
     members = sweep.make_sweep("bandit", {"C": [4, 5]}, list(range(100)))
-    state = runner.state_bytes(jax.eval_shape(sweep.make_train(members.config).init, jax.random.key(0)))
+    state = runner.state_bytes(jax.eval_shape(make_train(members.config).init, jax.random.key(0)))
     monkeypatch.setattr(runner, "memory_available", lambda: int(3.2 * state * len(members.members)))
     argv = ["sweep", "--env", "bandit", "--grid", "C=4,5", "--num-seeds", "100", "--out", str(tmp_path)]
     assert cli.main([*argv, "--name", "big"]) == 2
