@@ -218,6 +218,7 @@ class MemberRun:
             self.history = [{**skips.no_skips(self.num_members), **row} for row in rows_from_record(record["history"])]
             self.seconds_before = float(record.get("seconds", 0.0))  # absent from checkpoints before it was kept
         self.periods_done_before = len(self.history)
+        self.env_steps_before = int(self.env_steps().sum())  # those of the processes this one resumes
         self.compile_seconds, self.clock = 0.0, []
 
     @property
@@ -268,6 +269,7 @@ class MemberRun:
         self.carry = take(source.carry)
         self.history = [{name: np.asarray(value)[members] for name, value in row.items()} for row in source.history]
         self.periods_done_before = len(self.history)
+        self.env_steps_before = int(self.env_steps().sum())
 
     def periods(self, until: int | None = None) -> Iterator[tuple[dict, dict]]:
         """Runs the periods left (those before period `until`, default the config's last), yielding each one's
@@ -356,8 +358,8 @@ class MemberRun:
         tried = host_array(self.carry.iteration)[: self.num_members] * self.trainer.learner.steps_per_batch
         return self.updates_applied() / np.maximum(tried, 1)
 
-    def throughput(self, steps_before: int) -> float | None:
-        """Training env steps per second over the periods run here (compile excluded)."""
+    def throughput(self) -> float | None:
+        """Training env steps per second over the periods run in this process (compile excluded)."""
         if not self.clock:
             return None
-        return (self.clock[-1][1] - steps_before) / self.clock[-1][0]
+        return (self.clock[-1][1] - self.env_steps_before) / self.clock[-1][0]

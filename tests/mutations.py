@@ -210,7 +210,7 @@ MUTATIONS = (
     Mutation(
         "skips-stop-exits-zero",
         "a stopped run exits 0",
-        "ftw_jax/cli.py",
+        "ftw_jax/cli/__init__.py",
         "        return STOPPED_SKIPPING",
         "        return 0",
         SKIP_TESTS,
@@ -262,7 +262,7 @@ MUTATIONS = (
     Mutation(
         "checkpoint-every-ignored",
         "--checkpoint-every saves every period anyway",
-        "ftw_jax/cli.py",
+        "ftw_jax/cli/flags.py",
         "checkpoint_every=None if args.no_checkpoint else args.checkpoint_every,",
         "checkpoint_every=None if args.no_checkpoint else 1,",
         RESUME_TESTS,
@@ -531,7 +531,7 @@ MUTATIONS = (
     Mutation(
         "distributed-not-initialised",
         "--distributed does not join the cluster",
-        "ftw_jax/cli.py",
+        "ftw_jax/cli/cluster.py",
         "    elif args.distributed:\n        jax.distributed.initialize()",
         "    elif args.distributed:\n        pass",
         ("tests/test_sweep.py", "-k", "distributed"),

@@ -1,0 +1,117 @@
+"""The `ftw-jax` command: parses, calls the package, prints.
+
+One module per command (`bandit`, `train`, `sweep`, `compare`, `lm`), each with its parser and its `run`; the flags
+they share in `flags` (training flags generated from the configs' settings) and `cluster` (several processes);
+what they write and print in `outputs`. This module assembles the parser and runs the command: bad input, an
+interrupt and a stopped run each end in one line and an exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import pathlib
+import signal
+import sys
+import threading
+
+from ftw_jax import __version__, compile_cache
+from ftw_jax.cli import bandit, compare, lm, sweep, train
+from ftw_jax.cli.bandit import add_bandit_arguments, bandit_protocol
+from ftw_jax.cli.flags import seeds_of
+from ftw_jax.cli.outputs import print_bandit_table
+
+__all__ = ["STOPPED_SKIPPING", "add_bandit_arguments", "bandit_protocol", "main", "print_bandit_table", "seeds_of"]
+
+# The exit status of a run stopped because a member applied no update for too long (`--stop-after-skipped`); 2 is
+# bad input, 1 a non-finite evaluation, 128 + N a signal.
+STOPPED_SKIPPING = 3
+
+
+def _quiet_closed_event_loops(unraisable) -> None:
+    """Drops the "Event loop is closed" errors Orbax's reader threads leave when a damaged checkpoint is skipped
+    (the skip itself is reported on one line); anything else is printed as Python would."""
+    if isinstance(unraisable.exc_value, RuntimeError) and "Event loop is closed" in str(unraisable.exc_value):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def resume_command(argv: list[str], folder: pathlib.Path) -> str:
+    """The command line that continues the run in `folder`: `argv` without --out/--name/--resume, with
+    --resume FOLDER."""
+    kept, skip = [], False
+    for token in argv:
+        if skip:
+            skip = False
+        elif token in ("--out", "--name", "--resume"):
+            skip = True
+        elif not token.startswith(("--out=", "--name=", "--resume=")):
+            kept.append(token)
+    return " ".join(["ftw-jax", *kept, "--resume", str(folder)])
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser, with the options every command takes."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # SUPPRESS: a subcommand's parser (lm train) must not reset what its parent's (lm) was given.
+        self.add_argument(
+            "--no-compile-cache",
+            action="store_true",
+            default=argparse.SUPPRESS,
+            help="compile everything afresh, reading and writing no compilation cache (default: "
+            f"~/.cache/ftw_jax/jax; {compile_cache.ENVIRONMENT_VARIABLE}=DIR moves it, =off "
+            "turns it off)",
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ftw-jax", description="Follow the Winners (FTW) in JAX.")
+    parser.add_argument("--version", action="version", version=f"ftw-jax {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
+    for command in (bandit, train, sweep, compare, lm):
+        command.add_parser(subparsers)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    compile_cache.configure(turned_off=getattr(args, "no_compile_cache", False))  # before the first compile
+    from ftw_jax import runner
+    from ftw_jax.skips import SkippedUpdates
+
+    # Commands with a run folder stop between two periods when asked (SIGINT, SIGTERM), the last one checkpointed.
+    catch = args.command != "bandit" and threading.current_thread() is threading.main_thread()
+    previous = {
+        signum: signal.signal(signum, runner.request_stop) for signum in (signal.SIGINT, signal.SIGTERM) if catch
+    }
+    previous_unraisablehook, sys.unraisablehook = sys.unraisablehook, _quiet_closed_event_loops
+    try:
+        with contextlib.ExitStack() as args.cleanup:  # releases the run folder's lock however the command ends
+            return args.handler(args)
+    except (ValueError, ImportError, OSError) as error:  # bad input, a missing optional dependency, a bad path
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except SkippedUpdates as stop:
+        folder = getattr(args, "run_folder", None)
+        where = (
+            f" Checkpointed where it stopped; resume with: {resume_command(argv, folder)} (add --stop-after-skipped "
+            "0 to go on past this)."
+            if folder and not getattr(args, "no_checkpoint", True)
+            else ""
+        )
+        print(f"stopped: {stop}{where}", file=sys.stderr)
+        return STOPPED_SKIPPING
+    except (KeyboardInterrupt, runner.Interrupted) as interrupt:
+        folder = getattr(args, "run_folder", None)
+        where = (
+            f"; the run folder {folder} keeps what its last checkpoint holds. Resume with:\n  "
+            f"{resume_command(argv, folder)}"
+            if folder and not getattr(args, "no_checkpoint", True)
+            else ""
+        )
+        print(f"\ninterrupted{where}", file=sys.stderr)
+        return 128 + interrupt.signum if isinstance(interrupt, runner.Interrupted) else 130
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        runner.clear_stop()
+        sys.unraisablehook = previous_unraisablehook

@@ -1,0 +1,273 @@
+"""The flags every command shares: value types, settings turned into flags, seeds, the environment, the run folder.
+
+Every setting is declared once, as a `ftw_jax.settings.setting` field of `TrainConfig`, of an algorithm's config
+(`ftw_jax.algos`) or of the bandit (`GaussianBandit`); its flag, type, choices, help and default come from there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import typing
+from collections.abc import Callable, Iterable
+
+from ftw_jax.checks import MAX_SEED, check_seed
+
+if typing.TYPE_CHECKING:  # imported where they are used, so that `ftw-jax --help` stays fast
+    from ftw_jax.checkpoints import Checkpointer
+    from ftw_jax.envs.base import Environment
+    from ftw_jax.settings import Setting
+
+# Every subcommand's default seeds (the bandit protocol's); `--num-seeds N` runs 42, 43, ..., 42 + N - 1.
+FIRST_SEED = 42
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    return values
+
+
+MAX_NUM_SEEDS = 1_000_000
+
+
+def seed_list(text: str) -> list[int]:
+    seeds = _int_list(text)
+    bad = [seed for seed in seeds if not 0 <= seed <= MAX_SEED]
+    if bad:
+        raise argparse.ArgumentTypeError(f"seeds must be integers in [0, {MAX_SEED}], got {bad[0]}")
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        raise argparse.ArgumentTypeError(
+            f"seeds must be distinct (a repeated seed repeats its run), got {repeated[0]} more than once"
+        )
+    return seeds
+
+
+def one_seed(text: str) -> int:
+    try:
+        value = int(text)
+        check_seed("the seed", value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, {MAX_SEED}], got {text!r}") from None
+    return value
+
+
+def folder_name(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a folder name, got an empty one")
+    return text
+
+
+def _num_seeds(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_NUM_SEEDS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_NUM_SEEDS:,} seeds, got {text}")
+    return value
+
+
+def float_list(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def _yes_no(text: str) -> bool:
+    if text.lower() in ("yes", "true", "1"):
+        return True
+    if text.lower() in ("no", "false", "0"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected yes or no, got {text!r}")
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def env_options(text: str) -> dict:
+    """'a=1,b=x' -> {'a': 1, 'b': 'x'} (ints, then floats, else strings)."""
+    options = {}
+    for item in filter(None, text.split(",")):
+        name, separator, value = item.partition("=")
+        if not separator or not name:
+            raise argparse.ArgumentTypeError(f"expected NAME=VALUE pairs separated by commas, got {item!r}")
+        for kind in (int, float, str):
+            try:
+                options[name.strip()] = kind(value)
+                break
+            except ValueError:
+                continue
+    return options
+
+
+# Annotation -> how its flag's text becomes a value.
+_VALUE_TYPES = {
+    int: int,
+    float: float,
+    bool: _yes_no,
+    str: str,
+    tuple[int, ...]: lambda text: tuple(_int_list(text)),
+    tuple[float, ...]: float_list,
+}
+
+
+def _shown(value) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def add_settings(
+    parser: argparse.ArgumentParser, settings: Iterable[Setting], *, env_defaults: bool | str = False
+) -> None:
+    """One flag per setting name (the first declaration's help; its default shown, with each environment's own
+    when `env_defaults` is True, or that environment's when it names one). Every flag defaults to None: not
+    given."""
+    from ftw_jax import envs
+
+    seen = set()
+    for item in settings:
+        if item.name in seen:
+            continue
+        seen.add(item.name)
+        kind = typing.get_origin(item.base_type) is typing.Literal and str or item.base_type
+        default = f"default {_shown(item.default)}"
+        if isinstance(env_defaults, str):
+            default = f"default {_shown(envs.entry(env_defaults).defaults.get(item.name, item.default))}"
+        elif env_defaults:
+            default += "".join(
+                f"; {env} {_shown(entry.defaults[item.name])}"
+                for env, entry in envs.ENVIRONMENTS.items()
+                if item.name in entry.defaults
+            )
+        metavar = None if item.choices else item.flag[2:].upper().replace("-", "_")
+        parser.add_argument(
+            *filter(None, (item.flag, item.short)),
+            dest=item.name,
+            type=_VALUE_TYPES[kind],
+            choices=item.choices,
+            default=None,
+            metavar=metavar,
+            help=f"{item.help} ({default})",
+        )
+
+
+def given_settings(args: argparse.Namespace, settings: Iterable[Setting]) -> dict:
+    """{name: value} of the settings whose flags were given."""
+    return {item.name: getattr(args, item.name) for item in settings if getattr(args, item.name, None) is not None}
+
+
+def training_settings() -> list[Setting]:
+    """The settings of a training run: the run's own, then every algorithm's."""
+    from ftw_jax import algos
+    from ftw_jax.settings import describe
+    from ftw_jax.train import TrainConfig
+
+    return [*describe(TrainConfig), *(item for entry in algos.ALGORITHMS.values() for item in describe(entry.config))]
+
+
+def train_overrides(args: argparse.Namespace, log: Callable[[str], None], algorithm: str | None = None) -> dict:
+    """The training settings whose flags were given; those that belong to other algorithms only are named and
+    left out."""
+    from ftw_jax.train import split_overrides
+
+    overrides = given_settings(args, training_settings())
+    algorithm = algorithm or overrides.get("algorithm", "ftw")
+    applicable, ignored = split_overrides(algorithm, overrides)
+    if ignored:
+        flags = ", ".join("--" + name.replace("_", "-") for name in ignored)
+        log(f"note: {flags} do(es) not apply to {algorithm}; ignored.")
+    return applicable
+
+
+def add_seeds(parser: argparse.ArgumentParser, count: int = 3) -> None:
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument(
+        "--seeds", type=seed_list, help=f"comma-separated seeds (default {FIRST_SEED}..{FIRST_SEED + count - 1})"
+    )
+    seeds.add_argument(
+        "--num-seeds",
+        type=_num_seeds,
+        default=count,
+        help=f"run seeds {FIRST_SEED}, {FIRST_SEED + 1}, ..., {FIRST_SEED} + N - 1 (default {count})",
+    )
+
+
+def seeds_of(args: argparse.Namespace) -> list[int]:
+    """The seeds of `--seeds`, or `--num-seeds` of them from 42."""
+    return args.seeds or [FIRST_SEED + i for i in range(args.num_seeds)]
+
+
+def add_env(parser: argparse.ArgumentParser) -> None:
+    from ftw_jax import envs
+
+    parser.add_argument("--env", required=True, choices=sorted(envs.ENVIRONMENTS))
+    parser.add_argument(
+        "--env-options",
+        type=env_options,
+        default={},
+        help="environment options, e.g. 'reward=binary,num_train_levels=1000' (sokoban)",
+    )
+
+
+def add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where results go, checkpoints and resuming (train, sweep and compare alike)."""
+    parser.add_argument(
+        "--out", type=pathlib.Path, default=pathlib.Path("runs"), help="where the run folder is created (default runs/)"
+    )
+    parser.add_argument(
+        "--name", type=folder_name, default=None, help="run folder name (default: COMMAND-ENV-DATE-TIME)"
+    )
+    parser.add_argument(
+        "--resume",
+        type=pathlib.Path,
+        default=None,
+        metavar="RUN_FOLDER",
+        help="continue the run in RUN_FOLDER from its last checkpoint (same options as it started with)",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        default=1,
+        metavar="PERIODS",
+        help="checkpoint every PERIODS evaluation periods, and at the end (default 1)",
+    )
+    parser.add_argument("--no-checkpoint", action="store_true", help="write no checkpoints")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress goes to stderr)")
+
+
+def open_run(
+    args: argparse.Namespace, default_name: str, fingerprint: dict, *, writer: bool = True
+) -> tuple[pathlib.Path, Checkpointer | None]:
+    from ftw_jax import runs
+
+    folder, checkpointer = runs.open_run(
+        args.out,
+        args.name,
+        args.resume,
+        default_name,
+        fingerprint,
+        writer=writer,
+        checkpoint_every=None if args.no_checkpoint else args.checkpoint_every,
+        cleanup=args.cleanup,
+    )
+    args.run_folder = folder  # for the resume command an interrupt prints
+    return folder, checkpointer
+
+
+def logger(args: argparse.Namespace) -> Callable[[str], None]:
+    return lambda message: print(message, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+
+def default_metric(args: argparse.Namespace, env: Environment) -> str:
+    if args.metric == "success" and not env.has_success:
+        raise ValueError(f"--metric success is not defined for {args.env} (it has no notion of success); use return.")
+    return args.metric or ("success" if env.has_success else "return")

@@ -1,0 +1,320 @@
+"""What the commands write and print: summaries, tables, per-iteration logs, CSVs, arrays and plots.
+
+Files go through `ftw_jax.runs` (atomic JSON, CSV, JSON lines); plots through `ftw_jax.plots`, imported when
+drawn so that a command that draws nothing never loads matplotlib.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import typing
+
+import numpy as np
+
+from ftw_jax import runs
+
+if typing.TYPE_CHECKING:
+    from ftw_jax.compare import Comparison
+    from ftw_jax.envs import GaussianBandit
+    from ftw_jax.runner import MemberRun
+    from ftw_jax.sweep import Sweep
+    from ftw_jax.train import TrainConfig
+
+
+def applied_warning(applied_share: np.ndarray, labels: list) -> str | None:
+    """A warning when some member applied less than half of the optimizer steps it tried (None otherwise)."""
+    low = [f"{label} ({share:.0%})" for label, share in zip(labels, applied_share) if share < 0.5]
+    if not low:
+        return None
+    return (
+        f"warning: few or no updates were applied (non-finite losses or gradients, nothing kept, a pool that "
+        f"never held C entries), so the results are close to the untrained policy's: {', '.join(low)}."
+    )
+
+
+def skipped_text(run: MemberRun) -> str:
+    """The progress line's "skipped S/T": ready updates skipped in the last period of the T all members tried."""
+    skipped, tried = run.last_period_skipped()
+    return f"skipped {skipped:,}/{tried:,}"
+
+
+# ----------------------------------------------------------------------------------------------------- bandit
+
+
+def bandit_result(config: TrainConfig, env: GaussianBandit, seeds: list[int], curves: dict, seconds: float) -> dict:
+    """The bandit command's JSON: each seed's P(best arm) at the start and the end, the updates it applied."""
+    best = np.asarray(curves["best_arm_probability"], dtype=np.float64)  # [S, I + 1]
+    applied = np.asarray(curves["metrics"]["applied"])
+    return {
+        "seeds": seeds,
+        "best_arm": env.best_arm,
+        "best_arm_probability_initial": best[:, 0].tolist(),
+        "best_arm_probability_final": best[:, -1].tolist(),
+        "expected_reward_final": np.asarray(curves["expected_reward"], dtype=np.float64)[:, -1].tolist(),
+        "best_arm_probability_final_mean": float(best[:, -1].mean()),
+        "updates_applied": applied.sum(axis=1).tolist(),
+        "warning": applied_warning(applied.mean(axis=1), [f"seed {s}" for s in seeds]),
+        "seconds": seconds,
+        "config": dataclasses.asdict(config),
+        "env": dataclasses.asdict(env),
+    }
+
+
+def print_bandit_table(seeds: list[int], best: np.ndarray, reward: np.ndarray, max_rows: int = 20) -> None:
+    print(f"{'seed':>8}  {'P(best) initial':>15}  {'P(best) final':>13}  {'E[reward] final':>15}")
+    for seed, curve, rewards in list(zip(seeds, best, reward))[:max_rows]:
+        print(f"{seed:>8}  {curve[0]:>15.6f}  {curve[-1]:>13.6f}  {rewards[-1]:>15.6f}")
+    if len(seeds) > max_rows:
+        print(f"{'...':>8}  ({len(seeds) - max_rows} more seeds)")
+    final = best[:, -1]
+    print(f"{'mean':>8}  {best[:, 0].mean():>15.6f}  {final.mean():>13.6f}  {reward[:, -1].mean():>15.6f}")
+    if len(seeds) > 1:
+        quantiles = np.quantile(final, [0.0, 0.05, 0.25, 0.5, 0.75, 1.0])
+        at_max = np.mean(final >= final.max() - 1e-6)
+        print(
+            "\nfinal P(best) over seeds: sd {:.6f}; min {:.6f}, 5% {:.6f}, 25% {:.6f}, median {:.6f}, "
+            "75% {:.6f}, max {:.6f}".format(final.std(), *quantiles)
+        )
+        print(f"share of seeds within 1e-6 of the max: {at_max:.1%}")
+
+
+def save_bandit_curve(folder: pathlib.Path, config: TrainConfig, seeds: list[int], best: np.ndarray) -> pathlib.Path:
+    from ftw_jax.plots import save_learning_curves
+
+    ftw = config.algorithm_config
+    return save_learning_curves(
+        folder / "learning_curve.png",
+        best,
+        [f"seed {seed}" for seed in seeds],
+        title=f"FTW bandit: best arm probability (C={ftw.batch_size}, K={ftw.num_elites}, J={ftw.num_batches}, "
+        f"beta={config.kl_coef})",
+        ylabel="P(best arm)",
+    )
+
+
+# ------------------------------------------------------------------------------------------------------ train
+
+
+def write_period_logs(folder: pathlib.Path, metrics: dict, evaluation: dict, seeds: list[int], eval_every: int) -> None:
+    """Appends a period's rows to metrics.jsonl (per iteration and seed) and evaluation.jsonl (per seed)."""
+    last = evaluation["iteration"][:, None]  # [S, 1]
+    metrics = {**metrics, "iteration": last - eval_every + 1 + np.arange(eval_every)[None]}
+    runs.append_rows(folder / "metrics.jsonl", metrics, seeds)
+    runs.append_rows(folder / "evaluation.jsonl", {name: value[:, None] for name, value in evaluation.items()}, seeds)
+
+
+def train_summary(
+    env: str,
+    env_options: dict,
+    config: TrainConfig,
+    seeds: list[int],
+    run: MemberRun,
+    folder: pathlib.Path,
+    seconds: float,
+) -> dict:
+    """The train command's summary.json (and JSON): each seed's final evaluation, steps and updates."""
+    final = run.history[-1]
+    return {
+        "updates_applied": run.updates_applied().tolist(),
+        **{name: counts.tolist() for name, counts in run.updates_skipped().items()},
+        "updates_applied_share": run.applied_share().tolist(),
+        "warning": applied_warning(run.applied_share(), [f"seed {seed}" for seed in seeds]),
+        "env": env,
+        "seeds": seeds,
+        "return": final["return"].tolist(),
+        **({"success": final["success"].tolist()} if run.trainer.env.has_success else {}),
+        "env_steps": run.env_steps().tolist(),
+        "iterations": config.num_iterations,
+        "seconds": seconds,  # all of it: init, compile, training, evaluations
+        "compile_seconds": run.compile_seconds,
+        "env_steps_per_second": run.throughput(),  # compile excluded; after --resume, this process's part
+        "run_folder": str(folder),
+        "env_options": env_options,
+        "config": dataclasses.asdict(config),
+    }
+
+
+def print_train_table(summary: dict, seeds: list[int]) -> None:
+    successes = summary.get("success", [None] * len(seeds))
+    print(
+        f"\n{'seed':>6}  {'final eval return':>17}  {'success':>8}  {'env steps':>10}  {'updates applied':>15}  "
+        f"{'skipped':>8}"
+    )
+    updates = zip(summary["updates_applied"], summary["updates_skipped"])
+    for seed, value, success, steps, (applied, skipped) in zip(
+        seeds, summary["return"], successes, summary["env_steps"], updates
+    ):
+        print(
+            f"{seed:>6}  {value:>17.3f}  {'-' if success is None else f'{success:.1%}':>8}  {steps:>10,}  "
+            f"{applied:>15,}  {skipped:>8,}"
+        )
+    mean_success = f"{np.mean(summary['success']):.1%}" if "success" in summary else "-"
+    print(f"{'mean':>6}  {np.mean(summary['return']):>17.3f}  {mean_success:>8}")
+
+
+def save_train_curve(folder: pathlib.Path, title: str, seeds: list[int], run: MemberRun, start: dict | None) -> None:
+    """learning_curve.png: each seed's evaluation return against env steps, from the warm-started policy's when
+    there is one."""
+    from ftw_jax.plots import save_learning_curves
+
+    results = run.results()
+    curves, steps = results["return"], results["env_steps"]
+    if start:  # the warm-started policy, before any update, at 0 env steps
+        curves = np.concatenate([np.asarray(start["return"])[:, None], curves], axis=1)
+        steps = np.concatenate([np.zeros((len(seeds), 1), steps.dtype), steps], axis=1)
+    save_learning_curves(
+        folder / "learning_curve.png",
+        curves,
+        [f"seed {s}" for s in seeds],
+        title=title,
+        ylabel="mean episode return",
+        xlabel="env steps",
+        x=steps,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------ sweep
+
+
+def save_sweep(
+    env: str, sweep: Sweep, seeds: list[int], results: dict, folder: pathlib.Path, metric: str, heatmap_axes: list[str]
+) -> dict:
+    """results.csv, curves.npz and heatmap.png in the run folder; returns the summary of the grid points."""
+    from ftw_jax.plots import save_heatmap
+    from ftw_jax.sweep import heatmap_cells, summarise_points, tidy_rows
+
+    runs.write_csv(folder / "results.csv", tidy_rows(sweep, results))
+    members = {f"member_{axis}": np.array([m[axis] for m in sweep.members]) for axis in sweep.members[0]}
+    runs.write_arrays(folder / "curves.npz", {**results, **members})
+    final = results[metric][:, -1]
+    x_axis, y_axis = heatmap_axes[0], (heatmap_axes[1] if len(heatmap_axes) == 2 else None)
+    means, spreads = heatmap_cells(sweep, final, x_axis, y_axis)
+    save_heatmap(
+        folder / "heatmap.png",
+        means,
+        spreads,
+        x_values=sweep.grid[x_axis],
+        y_values=sweep.grid[y_axis] if y_axis else [""],
+        x_label=x_axis,
+        y_label=y_axis or "",
+        title=f"{env}: final {metric}, mean ± sd over {len(seeds)} seeds",
+    )
+    return {
+        "env": env,
+        "metric": metric,
+        "grid": sweep.grid,
+        "seeds": seeds,
+        "run_folder": str(folder),
+        "points": [
+            {**dict(zip(sweep.grid, point)), "mean": mean, "sd": sd}
+            for point, mean, sd in summarise_points(sweep, final)
+        ],
+    }
+
+
+def print_sweep_table(summary: dict) -> None:
+    grid, metric = summary["grid"], summary["metric"]
+    print("\n" + "  ".join(f"{axis:>8}" for axis in grid) + f"  {'final ' + metric:>14}  {'sd':>8}")
+    for point in summary["points"]:
+        print("  ".join(f"{point[axis]:>8}" for axis in grid) + f"  {point['mean']:>14.3f}  {point['sd']:>8.3f}")
+    print(
+        f"updates applied {sum(summary['updates_applied']):,}, skipped {sum(summary['updates_skipped']):,} "
+        f"({sum(summary['updates_nonfinite']):,} non-finite), all members"
+    )
+    if summary["env_steps_per_second"] is not None:
+        print(
+            f"\n{summary['seconds']:.1f} s, of which {summary['compile_seconds']:.1f} s compiling; then "
+            f"{summary['env_steps_per_second']:,.0f} env steps/s (all members, training steps)"
+        )
+    print(f"results.csv, curves.npz, heatmap.png in {summary['run_folder']}")
+
+
+# ---------------------------------------------------------------------------------------------------- compare
+
+
+def save_comparison(folder: pathlib.Path, comparison: Comparison, title: str) -> str:
+    """results.csv, seeds.csv, differences.csv, tuning.csv, table.md, tuning.md, curves.npz and the plots in the
+    run folder; returns table.md's text."""
+    from ftw_jax.compare import (
+        diagnostics_table,
+        difference_rows,
+        markdown_table,
+        seed_rows,
+        summary_rows,
+        tuning_table,
+    )
+
+    runs.write_csv(folder / "results.csv", summary_rows(comparison))
+    runs.write_csv(folder / "seeds.csv", seed_rows(comparison))
+    differences = difference_rows(comparison)
+    if differences:
+        runs.write_csv(folder / "differences.csv", differences)
+    tried = [
+        {"algorithm": r.algorithm, **{k: v for k, v in row.items() if k != "auc_per_seed"}}
+        for r in comparison.results
+        for row in r.tuning
+    ]
+    if tried:
+        runs.write_csv(folder / "tuning.csv", tried)
+    table, diagnostics = markdown_table(comparison), diagnostics_table(comparison)
+    if diagnostics:
+        table += "\n" + diagnostics
+    runs.write_atomically(folder / "table.md", table)
+    tuning = tuning_table(comparison)
+    if tuning:
+        runs.write_atomically(folder / "tuning.md", tuning)
+    runs.write_arrays(folder / "curves.npz", _comparison_arrays(comparison))
+    _save_comparison_plots(folder, comparison, title)
+    return table
+
+
+def _comparison_arrays(comparison: Comparison) -> dict:
+    metric, results = comparison.metric, comparison.results
+    return {
+        "episodes": comparison.episodes,
+        **{f"{r.algorithm}_{metric}": r.curves for r in results},
+        **{f"{r.algorithm}_env_steps": r.env_steps for r in results},
+        **{f"{r.algorithm}_updates": r.updates for r in results},
+        **{f"{r.algorithm}_greedy_{metric}": r.greedy for r in results if r.greedy is not None},
+        **{f"{r.algorithm}_{name}": values for r in results for name, values in r.diagnostics.items()},
+    }
+
+
+def _save_comparison_plots(folder: pathlib.Path, comparison: Comparison, title: str) -> None:
+    """The curves with 95% bootstrap bands against training episodes (curves.png), and against the mean over
+    seeds of env steps and of gradient steps applied (curves_env_steps.png, curves_updates.png); the policy's
+    entropy and the share of tied groups per iteration where recorded."""
+    from ftw_jax.compare import bootstrap_interval
+    from ftw_jax.plots import save_banded_curves
+
+    bands = {r.algorithm: (r.curves.mean(axis=0), *bootstrap_interval(r.curves)) for r in comparison.results}
+    ylabel = f"evaluation {comparison.metric}"
+    save_banded_curves(
+        folder / "curves.png", comparison.episodes, bands, title=title, xlabel="training episodes", ylabel=ylabel
+    )
+    for name, label, of in (
+        ("env_steps", "training env steps (mean over seeds)", lambda r: r.env_steps),
+        ("updates", "gradient steps applied (mean over seeds)", lambda r: r.updates),
+    ):
+        x = {r.algorithm: of(r).mean(axis=0) for r in comparison.results}
+        save_banded_curves(folder / f"curves_{name}.png", x, bands, title=title, xlabel=label, ylabel=ylabel)
+    for name, ylabel in (("policy_entropy", "policy entropy (nats per step)"), ("groups_tied", "share of groups tied")):
+        shown = {r.algorithm: r.diagnostics[name] for r in comparison.results if name in r.diagnostics}
+        if shown:  # per training iteration, over the reported seeds
+            bands = {algorithm: (v.mean(axis=0), *bootstrap_interval(v)) for algorithm, v in shown.items()}
+            iterations = np.arange(1, next(iter(shown.values())).shape[1] + 1)
+            save_banded_curves(
+                folder / f"{name}.png", iterations, bands, title=title, xlabel="training iteration", ylabel=ylabel
+            )
+
+
+def print_comparison(table: str, summary: dict) -> None:
+    print("\n" + table)
+    skipped = ", ".join(
+        f"{name} {sum(row['skipped']):,} ({sum(row['nonfinite']):,} non-finite; tuning {row['tuning_skipped']:,})"
+        for name, row in summary["updates"].items()
+    )
+    print(f"updates skipped, all reported seeds: {skipped}")
+    files = "table.md, results.csv, seeds.csv, curves.npz, curves*.png"
+    print(f"{summary['seconds']:.1f} s; {files} in {summary['run_folder']}")

@@ -1,0 +1,132 @@
+"""`ftw-jax train`: FTW (or a baseline) on one environment, all seeds in one jitted program, in a run folder."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+from ftw_jax.cli import outputs
+from ftw_jax.cli.flags import (
+    add_env,
+    add_run_folder_arguments,
+    add_seeds,
+    add_settings,
+    logger,
+    open_run,
+    seeds_of,
+    train_overrides,
+    training_settings,
+)
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "train",
+        help="train FTW (or a baseline) on an environment (all seeds in one jitted program)",
+        description="Every option defaults to a setting that trains on a 2-core CPU (ftw_jax.envs.ENVIRONMENTS).",
+    )
+    add_env(parser)
+    add_seeds(parser)
+    add_settings(parser, training_settings(), env_defaults=True)
+    add_run_folder_arguments(parser)
+    parser.add_argument("--no-plot", action="store_true", help="do not write the learning-curve PNG")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ftw_jax import runs
+    from ftw_jax.runner import MemberRun, seed_keys
+    from ftw_jax.train import TrainConfig, make_train
+
+    log = logger(args)
+    seeds = seeds_of(args)
+    config = TrainConfig.for_env(args.env, **train_overrides(args, log))
+    trainer = make_train(config, **args.env_options)
+    folder, checkpointer = open_run(
+        args, args.env, {"seeds": seeds, "env_options": args.env_options, **dataclasses.asdict(config)}
+    )
+    log(f"training {args.env} for {config.num_iterations} iterations x {len(seeds)} seed(s); run folder {folder}")
+    started = time.perf_counter()
+    try:
+        run = MemberRun(trainer, seed_keys(seeds), checkpointer=checkpointer, labels=[f"seed {s}" for s in seeds])
+        if run.periods_done_before:
+            log(f"resumed from the checkpoint after iteration {run.periods_done_before * config.eval_every}")
+        done = run.periods_done_before * config.eval_every
+        for log_file, every in (("metrics.jsonl", 1), ("evaluation.jsonl", config.eval_every)):
+            # rows written after that checkpoint come again; those it counts must all be there
+            runs.keep_rows_up_to(folder / log_file, done, list(range(every, done + 1, every)), seeds)
+        start = _starting_evaluation(trainer, run, seeds, folder, log) if config.warm_start_demonstrations else None
+        if not _train(run, config, seeds, folder, log):
+            return 1
+    finally:  # waits for the checkpoint writes in flight
+        if checkpointer:
+            checkpointer.close()
+    seconds = time.perf_counter() - started
+    summary = outputs.train_summary(args.env, args.env_options, config, seeds, run, folder, seconds)
+    if start is not None:
+        summary["start"] = start
+    runs.write_json(folder / "summary.json", summary)
+    if summary["warning"]:
+        print(summary["warning"], file=sys.stderr)
+    if not args.no_plot:
+        title = f"{config.algorithm.upper()} on {args.env}: evaluation return"
+        outputs.save_train_curve(folder, title, seeds, run, start)
+    if args.json:
+        print(json.dumps(summary))
+        return 0
+    outputs.print_train_table(summary, seeds)
+    print(
+        f"\n{summary['seconds']:.1f} s ({run.compile_seconds:.1f} s compiling), "
+        f"{summary['env_steps_per_second'] or 0:,.0f} env steps/s (all seeds, training steps, compile excluded); "
+        f"run folder {folder}"
+    )
+    return 0
+
+
+def _train(run, config, seeds: list[int], folder: pathlib.Path, log) -> bool:
+    """Runs the periods left, logging each; False when an evaluation return is not finite."""
+    for metrics, evaluation in run.periods():
+        if len(run.clock) == 1:
+            log(f"compiled in {run.compile_seconds:.1f} s")
+        outputs.write_period_logs(folder, metrics, evaluation, seeds, config.eval_every)
+        success = f"  eval success {evaluation['success'].mean():6.1%}" if run.trainer.env.has_success else ""
+        log(
+            f"iteration {evaluation['iteration'][0]:>5}/{config.num_iterations}  env steps {run.clock[-1][1]:>10,}"
+            f"  train return {metrics['return_mean'][:, -1].mean():9.3f}"
+            f"  eval return {evaluation['return'].mean():9.3f}"
+            f"{success}  {outputs.skipped_text(run)}  {run.throughput():9,.0f} env steps/s"
+        )
+        if not np.all(np.isfinite(evaluation["return"])):
+            log("error: non-finite evaluation return; stopping (the run folder keeps what was done).")
+            return False
+    return True
+
+
+def _starting_evaluation(trainer, run, seeds: list[int], folder: pathlib.Path, log) -> dict:
+    """The evaluation of each seed's starting policy (after its warm start), before any update: computed on a fresh
+    run and kept in start.json for a resumed one. {"return": [S], "success": [S]}."""
+    import jax
+
+    from ftw_jax import runs
+    from ftw_jax.runner import host_array, seed_keys
+
+    path = folder / "start.json"
+    if run.periods_done_before and path.exists():
+        return json.loads(path.read_text())
+    if run.periods_done_before:  # a run started before start.json was written: its start is gone
+        return {}
+    keys = jax.vmap(lambda key: jax.random.fold_in(key, 1))(seed_keys(seeds))  # not a key the run itself draws
+    evaluation = jax.jit(jax.vmap(trainer.evaluate))(keys, jax.tree.map(lambda leaf: leaf[: len(seeds)], run.carry))
+    start = {name: host_array(evaluation[name]).tolist() for name in ("return", "success")}
+    runs.write_json(path, start)
+    log(
+        f"starting policy (after the warm start): eval return {np.mean(start['return']):.3f}"
+        + (f", success {np.mean(start['success']):.1%}" if trainer.env.has_success else "")
+    )
+    return start
