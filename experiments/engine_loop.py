@@ -4,7 +4,7 @@
 
 The engine is transformers (torch CPU, in the virtual environment `experiments/lm_parity.py` builds, never a
 dependency of the package); the learner is `ftw-jax lm learn`, run as a subprocess with this script's Python.
-The task: a tiny random Qwen2 over V = 16 token ids (`ftw_jax.lm.policy.tiny_config`, saved by
+The task: a tiny random Qwen2 over V = 16 token ids (`ftw_jax.lm.config.tiny_config`, saved by
 `ftw_jax.lm.save`), the fixed prompt [1, 2, 3, 4], four generated tokens, reward 1 when the first generated
 token is the target id (6; about 1/V by chance at the start). No tokenizer: episodes are token ids.
 
@@ -293,8 +293,8 @@ def write_start(folder: pathlib.Path, seed: int) -> None:
     import jax.numpy as jnp
 
     from ftw_jax.lm import save
+    from ftw_jax.lm.config import tiny_config
     from ftw_jax.lm.model import CausalLM
-    from ftw_jax.lm.policy import tiny_config
 
     config = tiny_config(VOCAB)
     params = CausalLM(config).init(jax.random.key(seed), jnp.zeros((1, len(PROMPT)), jnp.int32))

@@ -24,9 +24,9 @@ import jax.numpy as jnp
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 from conftest import write_tiny_bpe_checkpoint  # noqa: E402
 
+from ftw_jax.lm.config import pretrained_config  # noqa: E402
 from ftw_jax.lm.load import save  # noqa: E402
 from ftw_jax.lm.model import CausalLM  # noqa: E402
-from ftw_jax.lm.policy import pretrained_config  # noqa: E402
 from ftw_jax.runner import seed_keys  # noqa: E402
 from ftw_jax.train import TrainConfig, make_train  # noqa: E402
 

@@ -7,7 +7,7 @@ masked steps set to zero and leave the averaging to the caller (the update).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -65,6 +65,17 @@ def entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
     log_p = jax.nn.log_softmax(logits)
     value = -jnp.sum(jnp.where(log_p > -jnp.inf, jnp.exp(log_p) * log_p, 0.0), axis=-1)
     return jnp.where(mask, value, 0.0)
+
+
+class ChunkedLogits(NamedTuple):
+    """A policy whose logits are a head over per-step features, for the loss and the monitor to compute `chunk`
+    steps at a time (`losses.map_chunks`): an LM's [T, V] logits over a real vocabulary outweigh the rest of the
+    step, and in chunks only one chunk's [chunk, V] is alive. `head(params, features(params, observation))`
+    equals `apply_fn(params, observation)`."""
+
+    features: Callable[[Any, Any], Any]  # (params, observation [T, ...]) -> the head's inputs, leaves [T, ...]
+    head: Callable[[Any, Any], jax.Array]  # (params, inputs with leaves [n, ...]) -> logits [n, A]
+    chunk: int  # steps per chunk
 
 
 def map_chunks(fn: Callable[..., Any], chunk: int, *per_step: Any) -> Any:

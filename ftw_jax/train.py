@@ -33,14 +33,14 @@ from ftw_jax.settings import check_settings, describe, setting
 if TYPE_CHECKING:
     import flax.linen as nn
 
-    from ftw_jax.lm.policy import LMPolicy
+    from ftw_jax.policies.lm import LMPolicy
     from ftw_jax.pool import Trajectory
 
 
 @dataclasses.dataclass(frozen=True)
 class LearnerSettings:
     """What every program that learns from batches of episodes sets: B, the KL penalty and the optimizer
-    (`TrainConfig`, and the LM learner's `ftw_jax.lm.learner.LearnConfig`)."""
+    (`TrainConfig`, and the LM learner's `ftw_jax.lm_learner.LearnConfig`)."""
 
     episodes_per_iteration: int = setting(16, "B, episodes per iteration (rolled out, or read from a file)")
     kl_coef: float = setting(0.0, "beta, the KL penalty's weight (at the start)", axis="kl")
@@ -317,7 +317,7 @@ def make_train(config: TrainConfig, **env_options: Any) -> Trainer:
     )
     start_params = None
     if getattr(policy, "pretrained", ""):  # a checkpoint's weights, read once
-        from ftw_jax.lm.policy import pretrained_params
+        from ftw_jax.policies.lm import pretrained_params
 
         start_params = pretrained_params(cast("LMPolicy", policy))  # a policy with a checkpoint is an LM's
     learner = algos.get(config.algorithm).make_learner(config.algorithm_config, context)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import chex
 import flax.struct
@@ -28,17 +28,6 @@ from ftw_jax.state import PolicyState, select_tree
 
 # apply_fn(params, observation) -> [T, A] logits for one trajectory's observation pytree (leaves [T, ...]).
 ApplyFn = Callable[[Any, Any], Any]
-
-
-class ChunkedLogits(NamedTuple):
-    """A policy whose logits are a head over per-step features, for the loss and the monitor to compute `chunk`
-    steps at a time (`losses.map_chunks`): an LM's [T, V] logits over a real vocabulary outweigh the rest of the
-    step, and in chunks only one chunk's [chunk, V] is alive. `head(params, features(params, observation))`
-    equals `apply_fn(params, observation)`."""
-
-    features: Callable[[Any, Any], Any]  # (params, observation [T, ...]) -> the head's inputs, leaves [T, ...]
-    head: Callable[[Any, Any], jax.Array]  # (params, inputs with leaves [n, ...]) -> logits [n, A]
-    chunk: int  # steps per chunk
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,7 +221,7 @@ def without_unused_observations(trajectories: pool_lib.Trajectory, weights: jax.
 
 
 def make_step_losses(
-    apply_fn: ApplyFn, config: UpdateConfig, chunked: ChunkedLogits | None = None
+    apply_fn: ApplyFn, config: UpdateConfig, chunked: losses.ChunkedLogits | None = None
 ) -> Callable[[Any, Any, Any, jax.Array, jax.Array], dict[str, jax.Array]]:
     """`step_losses(params, reference_params, observation [T, ...], action [T], mask [T]) -> {name: [T]}`: the
     cross-entropy, the configured KL and the entropy of each step of one sequence (0 where masked out); with
@@ -278,7 +267,7 @@ def step_coefficients(config: UpdateConfig, step_weights: jax.Array) -> jax.Arra
 
 
 def make_loss(
-    apply_fn: ApplyFn, config: UpdateConfig, chunked: ChunkedLogits | None = None
+    apply_fn: ApplyFn, config: UpdateConfig, chunked: losses.ChunkedLogits | None = None
 ) -> Callable[
     [Any, Any, float | jax.Array, pool_lib.Trajectory, jax.Array],
     tuple[jax.Array, tuple[dict[str, jax.Array], jax.Array, jax.Array]],
@@ -423,7 +412,7 @@ def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: ja
 
 
 def make_trust_region(
-    apply_fn: ApplyFn, config: UpdateConfig, chunked: ChunkedLogits | None = None
+    apply_fn: ApplyFn, config: UpdateConfig, chunked: losses.ChunkedLogits | None = None
 ) -> Callable[[Any, Any, pool_lib.Pool], dict]:
     """Phase 4b: `monitor(old_params, new_params, pool) -> metrics`, KL(π_old ‖ π_new) and total variation on the
     policy steps of `monitor_entries` evenly spaced pool entries, and the TRPO penalty term they imply (with
@@ -472,7 +461,7 @@ def staleness_histogram(pool: pool_lib.Pool, staleness: jax.Array, bins: int) ->
 
 
 def make_pool_diagnostics(
-    apply_fn: ApplyFn, config: UpdateConfig, chunked: ChunkedLogits | None = None
+    apply_fn: ApplyFn, config: UpdateConfig, chunked: losses.ChunkedLogits | None = None
 ) -> Callable[[Any, Any, pool_lib.Pool, jax.Array], dict]:
     """Phase 4c: `diagnose(old_params, new_params, pool, version) -> metrics` that read the whole pool or run the
     policy on it: the pool's staleness (a pass over [N, T]), its histogram, and the trust-region monitor."""
@@ -503,7 +492,7 @@ def not_measured(metrics: dict) -> dict:
 
 
 def make_update(
-    apply_fn: ApplyFn, config: UpdateConfig, *, markov: bool = False, chunked: ChunkedLogits | None = None
+    apply_fn: ApplyFn, config: UpdateConfig, *, markov: bool = False, chunked: losses.ChunkedLogits | None = None
 ) -> Callable[..., tuple[PolicyState, dict[str, jax.Array]]]:
     """Builds the jitted FTW update `(state, pool, key[, sizes[, diagnose]]) -> (state, metrics)`.
 
@@ -533,7 +522,7 @@ def make_update(
       markov: the policy's logits at a step depend on that step's observation alone (`policy.markov`). The
         loss then runs on the kept steps only, not on the padding after each episode's end
         (`make_stepwise_loss_and_grad`); without an importance-weight cap, which needs every step first.
-      chunked: the policy's logits as a head over features (`ChunkedLogits`), for the loss and the monitor to
+      chunked: the policy's logits as a head over features (`losses.ChunkedLogits`), for the loss and the monitor to
         make a chunk of steps at a time: the same values, with one chunk's logits alive instead of all of them.
 
     Returns:

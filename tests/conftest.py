@@ -104,9 +104,9 @@ def write_tiny_bpe_checkpoint(folder, vocab_size: int = 320):
     import tokenizers
 
     from ftw_jax.envs.text_search import INSTRUCTIONS, WORDS
+    from ftw_jax.lm.config import tiny_config
     from ftw_jax.lm.load import save
     from ftw_jax.lm.model import CausalLM
-    from ftw_jax.lm.policy import tiny_config
 
     folder = pathlib.Path(folder)
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]

@@ -226,7 +226,7 @@ MUTATIONS = (
     Mutation(
         "skips-lm-learn-never-stops",
         "lm learn goes on when an iteration applies no update",
-        "ftw_jax/lm/learner.py",
+        "ftw_jax/lm_learner.py",
         "        if stuck:",
         "        if False:",
         ("tests/test_lm_learner.py", "-k", "non_finite_stops"),
@@ -234,7 +234,7 @@ MUTATIONS = (
     Mutation(
         "skips-lm-learn-run-lost-on-resume",
         "lm learn forgets on resume the updates it skipped",
-        "ftw_jax/lm/learner.py",
+        "ftw_jax/lm_learner.py",
         'skipped.update(record.get("skipped", {}))',
         "pass",
         ("tests/test_lm_learner.py", "-k", "non_finite_stops"),
@@ -319,16 +319,16 @@ MUTATIONS = (
     Mutation(
         "lm-policy-acts-at-position-zero",
         "the search LM acts with every token at rotary position 0",
-        "ftw_jax/lm/policy.py",
+        "ftw_jax/policies/lm.py",
         "positions = jnp.reshape(position, (1, 1)).astype(jnp.int32)",
         "positions = jnp.zeros((1, 1), jnp.int32)",
         ("tests/test_search.py", "-k", "cache"),
     ),
-    # The LLM-agent learner (ftw_jax.lm.episodes, ftw_jax.lm.learner) and the text search agent.
+    # The LLM-agent learner (ftw_jax.episodes, ftw_jax.lm_learner) and the text search agent.
     Mutation(
         "episode-mask-all-tokens",
         "JSONL episodes train on the environment's tokens too",
-        "ftw_jax/lm/episodes.py",
+        "ftw_jax/episodes.py",
         "= episode.written[1:], episode.logprobs[1:], episode.versions[1:]",
         "= True, episode.logprobs[1:], episode.versions[1:]",
         ("tests/test_lm_learner.py", "-k", "round_trip or in_process"),
@@ -336,7 +336,7 @@ MUTATIONS = (
     Mutation(
         "episode-one-version",
         "every token of an episode gets its last span's policy version",
-        "ftw_jax/lm/episodes.py",
+        "ftw_jax/episodes.py",
         "= episode.written[1:], episode.logprobs[1:], episode.versions[1:]",
         "= episode.written[1:], episode.logprobs[1:], episode.versions.max()",
         ("tests/test_lm_learner.py", "-k", "versions"),
@@ -344,7 +344,7 @@ MUTATIONS = (
     Mutation(
         "logprob-count-unchecked",
         "a span with too few log-probs is not named as the bad field",
-        "ftw_jax/lm/episodes.py",
+        "ftw_jax/episodes.py",
         "if not isinstance(values, list) or len(values) != end - start:",
         "if not isinstance(values, list):",
         ("tests/test_lm_learner.py", "-k", "bad_field"),
@@ -352,7 +352,7 @@ MUTATIONS = (
     Mutation(
         "learn-resume-rereads",
         "lm learn --resume learns from the episodes it already used again",
-        "ftw_jax/lm/learner.py",
+        "ftw_jax/lm_learner.py",
         'used = record["episodes_used"]',
         "used = 0",
         ("tests/test_lm_learner.py", "-k", "resume"),
@@ -727,7 +727,7 @@ MUTATIONS = (
     Mutation(
         "learner-state-laid-out-by-xla",
         "lm learn's init leaves the reference and Adam's moments whole on every device of a mesh",
-        "ftw_jax/lm/learner.py",
+        "ftw_jax/lm_learner.py",
         "out_shardings=_state_shardings(init, model_params)",
         "out_shardings=None",
         ("tests/test_lm_learner.py::test_lm_learn_on_a_data_by_model_mesh_learns_what_one_device_does",),
@@ -735,7 +735,7 @@ MUTATIONS = (
     Mutation(
         "learner-state-not-donated",
         "lm learn's update keeps its input state beside the new one",
-        "ftw_jax/lm/learner.py",
+        "ftw_jax/lm_learner.py",
         "jax.jit(learn, donate_argnums=0)",
         "jax.jit(learn)",
         ("tests/test_lm_memory.py::test_a_donated_state_or_a_bfloat16_reference_shrink_the_compiled_update",),
@@ -744,7 +744,7 @@ MUTATIONS = (
     Mutation(
         "follow-learns-short-batches",
         "lm learn --follow learns a batch before B episodes are there (not what a run never stopped learns)",
-        "ftw_jax/lm/learner.py",
+        "ftw_jax/lm_learner.py",
         "if config.follow and len(pending) < batch_size:",
         "if config.follow and not pending:",
         ("tests/test_lm_learner.py::test_lm_learn_follow_learns_each_appended_line_once_and_resumes_exactly",),
@@ -752,7 +752,7 @@ MUTATIONS = (
     Mutation(
         "tail-reads-half-lines",
         "a line the engine is still writing is parsed (and refused) before its newline",
-        "ftw_jax/lm/episodes.py",
+        "ftw_jax/episodes.py",
         'end = len(data) if complete else data.rfind(b"\\n") + 1',
         "end = len(data)",
         ("tests/test_lm_learner.py::test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file",),
@@ -785,7 +785,7 @@ MUTATIONS = (
     Mutation(
         "shrunk-episodes-file-resumed",
         "a resume from a file now shorter than what was learnt exits 0 and learns nothing",
-        "ftw_jax/lm/learner.py",
+        "ftw_jax/lm_learner.py",
         "    if used - len(episodes) > (1 if config.follow else 0):",
         "    if False:",
         ("tests/test_lm_learner.py::test_a_short_last_batch_is_learnt_from_and_resumed_after",),
@@ -793,7 +793,7 @@ MUTATIONS = (
     Mutation(
         "version-ahead-accepted",
         "a span written by a version ahead of the learner is learnt (negative staleness)",
-        "ftw_jax/lm/episodes.py",
+        "ftw_jax/episodes.py",
         "            if version > learner_version:",
         "            if version > learner_version + 1:",
         ("tests/test_lm_learner.py::test_a_span_ahead_of_the_learners_version_is_refused_by_file_line_and_field",),
@@ -809,7 +809,7 @@ MUTATIONS = (
     Mutation(
         "episode-json-error-at-at",
         "a JSON error in an episodes line reads 'starting at at column'",
-        "ftw_jax/lm/episodes.py",
+        "ftw_jax/episodes.py",
         "error.msg.removesuffix(' at')",
         "error.msg",
         ("tests/test_lm_learner.py", "-k", "not_utf8_or_json"),
@@ -817,7 +817,7 @@ MUTATIONS = (
     Mutation(
         "episode-line-not-utf8-accepted",
         "an episodes line that is not UTF-8 is read with replacement characters",
-        "ftw_jax/lm/episodes.py",
+        "ftw_jax/episodes.py",
         'raw.decode("utf-8")',
         'raw.decode("utf-8", "replace")',
         ("tests/test_lm_learner.py", "-k", "not_utf8_or_json"),

@@ -18,8 +18,7 @@ from conftest import with_cpu_devices
 from ftw_jax import checkpoints, cli, diagnostics
 from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.envs.text_search import TextSearchTask
-from ftw_jax.lm import load
-from ftw_jax.lm.episodes import (
+from ftw_jax.episodes import (
     check_versions,
     episode_records,
     parse_episode,
@@ -27,9 +26,10 @@ from ftw_jax.lm.episodes import (
     to_trajectories,
     write_episodes,
 )
-from ftw_jax.lm.learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
+from ftw_jax.lm import load
+from ftw_jax.lm.config import tiny_config
 from ftw_jax.lm.load import save
-from ftw_jax.lm.policy import tiny_config
+from ftw_jax.lm_learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
 from ftw_jax.rollout import rollouts
 from ftw_jax.update import make_loss
 
@@ -468,7 +468,7 @@ for name, extra in (("one", []), ("mesh", ["--mesh", "2x2"])):
             "--learning-rate", "0.5", *extra]  # SGD: Adam turns rounding in near-zero gradients into lr-sized steps
     assert cli.main(argv) == 0
     weights[name] = lm.load(out / name / "weights" / "version-000002")[1]
-from ftw_jax.lm.learner import EpisodeLearner, LearnConfig
+from ftw_jax.lm_learner import EpisodeLearner, LearnConfig
 from ftw_jax.lm.sharding import make_mesh, shard_params
 model, params = lm.load(folder)
 state = EpisodeLearner.build(LearnConfig(max_length=12), model.config).init(shard_params(params, make_mesh(2, 2)))
@@ -506,8 +506,8 @@ def test_lm_learn_on_a_data_by_model_mesh_learns_what_one_device_does(tmp_path):
 def test_the_samplers_episodes_are_on_policy_for_the_learner(tmp_path):
     """Episodes the in-process sampler writes, through JSONL: every model token's behaviour log-prob is the one
     the learner computes for it, so at the sampling weights the importance ratio of each is 1 (log 0)."""
+    from ftw_jax.episodes import sample_records
     from ftw_jax.lm import SamplingConfig, make_sampler
-    from ftw_jax.lm.episodes import sample_records
 
     folder = pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied"
     model, params = load(folder)
@@ -687,7 +687,7 @@ def test_bfloat16_compute_applies_every_step_and_lowers_the_loss_on_a_fixed_batc
 
 def chunk_case(vocab_size: int, num_steps: int, num_trajectories: int, chunk: int):
     """(dense LMPolicy, the same with `chunk`, params, reference params, trajectories [M, T], weights [M])."""
-    from ftw_jax.lm.policy import LMPolicy
+    from ftw_jax.policies.lm import LMPolicy
 
     dense = LMPolicy(num_actions=vocab_size, config=tiny_config(vocab_size), max_length=num_steps)
     params, reference = (dense.init(jax.random.key(seed), jnp.zeros((num_steps,), jnp.int32)) for seed in (0, 1))
@@ -735,7 +735,7 @@ def test_the_monitor_in_chunks_measures_what_the_dense_one_does():
 
 
 def test_the_learner_chunks_the_logits_of_a_real_vocabulary_by_default():
-    from ftw_jax.lm.policy import logits_chunk_for
+    from ftw_jax.policies.lm import logits_chunk_for
 
     assert logits_chunk_for(151_936, None) == 128 and logits_chunk_for(32_768, None) == 128
     assert logits_chunk_for(32_767, None) == 0 and logits_chunk_for(151_936, 0) == 0
@@ -769,7 +769,7 @@ def test_lm_learn_whose_updates_are_all_non_finite_stops_in_one_line_and_resumes
 ):
     """Issue 31: a learner that applies none of an iteration's ready updates stops (exit 3) after that iteration,
     checkpointed, saying why and what to try; resumed with --stop-after-skipped 0 it goes on and counts them."""
-    from ftw_jax.lm import learner as learner_module
+    from ftw_jax import lm_learner as learner_module
 
     original = learner_module.make_optimizer  # every update NaN, from finite losses and gradients
     nan_updates = lambda config: optax.chain(original(config), optax.scale(jnp.nan))  # noqa: E731
@@ -850,7 +850,7 @@ def test_lm_learn_follow_learns_each_appended_line_once_and_resumes_exactly(engi
 
 
 def test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file(tmp_path):
-    from ftw_jax.lm.episodes import EpisodeTail
+    from ftw_jax.episodes import EpisodeTail
 
     path = tmp_path / "episodes.jsonl"
     line = json.dumps(GOOD) + "\n"
@@ -869,8 +869,8 @@ def test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file(tmp_path)
 
 
 def test_stale_episodes_are_counted_against_the_bound():
-    from ftw_jax.lm.episodes import parse_episode
-    from ftw_jax.lm.learner import stale_episodes
+    from ftw_jax.episodes import parse_episode
+    from ftw_jax.lm_learner import stale_episodes
 
     episode = parse_episode(json.dumps(GOOD), vocab_size=64, max_length=16)  # written by version 2
     two, one = to_trajectories([episode, episode], 16), to_trajectories([episode], 16)

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from ftw_jax.actions import split_legal_actions
 from ftw_jax.algos.base import Algorithm, Context, Learner, updates_per_iteration_setting, with_learning_rate
 from ftw_jax.algos.policy_gradient import (
     ADVANTAGE_EPSILON,
@@ -28,7 +29,6 @@ from ftw_jax.algos.policy_gradient import (
     make_policy_gradient_update,
 )
 from ftw_jax.checks import check_non_negative, check_positive_int
-from ftw_jax.envs.base import split_legal_actions
 from ftw_jax.pool import Trajectory
 from ftw_jax.settings import check_settings, setting
 from ftw_jax.state import PolicyState, apply_if_finite

@@ -38,7 +38,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _add_learn_parser(commands) -> None:
     from ftw_jax.algos.ftw import FTWConfig
-    from ftw_jax.lm.learner import LearnConfig
+    from ftw_jax.lm_learner import LearnConfig
     from ftw_jax.settings import describe
 
     learn = commands.add_parser(
@@ -127,7 +127,7 @@ def _mesh(text: str) -> tuple[int, int]:
 
 def run_learn(args: argparse.Namespace) -> int:
     from ftw_jax.algos.ftw import FTWConfig
-    from ftw_jax.lm.learner import LearnConfig, learn_from_file
+    from ftw_jax.lm_learner import LearnConfig, learn_from_file
     from ftw_jax.settings import describe
 
     own = given_settings(args, describe(LearnConfig))

@@ -13,27 +13,8 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-import flax.struct
 import jax
 import jax.numpy as jnp
-
-
-class WithLegalActions(flax.struct.PyTreeNode):
-    """An observation together with the actions that are legal at this step (as in constrained decoding).
-
-    A policy given one puts (practically) zero probability on illegal actions, in acting and in the loss
-    alike, so behaviour log-probs, cross-entropy and KL all refer to the same distribution over legal actions.
-    """
-
-    observation: Any
-    legal: jax.Array  # [A] bool (a trajectory holds [T, A])
-
-
-def split_legal_actions(observation: Any) -> tuple[Any, jax.Array | None]:
-    """(the observation itself, its legal actions [..., A] bool or None where it carries none)."""
-    if isinstance(observation, WithLegalActions):
-        return observation.observation, observation.legal
-    return observation, None
 
 
 class Environment(abc.ABC):

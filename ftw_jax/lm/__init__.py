@@ -7,11 +7,13 @@
     sample = ftw_jax.lm.make_sampler(model, ftw_jax.lm.SamplingConfig(max_new_tokens=64, top_p=0.9))
     out = sample(params, key, *tokenizer.left_padded(texts))  # tokens, generated mask, both log-probs
 
-Modules: `config` (LMConfig from config.json), `model` (CausalLM), `load`, `sampler`, `sharding` (a data ×
-model mesh), `memory` (what a step needs), `tokenizer`.
+Modules: `config` (LMConfig from config.json; `tiny_config`, a fresh model a CPU trains), `model` (CausalLM),
+`load`, `sampler`, `sharding` (a data × model mesh), `memory` (what a step needs), `tokenizer`. A model library
+only: the LM as a policy is `ftw_jax.policies.lm`, the learner from an engine's episodes `ftw_jax.lm_learner` and
+their schema `ftw_jax.episodes`.
 """
 
-from ftw_jax.lm.config import LMConfig, RopeScaling
+from ftw_jax.lm.config import LMConfig, RopeScaling, pretrained_config, tiny_config
 from ftw_jax.lm.load import load, save
 from ftw_jax.lm.model import CausalLM, init_cache
 from ftw_jax.lm.sampler import Sample, SamplingConfig, make_sampler
@@ -28,5 +30,7 @@ __all__ = [
     "load",
     "load_tokenizer",
     "make_sampler",
+    "pretrained_config",
     "save",
+    "tiny_config",
 ]

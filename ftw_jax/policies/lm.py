@@ -13,20 +13,17 @@ state instead, as the value heads of LLM PPO implementations do.
 
 from __future__ import annotations
 
-import json
-import pathlib
 from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ftw_jax.envs.base import WithLegalActions, split_legal_actions
+from ftw_jax.actions import WithLegalActions, mask_illegal, split_legal_actions
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.load import load
 from ftw_jax.lm.model import CausalLM, head_logits, init_cache
-from ftw_jax.policies import ILLEGAL_LOGIT
-from ftw_jax.update import ChunkedLogits
+from ftw_jax.losses import ChunkedLogits
 
 # From this vocabulary size up, the update makes the logits a chunk of steps at a time (`LMPolicy.logits_chunk`):
 # real tokenizers (GPT-2's 50k, Llama 3's 128k, Qwen's 152k) give logits that outweigh a small model's
@@ -42,36 +39,6 @@ def logits_chunk_for(vocab_size: int, logits_chunk: int | None) -> int:
     if logits_chunk is not None:
         return logits_chunk
     return DEFAULT_LOGITS_CHUNK if vocab_size >= CHUNKED_VOCABULARY else 0
-
-
-def tiny_config(vocabulary_size: int) -> LMConfig:
-    """A Qwen2-shaped decoder a CPU trains in minutes: 2 layers, width 64, 4 query heads sharing 2 key/value
-    heads, q/k/v biases, tied embeddings (as Qwen2.5-0.5B/1.5B/3B).
-
-    Fresh weights have sd 1/√64: Hugging Face's 0.02 suits widths near 2,500, and at width 64 it leaves the
-    attention scores near 0 and learning slow (one-hop search, seeds 1 and 2: 20.7% and 13.3% success after
-    400 iterations with 0.02, 99.2% and 100% with 1/√64; docs/lm.md).
-    """
-    return LMConfig(
-        vocab_size=vocabulary_size,
-        hidden_size=64,
-        intermediate_size=256,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=16,
-        qkv_bias=True,
-        tie_embeddings=True,
-        initializer_range=64**-0.5,
-    )
-
-
-def pretrained_config(path: str) -> LMConfig:
-    """The shape of the checkpoint in a Hugging Face folder (its config.json)."""
-    folder = pathlib.Path(path)
-    if not (folder / "config.json").is_file():
-        raise ValueError(f"{folder} is not a Hugging Face model folder: no config.json in it.")
-    return LMConfig.from_hf(json.loads((folder / "config.json").read_text()))
 
 
 def pretrained_params(policy: LMPolicy) -> dict:
@@ -111,7 +78,7 @@ class LMPolicy(nn.Module):
         def head(params, inputs):
             hidden, legal = inputs
             logits = head_logits(self.config, params["params"]["lm"], hidden)
-            return logits if legal is None else jnp.where(legal, logits, ILLEGAL_LOGIT)
+            return mask_illegal(logits, legal)
 
         return ChunkedLogits(features=features, head=head, chunk=self.logits_chunk)
 
@@ -139,6 +106,5 @@ class LMPolicy(nn.Module):
         logits = out
         if own_head:
             logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01), name="head")(out)
-        if legal is not None:
-            logits = jnp.where(legal, logits, ILLEGAL_LOGIT)
+        logits = mask_illegal(logits, legal)
         return logits if cache is None else (logits, cache)

@@ -2,7 +2,7 @@
 
     learner = EpisodeLearner.build(LearnConfig(max_length=65), model_config)
     state = learner.init(params)                      # the CausalLM's params ({"params": ...}): policy and reference
-    state, metrics = learner.step(state, batch, key)  # trajectories [B, T] (`lm.episodes`), one jitted call
+    state, metrics = learner.step(state, batch, key)  # trajectories [B, T] (`ftw_jax.episodes`), one jitted call
     lm.save(folder, model_config, learner.model_params(state))
 
 The policy is the model's next-token distribution over its whole vocabulary (`LMPolicy`), and the update is
@@ -33,7 +33,7 @@ from ftw_jax.algos.base import Context, Hyperparameters, Learner
 from ftw_jax.algos.ftw import FTWConfig, FTWLearnerState
 from ftw_jax.checks import check_seed
 from ftw_jax.lm.config import LMConfig
-from ftw_jax.lm.policy import LMPolicy, logits_chunk_for
+from ftw_jax.policies.lm import LMPolicy, logits_chunk_for
 from ftw_jax.pool import Trajectory
 from ftw_jax.runner import check_state_memory, host_array, raise_if_stopped, state_bytes
 from ftw_jax.settings import check_settings, setting
@@ -326,7 +326,7 @@ def learn_from_file(
     is asked for (SIGINT, SIGTERM) or `idle_timeout` passes without a new line.
     `mesh` (data, model) lays the weights out over that many of this host's devices (`lm.sharding`).
     Returns the summary it writes to summary.json."""
-    from ftw_jax.lm.episodes import EpisodeTail, check_versions, to_trajectories
+    from ftw_jax.episodes import EpisodeTail, check_versions, to_trajectories
     from ftw_jax.lm.load import load
 
     started = time.perf_counter()

@@ -3,7 +3,7 @@
 Parameters stay a plain pytree, so `module.apply` is all the update needs. `markov = True` says the logits
 at step t depend on observation t alone, so a rollout can act from the current observation; a policy over
 histories (markov = False) is applied to the whole [T, ...] buffer and read at position t, unless it is
-`cached` (the LM, `ftw_jax.lm.policy`): then it acts one token at a time through its KV cache.
+`cached` (the LM, `ftw_jax.policies.lm`): then it acts one token at a time through its KV cache.
 """
 
 from __future__ import annotations
@@ -15,10 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ftw_jax.envs.base import WithLegalActions, split_legal_actions
-
-# Logit of an illegal action: exp() of it is exactly 0, yet p·log p and KL terms stay 0, not NaN as with −inf.
-ILLEGAL_LOGIT = -1e9
+from ftw_jax.actions import WithLegalActions, mask_illegal, split_legal_actions
 
 
 class TabularPolicy(nn.Module):
@@ -108,7 +105,7 @@ class TransformerPolicy(nn.Module):
             x = x + nn.Dense(self.width)(nn.gelu(nn.Dense(4 * self.width)(y)))
         x = nn.LayerNorm()(x)
         logits = nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01))(x)
-        return logits if legal is None else jnp.where(legal, logits, ILLEGAL_LOGIT)
+        return mask_illegal(logits, legal)
 
 
 # Architecture name -> `build(num_outputs, env, config)`; the config gives `hidden_sizes` and `conv_channels`.
@@ -129,7 +126,8 @@ ARCHITECTURES = {
 def _lm_policy(num_outputs: int, env) -> nn.Module:
     """A tiny fresh LM over the environment's vocabulary, or the checkpoint the environment is written for
     (`env.model`, a Hugging Face folder): its shape, and its weights as the starting params (`pretrained`)."""
-    from ftw_jax.lm.policy import LMPolicy, pretrained_config, tiny_config  # only this loads the LM package
+    from ftw_jax.lm.config import pretrained_config, tiny_config  # only this loads the LM package
+    from ftw_jax.policies.lm import LMPolicy
 
     model = getattr(env, "model", "")
     config = pretrained_config(model) if model else tiny_config(env.vocabulary_size)
