@@ -16,6 +16,7 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Callable
 from typing import Any
 
 
@@ -26,11 +27,12 @@ def setting(
     flag: str | None = None,
     short: str | None = None,
     axis: str | None = None,
-    choices: tuple | None = None,
+    choices: tuple | Callable[[], tuple] | None = None,
 ) -> Any:
     """A dataclass field with its help text; `flag` names the option when it is not the field's name
     (`--iterations` for `num_iterations`), `short` adds a one-letter one, `axis` makes it a sweep axis,
-    `choices` lists the values a `str` field takes (a `Literal` annotation says it by itself)."""
+    `choices` lists the values a `str` field takes (a `Literal` annotation says it by itself), or is a function
+    that lists them when asked: a registry's names, read after anything registered later."""
     metadata = {"help": help, "flag": flag, "short": short, "axis": axis, "choices": choices}
     return dataclasses.field(default=default, metadata=metadata)
 
@@ -47,14 +49,14 @@ class Setting:
     flag: str  # "--iterations"
     short: str | None
     axis: str | None
-    listed_choices: tuple | None
+    listed_choices: tuple | Callable[[], tuple] | None
 
     @property
     def choices(self) -> tuple | None:
         """The allowed values (of a `Literal` field, or listed by `setting`), else None."""
         if typing.get_origin(self.type) is typing.Literal:
             return typing.get_args(self.type)
-        return self.listed_choices
+        return self.listed_choices() if callable(self.listed_choices) else self.listed_choices
 
     @property
     def base_type(self) -> Any:

@@ -38,19 +38,22 @@ def axes(algorithm: str = "ftw") -> dict[str, Setting]:
     return {item.axis: item for item in settings if item.axis}
 
 
-ALL_AXES = {axis: item for algorithm in algos.ALGORITHMS for axis, item in axes(algorithm).items()}
+def all_axes() -> dict[str, Setting]:
+    """Every algorithm's axes (those registered by now): axis -> its setting."""
+    return {axis: item for algorithm in algos.ALGORITHMS for axis, item in axes(algorithm).items()}
 
 
 def parse_grid(text: str) -> dict[str, list]:
     """'C=4,5,8 K=1,2 kl=0.01,0.05' -> {'C': [4, 5, 8], 'K': [1, 2], 'kl': [0.01, 0.05]} (axes: N J C K kl lr)."""
+    known = all_axes()
     grid: dict[str, list] = {}
     for item in text.split():
         name, separator, values = item.partition("=")
-        if not separator or name not in ALL_AXES:
-            raise ValueError(f"bad grid item {item!r}: expected AXIS=v1,v2,... with AXIS one of {list(ALL_AXES)}.")
+        if not separator or name not in known:
+            raise ValueError(f"bad grid item {item!r}: expected AXIS=v1,v2,... with AXIS one of {list(known)}.")
         if name in grid:
             raise ValueError(f"grid axis {name!r} is given twice.")
-        kind = ALL_AXES[name].base_type
+        kind = known[name].base_type
         try:
             grid[name] = [kind(value) for value in values.split(",")]
         except ValueError:

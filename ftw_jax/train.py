@@ -84,7 +84,7 @@ class TrainConfig(LearnerSettings):
     """
 
     env: str = "cartpole"
-    algorithm: str = setting("ftw", "ftw, or a baseline on the same rollouts", choices=tuple(algos.ALGORITHMS))
+    algorithm: str = setting("ftw", "ftw, or a baseline on the same rollouts", choices=lambda: tuple(algos.ALGORITHMS))
     num_iterations: int = setting(120, "training iterations (a multiple of --eval-every)", flag="iterations")
     kl_coef_final: float | None = setting(None, "beta decays linearly to this by the last iteration (None: constant)")
     kl_decay_iterations: int | None = setting(
@@ -96,7 +96,9 @@ class TrainConfig(LearnerSettings):
         "(CleanRL's PPO schedule)",
     )
     policy: str | None = setting(
-        None, "the policy network (default: the environment's; sokoban: conv or mlp)", choices=tuple(ARCHITECTURES)
+        None,
+        "the policy network (default: the environment's; sokoban: conv or mlp)",
+        choices=lambda: tuple(ARCHITECTURES),
     )
     hidden_sizes: tuple[int, ...] = setting((64, 64), "hidden layer widths of the MLP (and the conv policy's head)")
     conv_channels: tuple[int, ...] = setting((16, 16), "the conv policy's channels")

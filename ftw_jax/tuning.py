@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from ftw_jax import algos
 from ftw_jax.sweep import Sweep, program_key, sweep_of
 from ftw_jax.train import TrainConfig
 
@@ -32,31 +33,12 @@ LEARNING_RATES = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 KL_COEFS = (0.0, 0.1, 0.3, 0.5, 1.0)
 KL_DECAY_FRACTIONS = (0.25, 0.5, 1.0)  # β reaches 0 after this share of the run's iterations
 SHARED = {"learning_rate": LEARNING_RATES, "kl_coef": KL_COEFS, "kl_decay_fraction": KL_DECAY_FRACTIONS}
-ENTROPY_COEFS = (0.0, 0.01)
-SPACES: dict[str, dict[str, tuple]] = {
-    "ftw": {
-        "pool_capacity": (256, 512, 1024),
-        "num_batches": (32, 64, 128),
-        "batch_size": (4, 8, 16, 32),
-        "num_elites": (1, 2, 4),
-        "elite_rule": ("top_k", "beat_minimum"),
-    },
-    "ppo": {"num_minibatches": (1, 4), "entropy_coef": ENTROPY_COEFS},
-    "grpo": {
-        "kl_coef": (0.0, 0.04, 0.1, 0.3, 0.5, 1.0),  # TRL's 0.04 beside the shared values
-        "group_size": (4, 8, 16),
-        "updates_per_iteration": (1, 4),  # TRL's default: one step per batch
-        "entropy_coef": ENTROPY_COEFS,
-    },
-    "reinforce": {"updates_per_iteration": (1, 4), "entropy_coef": ENTROPY_COEFS},
-}
 
 
 def space(algorithm: str) -> dict[str, tuple]:
-    """Setting -> the values tried: the shared ones, then the algorithm's own."""
-    if algorithm not in SPACES:
-        raise ValueError(f"no search space for {algorithm!r}; spaces: {sorted(SPACES)}.")
-    return {**SHARED, **SPACES[algorithm]}
+    """Setting -> the values tried: the shared ones, then the algorithm's own (its registry entry's
+    `search_space`, which may replace a shared one's values)."""
+    return {**SHARED, **algos.get(algorithm).search_space}
 
 
 def _valid(point: dict) -> bool:

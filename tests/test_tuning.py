@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from ftw_jax import tuning
+from ftw_jax import algos, tuning
 from ftw_jax.compare import compare, tuning_table
 from ftw_jax.train import TrainConfig, make_train
 
@@ -16,7 +16,7 @@ BUDGET = dict(episodes_per_iteration=8, num_iterations=24, eval_every=12, eval_e
 
 
 def test_every_algorithm_searches_the_shared_settings_and_its_own_knobs():
-    for algorithm in tuning.SPACES:
+    for algorithm in algos.ALGORITHMS:
         names = list(tuning.space(algorithm))
         assert names[:3] == ["learning_rate", "kl_coef", "kl_decay_fraction"]
         first, again = (
@@ -35,7 +35,7 @@ def test_every_algorithm_searches_the_shared_settings_and_its_own_knobs():
 
 
 def test_the_learning_rate_is_stratified_and_the_spaces_hold_the_references_defaults():
-    for algorithm in tuning.SPACES:
+    for algorithm in algos.ALGORITHMS:
         rates = [point["learning_rate"] for point in tuning.draw_configurations(algorithm, 8, seed=5)]
         counts = [rates.count(rate) for rate in tuning.LEARNING_RATES]
         assert min(counts) >= 1 and max(counts) - min(counts) <= 1  # 8 draws over 6 rates: each once or twice

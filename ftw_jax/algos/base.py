@@ -9,7 +9,7 @@ which algorithm it runs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import flax.struct
@@ -120,3 +120,5 @@ class Algorithm:
     hyperparameters: Callable[[Any], Any] = _no_hyperparameters
     # Refuses a config that does not fit B episodes per iteration (raises ValueError).
     check: Callable[[Any, int], None] = _no_check
+    # Setting -> the values `compare --search` tries, beside those every algorithm shares (`ftw_jax.tuning`).
+    search_space: Mapping[str, tuple] = dataclasses.field(default_factory=dict)

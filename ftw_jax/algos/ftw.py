@@ -88,5 +88,16 @@ def check(config: FTWConfig, episodes_per_iteration: int) -> None:
 
 
 ALGORITHM = Algorithm(
-    name="ftw", config=FTWConfig, make_learner=make_learner, hyperparameters=hyperparameters, check=check
+    name="ftw",
+    config=FTWConfig,
+    make_learner=make_learner,
+    hyperparameters=hyperparameters,
+    check=check,
+    search_space={
+        "pool_capacity": (256, 512, 1024),
+        "num_batches": (32, 64, 128),
+        "batch_size": (4, 8, 16, 32),
+        "num_elites": (1, 2, 4),
+        "elite_rule": ("top_k", "beat_minimum"),
+    },
 )

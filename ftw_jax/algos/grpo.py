@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from ftw_jax.algos.base import Algorithm, Context, Learner, updates_per_iteration_setting
 from ftw_jax.algos.policy_gradient import (
     ADVANTAGE_EPSILON,
+    ENTROPY_COEFS,
     BatchLearnerState,
     clip_epsilon_setting,
     entropy_coef_setting,
@@ -111,4 +112,15 @@ def check(config: GRPOConfig, episodes_per_iteration: int) -> None:
         )
 
 
-ALGORITHM = Algorithm(name="grpo", config=GRPOConfig, make_learner=make_learner, check=check)
+ALGORITHM = Algorithm(
+    name="grpo",
+    config=GRPOConfig,
+    make_learner=make_learner,
+    check=check,
+    search_space={
+        "kl_coef": (0.0, 0.04, 0.1, 0.3, 0.5, 1.0),  # TRL's 0.04 beside the values every algorithm tries
+        "group_size": (4, 8, 16),
+        "updates_per_iteration": (1, 4),  # TRL's default: one step per batch
+        "entropy_coef": ENTROPY_COEFS,
+    },
+)

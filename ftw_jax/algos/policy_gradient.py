@@ -21,6 +21,9 @@ from ftw_jax.pool import Trajectory
 from ftw_jax.settings import setting
 from ftw_jax.state import PolicyState
 
+# The entropy bonuses `compare --search` tries for each of them (0: none, as REINFORCE and TRL's GRPO run).
+ENTROPY_COEFS = (0.0, 0.01)
+
 ADVANTAGE_EPSILON = 1e-6
 
 

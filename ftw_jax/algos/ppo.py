@@ -24,6 +24,7 @@ from ftw_jax.actions import split_legal_actions
 from ftw_jax.algos.base import Algorithm, Context, Learner, updates_per_iteration_setting, with_learning_rate
 from ftw_jax.algos.policy_gradient import (
     ADVANTAGE_EPSILON,
+    ENTROPY_COEFS,
     clip_epsilon_setting,
     entropy_coef_setting,
     make_policy_gradient_update,
@@ -215,4 +216,10 @@ def check(config: PPOConfig, episodes_per_iteration: int) -> None:
         )
 
 
-ALGORITHM = Algorithm(name="ppo", config=PPOConfig, make_learner=make_learner, check=check)
+ALGORITHM = Algorithm(
+    name="ppo",
+    config=PPOConfig,
+    make_learner=make_learner,
+    check=check,
+    search_space={"num_minibatches": (1, 4), "entropy_coef": ENTROPY_COEFS},
+)

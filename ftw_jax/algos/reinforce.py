@@ -14,6 +14,7 @@ import jax
 
 from ftw_jax.algos.base import Algorithm, Context, Learner, updates_per_iteration_setting
 from ftw_jax.algos.policy_gradient import (
+    ENTROPY_COEFS,
     BatchLearnerState,
     entropy_coef_setting,
     make_policy_gradient_update,
@@ -69,4 +70,10 @@ def check(config: ReinforceConfig, episodes_per_iteration: int) -> None:
         )
 
 
-ALGORITHM = Algorithm(name="reinforce", config=ReinforceConfig, make_learner=make_learner, check=check)
+ALGORITHM = Algorithm(
+    name="reinforce",
+    config=ReinforceConfig,
+    make_learner=make_learner,
+    check=check,
+    search_space={"updates_per_iteration": (1, 4), "entropy_coef": ENTROPY_COEFS},
+)

@@ -28,7 +28,7 @@ from ftw_jax.cli.flags import (
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from ftw_jax.sweep import ALL_AXES
+    from ftw_jax.sweep import all_axes
 
     parser = subparsers.add_parser(
         "sweep",
@@ -39,7 +39,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     add_env(parser)
     parser.add_argument(
-        "--grid", required=True, help=f"e.g. 'C=4,5,8 K=1,2,3 kl=0.01,0.05' (axes: {' '.join(ALL_AXES)})"
+        "--grid", required=True, help=f"e.g. 'C=4,5,8 K=1,2,3 kl=0.01,0.05' (axes: {' '.join(all_axes())})"
     )
     add_seeds(parser)
     add_settings(parser, training_settings(), env_defaults=True)
