@@ -280,13 +280,7 @@ def make_loss(
     def average(per_step, step_weights):
         """Weighted mean of [M, T] per-step values under the configured normalisation (a step of weight 0 adds
         0 even where its value is NaN)."""
-        per_step = jnp.where(step_weights > 0, per_step, 0.0)
-        if config.normalisation == "token":
-            return jnp.sum(per_step * step_weights) / jnp.maximum(jnp.sum(step_weights), 1e-12)
-        steps = jnp.sum(step_weights, axis=1)
-        per_trajectory = jnp.sum(per_step * step_weights, axis=1) / jnp.maximum(steps, 1e-12)
-        trajectory_weights = jnp.where(steps > 0, jnp.max(step_weights, axis=1), 0.0)
-        return jnp.sum(per_trajectory * trajectory_weights) / jnp.maximum(jnp.sum(trajectory_weights), 1e-12)
+        return jnp.sum(jnp.where(step_weights > 0, per_step, 0.0) * step_coefficients(config, step_weights))
 
     def loss(params, reference_params, kl_coef, trajectories, weights):
         trajectories = without_unused_observations(trajectories, weights)

@@ -9,6 +9,7 @@ actions as TRL's GRPOTrainer computes it (the default; its gradient follows KL(Ï
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -20,11 +21,10 @@ from ftw_jax.algos.base import Algorithm, Context, Learner, updates_per_iteratio
 from ftw_jax.algos.policy_gradient import (
     ADVANTAGE_EPSILON,
     ENTROPY_COEFS,
-    BatchLearnerState,
     clip_epsilon_setting,
     entropy_coef_setting,
     make_policy_gradient_update,
-    repeated_steps,
+    repeated_steps_learner,
 )
 from ftw_jax.checks import check_non_negative, check_positive_int
 from ftw_jax.pool import Trajectory
@@ -91,17 +91,13 @@ def advantages(config: GRPOConfig, returns: jax.Array) -> jax.Array:
 
 
 def make_learner(config: GRPOConfig, context: Context) -> Learner:
-    update = make_step(config, context.policy.apply)
-
-    def init(key, observation, hyperparameters, start=None):
-        return BatchLearnerState(policy=context.init_policy(key, observation, hyperparameters, start))
-
-    def learn(state, batch, key, hyperparameters):
-        return repeated_steps(
-            update, state, batch, advantages(config, batch.episode_return), config.updates_per_iteration
-        )
-
-    return Learner(init=init, learn=learn, group_size=config.group_size, steps_per_batch=config.updates_per_iteration)
+    return repeated_steps_learner(
+        context,
+        make_step(config, context.policy.apply),
+        functools.partial(advantages, config),
+        config.updates_per_iteration,
+        group_size=config.group_size,
+    )
 
 
 def check(config: GRPOConfig, episodes_per_iteration: int) -> None:

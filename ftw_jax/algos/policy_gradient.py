@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import optax
 
 from ftw_jax import losses
+from ftw_jax.algos.base import Context, Learner
 from ftw_jax.pool import Trajectory
 from ftw_jax.settings import setting
 from ftw_jax.state import PolicyState
@@ -140,15 +141,24 @@ def make_policy_gradient_update(
     return update
 
 
-def repeated_steps(
+def repeated_steps_learner(
+    context: Context,
     update: Callable[[PolicyState, Trajectory, jax.Array], tuple[PolicyState, dict]],
-    state: BatchLearnerState,
-    batch: Trajectory,
-    advantages: jax.Array,
+    advantages: Callable[[jax.Array], jax.Array],
     steps: int,
-) -> tuple[BatchLearnerState, dict]:
-    """(state, metrics [steps]) after `steps` updates on the same batch and advantages."""
-    policy, metrics = jax.lax.scan(
-        lambda policy, _: update(policy, batch, advantages), state.policy, None, length=steps
-    )
-    return BatchLearnerState(policy=policy), metrics
+    group_size: int = 1,
+) -> Learner:
+    """A learner that takes `steps` updates on each batch, all with the advantages of the batch's returns
+    (REINFORCE's and GRPO's; metrics [steps])."""
+
+    def init(key, observation, hyperparameters, start=None):
+        return BatchLearnerState(policy=context.init_policy(key, observation, hyperparameters, start))
+
+    def learn(state, batch, key, hyperparameters):
+        batch_advantages = advantages(batch.episode_return)
+        policy, metrics = jax.lax.scan(
+            lambda policy, _: update(policy, batch, batch_advantages), state.policy, None, length=steps
+        )
+        return BatchLearnerState(policy=policy), metrics
+
+    return Learner(init=init, learn=learn, group_size=group_size, steps_per_batch=steps)

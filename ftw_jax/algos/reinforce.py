@@ -7,6 +7,7 @@ off-policy; U = 1 (the default) is REINFORCE as written, U > 1 gives it as many 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -15,11 +16,10 @@ import jax
 from ftw_jax.algos.base import Algorithm, Context, Learner, updates_per_iteration_setting
 from ftw_jax.algos.policy_gradient import (
     ENTROPY_COEFS,
-    BatchLearnerState,
     entropy_coef_setting,
     make_policy_gradient_update,
     mean_baseline_advantages,
-    repeated_steps,
+    repeated_steps_learner,
 )
 from ftw_jax.checks import check_non_negative, check_positive_int
 from ftw_jax.pool import Trajectory
@@ -50,17 +50,12 @@ def advantages(config: ReinforceConfig, returns: jax.Array) -> jax.Array:
 
 
 def make_learner(config: ReinforceConfig, context: Context) -> Learner:
-    update = make_step(config, context.policy.apply)
-
-    def init(key, observation, hyperparameters, start=None):
-        return BatchLearnerState(policy=context.init_policy(key, observation, hyperparameters, start))
-
-    def learn(state, batch, key, hyperparameters):
-        return repeated_steps(
-            update, state, batch, advantages(config, batch.episode_return), config.updates_per_iteration
-        )
-
-    return Learner(init=init, learn=learn, steps_per_batch=config.updates_per_iteration)
+    return repeated_steps_learner(
+        context,
+        make_step(config, context.policy.apply),
+        functools.partial(advantages, config),
+        config.updates_per_iteration,
+    )
 
 
 def check(config: ReinforceConfig, episodes_per_iteration: int) -> None:
