@@ -6,16 +6,24 @@ FTW learns from a pool filled by many past policy versions. These measure it:
 - the trajectory importance ratio log w(τ) = Σ_t mask_t [log π_θ(a_t | h_t) − log q(a_t | h_t)] of the policy
   being trained against the one that acted, and the effective sample size of those weights;
 - the trust-region monitor: KL(π_old ‖ π_new) and the total-variation distance between the policies before
-  and after an update, per state, and the TRPO penalty term 4 ε γ α² / (1 − γ)².
+  and after an update, per state, and the TRPO penalty term 4 ε γ α² / (1 − γ)²;
+- over a whole pool (`make_pool_diagnostics`, the update's phase 4): its staleness and their histogram, and the
+  monitor on evenly spaced entries.
 
 Axis legend: M trajectories, T steps, A actions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import chex
 import jax
 import jax.numpy as jnp
+
+from ftw_jax import losses
+from ftw_jax import pool as pool_lib
 
 # The behaviour version of a step that is not the policy's own (padding, environment tokens) is ignored.
 _NO_VERSION = jnp.iinfo(jnp.int32).max
@@ -75,3 +83,98 @@ def trpo_penalty(max_total_variation: jax.Array, max_abs_advantage: jax.Array, d
     if not 0 <= discount < 1:
         raise ValueError(f"the TRPO bound needs a discount in [0, 1), got {discount!r}.")
     return 4.0 * max_abs_advantage * discount * max_total_variation**2 / (1.0 - discount) ** 2
+
+
+def pool_staleness(pool: pool_lib.Pool, version: jax.Array) -> jax.Array:
+    """[N] int32: versions between `version` and the oldest that acted in each pool entry."""
+    return staleness(version, pool.trajectories.behaviour_version, pool.trajectories.mask)
+
+
+def make_trust_region(
+    apply_fn: Callable[[Any, Any], jax.Array],
+    *,
+    entries: int,
+    discount: float,
+    chunked: losses.ChunkedLogits | None = None,
+) -> Callable[[Any, Any, pool_lib.Pool], dict]:
+    """`monitor(old_params, new_params, pool) -> metrics`: KL(π_old ‖ π_new) and total variation on the policy
+    steps of `entries` evenly spaced pool entries (at most the pool's capacity), and the TRPO penalty term they
+    imply at `discount` (with `chunked`, the logits made a chunk of steps at a time)."""
+
+    def divergences(old, new, mask):  # [n, A] logits -> KL and TV [n]
+        return losses.categorical_kl(old, new, mask), jnp.where(mask, total_variation(old, new), 0.0)
+
+    def sequence_divergences(old_params, new_params, observation, mask):
+        if chunked is None:
+            return divergences(apply_fn(old_params, observation), apply_fn(new_params, observation), mask)
+        head = chunked.head
+        return losses.map_chunks(
+            lambda old, new, mask: divergences(head(old_params, old), head(new_params, new), mask),
+            chunked.chunk,
+            chunked.features(old_params, observation),
+            chunked.features(new_params, observation),
+            mask,
+        )
+
+    def monitor(old_params, new_params, pool: pool_lib.Pool) -> dict:
+        count = min(entries, pool.capacity)  # more would only repeat entries
+        picks = (jnp.arange(count) * pool.size) // count
+        monitored = jax.tree.map(lambda leaf: leaf[picks], pool.trajectories)
+        mask = monitored.mask & (pool.size > 0)
+        kl, tv = jax.vmap(sequence_divergences, in_axes=(None, None, 0, 0))(
+            old_params, new_params, monitored.observation, mask
+        )
+        steps = jnp.maximum(jnp.sum(mask), 1)
+        largest_return = jnp.max(jnp.where(pool_lib.valid_mask(pool), jnp.abs(pool.trajectories.episode_return), 0.0))
+        return {
+            "policy_kl_mean": jnp.sum(kl) / steps,
+            "policy_kl_max": jnp.max(kl),
+            "policy_tv_mean": jnp.sum(tv) / steps,
+            "policy_tv_max": jnp.max(tv),
+            "trpo_penalty": trpo_penalty(jnp.max(tv), largest_return, discount),
+        }
+
+    return monitor
+
+
+def staleness_histogram(pool: pool_lib.Pool, staleness: jax.Array, bins: int) -> jax.Array:
+    """[bins] int32: filled entries by staleness 0, 1, ..., the last bin counting everything from bins − 1 up."""
+    filled = pool_lib.valid_mask(pool).astype(jnp.int32)
+    return jnp.zeros(bins, jnp.int32).at[jnp.minimum(staleness, bins - 1)].add(filled)
+
+
+def make_pool_diagnostics(
+    apply_fn: Callable[[Any, Any], jax.Array],
+    *,
+    monitor_entries: int,
+    monitor_discount: float,
+    histogram_bins: int,
+    chunked: losses.ChunkedLogits | None = None,
+) -> Callable[[Any, Any, pool_lib.Pool, jax.Array], dict]:
+    """`diagnose(old_params, new_params, pool, version) -> metrics` that read the whole pool or run the policy on
+    it: the pool's staleness (a pass over [N, T]), its histogram over `histogram_bins` (0: none), and the
+    trust-region monitor on `monitor_entries` entries (0: none)."""
+    trust_region = make_trust_region(apply_fn, entries=monitor_entries, discount=monitor_discount, chunked=chunked)
+
+    def diagnose(old_params, new_params, pool: pool_lib.Pool, version: jax.Array) -> dict:
+        staleness, filled = pool_staleness(pool, version), pool_lib.valid_mask(pool)
+        metrics = {
+            "pool_staleness_mean": jnp.sum(jnp.where(filled, staleness, 0)) / jnp.maximum(pool.size, 1),
+            "pool_staleness_max": jnp.max(jnp.where(filled, staleness, 0)),
+        }
+        if histogram_bins:
+            metrics["pool_staleness_histogram"] = staleness_histogram(pool, staleness, histogram_bins)
+        if monitor_entries:
+            metrics.update(trust_region(old_params, new_params, pool))
+        return metrics
+
+    return diagnose
+
+
+def not_measured(metrics: dict) -> dict:
+    """Stand-ins of the diagnostics' shapes for an update that skips them: NaN, or -1 for integers."""
+
+    def missing(leaf):
+        return jnp.full(leaf.shape, jnp.nan if jnp.issubdtype(leaf.dtype, jnp.floating) else -1, leaf.dtype)
+
+    return jax.tree.map(missing, metrics)

@@ -171,7 +171,7 @@ def select(config: UpdateConfig, pool: pool_lib.Pool, version: jax.Array, key: j
     """Phase 1: J C-subsets of the valid pool entries, the top K of each, as the loss will read them."""
     valid = pool_lib.valid_mask(pool)
     if config.max_staleness is not None:  # the only use of every entry's staleness (a pass over [N, T])
-        valid = valid & (pool_staleness(pool, version) <= config.max_staleness)
+        valid = valid & (diagnostics.pool_staleness(pool, version) <= config.max_staleness)
     elites = select_elites_masked(
         key,
         pool.trajectories.episode_return,
@@ -200,11 +200,6 @@ def select(config: UpdateConfig, pool: pool_lib.Pool, version: jax.Array, key: j
         valid=valid,
         elite_staleness=diagnostics.staleness(version, *kept_versions),
     )
-
-
-def pool_staleness(pool: pool_lib.Pool, version: jax.Array) -> jax.Array:
-    """[N] int32: versions between `version` and the oldest that acted in each pool entry."""
-    return diagnostics.staleness(version, pool.trajectories.behaviour_version, pool.trajectories.mask)
 
 
 def without_unused_observations(trajectories: pool_lib.Trajectory, weights: jax.Array) -> pool_lib.Trajectory:
@@ -405,86 +400,6 @@ def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: ja
     }
 
 
-def make_trust_region(
-    apply_fn: ApplyFn, config: UpdateConfig, chunked: losses.ChunkedLogits | None = None
-) -> Callable[[Any, Any, pool_lib.Pool], dict]:
-    """Phase 4b: `monitor(old_params, new_params, pool) -> metrics`, KL(π_old ‖ π_new) and total variation on the
-    policy steps of `monitor_entries` evenly spaced pool entries, and the TRPO penalty term they imply (with
-    `chunked`, the logits made a chunk of steps at a time)."""
-
-    def divergences(old, new, mask):  # [n, A] logits -> KL and TV [n]
-        return losses.categorical_kl(old, new, mask), jnp.where(mask, diagnostics.total_variation(old, new), 0.0)
-
-    def sequence_divergences(old_params, new_params, observation, mask):
-        if chunked is None:
-            return divergences(apply_fn(old_params, observation), apply_fn(new_params, observation), mask)
-        head = chunked.head
-        return losses.map_chunks(
-            lambda old, new, mask: divergences(head(old_params, old), head(new_params, new), mask),
-            chunked.chunk,
-            chunked.features(old_params, observation),
-            chunked.features(new_params, observation),
-            mask,
-        )
-
-    def monitor(old_params, new_params, pool: pool_lib.Pool) -> dict:
-        count = min(config.monitor_entries, config.pool_capacity)  # more would only repeat entries
-        picks = (jnp.arange(count) * pool.size) // count
-        monitored = jax.tree.map(lambda leaf: leaf[picks], pool.trajectories)
-        mask = monitored.mask & (pool.size > 0)
-        kl, tv = jax.vmap(sequence_divergences, in_axes=(None, None, 0, 0))(
-            old_params, new_params, monitored.observation, mask
-        )
-        steps = jnp.maximum(jnp.sum(mask), 1)
-        largest_return = jnp.max(jnp.where(pool_lib.valid_mask(pool), jnp.abs(pool.trajectories.episode_return), 0.0))
-        return {
-            "policy_kl_mean": jnp.sum(kl) / steps,
-            "policy_kl_max": jnp.max(kl),
-            "policy_tv_mean": jnp.sum(tv) / steps,
-            "policy_tv_max": jnp.max(tv),
-            "trpo_penalty": diagnostics.trpo_penalty(jnp.max(tv), largest_return, config.monitor_discount),
-        }
-
-    return monitor
-
-
-def staleness_histogram(pool: pool_lib.Pool, staleness: jax.Array, bins: int) -> jax.Array:
-    """[bins] int32: filled entries by staleness 0, 1, ..., the last bin counting everything from bins − 1 up."""
-    filled = pool_lib.valid_mask(pool).astype(jnp.int32)
-    return jnp.zeros(bins, jnp.int32).at[jnp.minimum(staleness, bins - 1)].add(filled)
-
-
-def make_pool_diagnostics(
-    apply_fn: ApplyFn, config: UpdateConfig, chunked: losses.ChunkedLogits | None = None
-) -> Callable[[Any, Any, pool_lib.Pool, jax.Array], dict]:
-    """Phase 4c: `diagnose(old_params, new_params, pool, version) -> metrics` that read the whole pool or run the
-    policy on it: the pool's staleness (a pass over [N, T]), its histogram, and the trust-region monitor."""
-    trust_region = make_trust_region(apply_fn, config, chunked)
-
-    def diagnose(old_params, new_params, pool: pool_lib.Pool, version: jax.Array) -> dict:
-        staleness, filled = pool_staleness(pool, version), pool_lib.valid_mask(pool)
-        metrics = {
-            "pool_staleness_mean": jnp.sum(jnp.where(filled, staleness, 0)) / jnp.maximum(pool.size, 1),
-            "pool_staleness_max": jnp.max(jnp.where(filled, staleness, 0)),
-        }
-        if config.staleness_histogram_bins:
-            metrics["pool_staleness_histogram"] = staleness_histogram(pool, staleness, config.staleness_histogram_bins)
-        if config.monitor_entries:
-            metrics.update(trust_region(old_params, new_params, pool))
-        return metrics
-
-    return diagnose
-
-
-def not_measured(metrics: dict) -> dict:
-    """Stand-ins of the diagnostics' shapes for an update that skips them: NaN, or -1 for integers."""
-
-    def missing(leaf):
-        return jnp.full(leaf.shape, jnp.nan if jnp.issubdtype(leaf.dtype, jnp.floating) else -1, leaf.dtype)
-
-    return jax.tree.map(missing, metrics)
-
-
 def make_update(
     apply_fn: ApplyFn, config: UpdateConfig, *, markov: bool = False, chunked: losses.ChunkedLogits | None = None
 ) -> Callable[..., tuple[PolicyState, dict[str, jax.Array]]]:
@@ -528,7 +443,13 @@ def make_update(
         loss_and_grad = make_stepwise_loss_and_grad(apply_fn, config)
     else:
         loss_and_grad = jax.value_and_grad(make_loss(apply_fn, config, chunked), has_aux=True)
-    pool_diagnostics = make_pool_diagnostics(apply_fn, config, chunked)
+    pool_diagnostics = diagnostics.make_pool_diagnostics(
+        apply_fn,
+        monitor_entries=config.monitor_entries,
+        monitor_discount=config.monitor_discount,
+        histogram_bins=config.staleness_histogram_bins,
+        chunked=chunked,
+    )
 
     def update(
         state: PolicyState,
@@ -563,10 +484,12 @@ def make_update(
         arguments = (state.params, new_state.params, pool, state.version)
         if isinstance(diagnose, bool):  # known while tracing: no branch in the program
             measured = pool_diagnostics(*arguments)
-            metrics.update(measured if diagnose else not_measured(measured))
+            metrics.update(measured if diagnose else diagnostics.not_measured(measured))
         else:  # a traced flag not batched under vmap (a loop index) skips the work; a batched one runs both sides
             measured = jax.eval_shape(pool_diagnostics, *arguments)
-            metrics.update(jax.lax.cond(diagnose, pool_diagnostics, lambda *_: not_measured(measured), *arguments))
+            metrics.update(
+                jax.lax.cond(diagnose, pool_diagnostics, lambda *_: diagnostics.not_measured(measured), *arguments)
+            )
         return new_state, metrics
 
     jitted = jax.jit(update, static_argnames="diagnose")

@@ -723,12 +723,19 @@ def test_logits_in_chunks_give_the_dense_loss_and_gradient(kl_direction, normali
 
 def test_the_monitor_in_chunks_measures_what_the_dense_one_does():
     from ftw_jax import pool as pool_lib
-    from ftw_jax.update import make_trust_region
+    from ftw_jax.diagnostics import make_trust_region
 
     dense, chunked, params, reference, trajectories, _ = chunk_case(50, 13, 4, chunk=5)
     pool = pool_lib.add(pool_lib.init(8, example_trajectory(13)), trajectories)
     config = FTWConfig(pool_capacity=8, batch_size=4, num_elites=1, monitor_entries=3)
-    measure = lambda policy: jax.jit(make_trust_region(policy.apply, config, policy.chunked_logits()))  # noqa: E731
+    measure = lambda policy: jax.jit(  # noqa: E731
+        make_trust_region(
+            policy.apply,
+            entries=config.monitor_entries,
+            discount=config.monitor_discount,
+            chunked=policy.chunked_logits(),
+        )
+    )
     expected, got = measure(dense)(reference, params, pool), measure(chunked)(reference, params, pool)
     assert float(expected["policy_kl_mean"]) > 0
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, expected)
