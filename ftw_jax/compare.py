@@ -69,7 +69,7 @@ def t_interval(values: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def describe(values: np.ndarray) -> dict:
+def seed_statistics(values: np.ndarray) -> dict:
     """mean, 95% t-interval, 95% bootstrap CI and IQM of one value per seed."""
     low, high = bootstrap_interval(values)
     t_low, t_high = t_interval(values)
@@ -556,7 +556,7 @@ def summary_rows(comparison: Comparison) -> list[dict]:
     for result in comparison.results:
         row = {"algorithm": result.algorithm, "learning_rate": result.learning_rate, "seeds": len(comparison.seeds)}
         for name, values in (("final", result.final), ("auc", result.auc)):
-            row.update({f"{name}_{key}": value for key, value in describe(values).items()})
+            row.update({f"{name}_{key}": value for key, value in seed_statistics(values).items()})
         row["env_steps_mean"] = float(result.env_steps[:, -1].mean())
         row["seconds"] = result.seconds
         rows.append(row)

@@ -38,8 +38,6 @@ if TYPE_CHECKING:
 
     from ftw_jax.lm.sampler import Sample
 
-SCHEMA_VERSION = 1
-
 
 @dataclasses.dataclass(frozen=True)
 class Episode:

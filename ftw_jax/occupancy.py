@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from ftw_jax.checks import check_positive_int
+from ftw_jax.checks import check_positive_int, check_sizes
 
 if TYPE_CHECKING:
     import jax
@@ -82,19 +82,6 @@ def _log_binomial(n, k, xp):
 def _log_subset_counts(pool_size, batch_size, ranks, ks, xp):
     """log[binom(r − 1, k − 1) · binom(N − r, C − k)]: subsets in which rank r is the k-th best."""
     return _log_binomial(ranks - 1, ks - 1, xp) + _log_binomial(pool_size - ranks, batch_size - ks, xp)
-
-
-def check_sizes(pool_size: int, batch_size: int, num_elites: int) -> None:
-    """Raises ValueError unless 1 <= num_elites (K) <= batch_size (C) <= pool_size (N)."""
-    for name, value in (("pool_size", pool_size), ("batch_size", batch_size), ("num_elites", num_elites)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise ValueError(f"{name} must be a Python int, got {value!r} ({type(value).__name__}).")
-    if num_elites < 1:
-        raise ValueError(f"num_elites (K) must be >= 1, got {num_elites}.")
-    if batch_size < num_elites:
-        raise ValueError(f"num_elites (K={num_elites}) must be <= batch_size (C={batch_size}).")
-    if pool_size < batch_size:
-        raise ValueError(f"batch_size (C={batch_size}) must be <= pool_size (N={pool_size}).")
 
 
 def rank_occupancy(pool_size: int, batch_size: int, num_elites: int) -> np.ndarray:

@@ -113,7 +113,7 @@ def check_memory(trainer: Trainer, num_members: int, share: float = 0.5) -> None
         int(per_member * num_members * here),
         f"{num_members} member(s) x {per_member / 2**30:,.2f} GiB: params, optimizer state and the pool of N "
         "trajectories",
-        "use a smaller --pool-capacity or fewer seeds or grid points",
+        "use a smaller pool (N) or fewer seeds or grid points",
         share,
     )
 

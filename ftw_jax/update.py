@@ -20,8 +20,7 @@ import optax
 
 from ftw_jax import diagnostics, losses
 from ftw_jax import pool as pool_lib
-from ftw_jax.checks import check_positive_int
-from ftw_jax.occupancy import check_sizes
+from ftw_jax.checks import check_positive_int, check_sizes
 from ftw_jax.selection import select_elites_masked
 from ftw_jax.settings import check_settings, setting
 from ftw_jax.state import PolicyState, select_tree

@@ -15,11 +15,11 @@ from ftw_jax.compare import (
     Comparison,
     bootstrap_interval,
     compare,
-    describe,
     interquartile_mean,
     markdown_table,
     p_text,
     rank_test,
+    seed_statistics,
     t_interval,
     verdict,
     welch,
@@ -40,7 +40,7 @@ def test_statistics_by_hand():
     # The percentile interval of the mean: about mean ± 1.96 standard errors for a sample this size.
     standard_error = values.std() / np.sqrt(len(values))
     assert high - low == pytest.approx(2 * 1.96 * standard_error, rel=0.25)
-    assert describe(np.full(5, 0.75)) == {
+    assert seed_statistics(np.full(5, 0.75)) == {
         "mean": 0.75,
         "t_low": 0.75,
         "t_high": 0.75,

@@ -49,7 +49,6 @@ _ID = {word: index for index, word in enumerate(WORDS)}
 PAD, BOS = _ID["<pad>"], _ID["<bos>"]
 SEARCH, END_SEARCH, INFORMATION, END_INFORMATION, ANSWER, END_ANSWER = (_ID[tag] for tag in TAGS)
 _FIRST_NAME, _FIRST_CITY, _FIRST_COLOUR = _ID[NAMES[0]], _ID[CITIES[0]], _ID[COLOURS[0]]
-ATTRIBUTES = ("city", "colour")
 
 _FREE, _IN_SEARCH, _IN_ANSWER = range(3)
 QUESTION_WORDS = 12  # the longest question, "question : what is the colour of the friend of alice ?"
