@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from ftw_jax.envs.base import Environment
+from ftw_jax.policies.base import Policy
 from ftw_jax.rollout import rollout
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def probe(
     key: jax.Array,
     env: Environment,
     env_params: Any,
-    policy: nn.Module,
+    policy: Policy,
     params: Any,
     version: jax.Array,
     task_keys: jax.Array,

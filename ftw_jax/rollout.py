@@ -13,11 +13,11 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from ftw_jax.envs.base import Environment
+from ftw_jax.policies.base import Policy
 from ftw_jax.pool import Trajectory
 
 # Steps per chunk of an episode's loop: it stops after the chunk in which the episode ends.
@@ -28,7 +28,7 @@ def rollout(
     key: jax.Array,
     env: Environment,
     env_params: Any,
-    policy: nn.Module,
+    policy: Policy,
     params: Any,
     version: jax.Array,
     reset_key: jax.Array | None = None,
@@ -53,7 +53,7 @@ def rollout(
     """
     # What a policy remembers of the episode: nothing (markov: it acts on the current observation), its KV
     # cache (cached: it reads one new token a step), or else the whole history buffer, re-read every step.
-    cached = getattr(policy, "cached", False)
+    cached = policy.cached
 
     def act(memory, observation, state, t, key):
         if policy.markov or cached:
@@ -185,7 +185,7 @@ def rollouts(
     key: jax.Array,
     env: Environment,
     env_params: Any,
-    policy: nn.Module,
+    policy: Policy,
     params: Any,
     version: jax.Array,
     num_episodes: int,

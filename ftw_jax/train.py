@@ -27,12 +27,11 @@ from ftw_jax import algos, envs, probes, skips, warm_start
 from ftw_jax.algos.base import Context, Hyperparameters, Learner, with_learning_rate
 from ftw_jax.checks import check_positive_int
 from ftw_jax.policies import ARCHITECTURES
+from ftw_jax.policies.base import Policy
 from ftw_jax.rollout import rollout, rollouts
 from ftw_jax.settings import check_settings, describe, setting
 
 if TYPE_CHECKING:
-    import flax.linen as nn
-
     from ftw_jax.policies.lm import LMPolicy
     from ftw_jax.pool import Trajectory
 
@@ -258,13 +257,13 @@ class Trainer:
         return self.run(carry, self.config.num_periods)
 
 
-def make_policy(config: TrainConfig, env: envs.Environment, num_outputs: int | None = None) -> nn.Module:
+def make_policy(config: TrainConfig, env: envs.Environment, num_outputs: int | None = None) -> Policy:
     """The config's policy network; with `num_outputs` (1 for a critic) the same architecture with that many outputs."""
     assert config.policy is not None  # the environment's default, set when the config was made
     return ARCHITECTURES[config.policy](num_outputs or env.num_actions, env, config)
 
 
-def example_trajectory(env: envs.Environment, env_params: Any, policy: nn.Module) -> Trajectory:
+def example_trajectory(env: envs.Environment, env_params: Any, policy: Policy) -> Trajectory:
     """An all-zero trajectory with the shapes and dtypes of one the policy plays in `env`."""
 
     def play(key):
@@ -356,7 +355,7 @@ def make_train(config: TrainConfig, **env_options: Any) -> Trainer:
 
 
 def make_init_params(
-    config: TrainConfig, env: envs.Environment, env_params: Any, policy: nn.Module
+    config: TrainConfig, env: envs.Environment, env_params: Any, policy: Policy
 ) -> Callable[[jax.Array, Any, Any], Any] | None:
     """`init_params(key, observation, start) -> params` of the starting policy: `start` (a checkpoint's) or its
     initialiser's, fitted to demonstrations first when the config asks for a warm start (None: no warm start)."""
@@ -377,7 +376,7 @@ def make_init_params(
 
 
 def make_iteration(
-    config: TrainConfig, env: envs.Environment, env_params: Any, policy: nn.Module, learner: Learner
+    config: TrainConfig, env: envs.Environment, env_params: Any, policy: Policy, learner: Learner
 ) -> Callable[[TrainCarry, tuple[jax.Array, jax.Array] | None], tuple[TrainCarry, dict]]:
     """`iteration(carry, tasks) -> (carry, metrics)`: B episodes with the current policy, then `learner.learn`."""
 
@@ -449,7 +448,7 @@ def batch_diagnostics(batch: Trajectory, group_size: int) -> dict:
 
 
 def make_evaluation(
-    config: TrainConfig, env: envs.Environment, env_params: Any, policy: nn.Module
+    config: TrainConfig, env: envs.Environment, env_params: Any, policy: Policy
 ) -> Callable[[jax.Array, TrainCarry], dict]:
     """`evaluate(key, carry) -> evaluation`: `eval_episodes` episodes of the current policy on the evaluation
     params (the key is consumed; the carry is only read)."""
@@ -488,7 +487,7 @@ def make_evaluation(
 
 
 def make_periods(
-    config: TrainConfig, env: envs.Environment, env_params: Any, policy: nn.Module, learner: Learner
+    config: TrainConfig, env: envs.Environment, env_params: Any, policy: Policy, learner: Learner
 ) -> Callable[[TrainCarry, int], tuple[TrainCarry, tuple[dict, dict]]]:
     """`run(carry, num_periods) -> (carry, (metrics, evaluation))`, jitted: the scan over evaluation periods,
     each (task filtering,) `eval_every` iterations, and an evaluation."""

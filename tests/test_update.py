@@ -14,6 +14,7 @@ from conftest import make_trajectories
 import ftw_jax
 from ftw_jax import losses
 from ftw_jax import pool as pool_lib
+from ftw_jax.policies.base import Policy
 
 N, T, D, A = 8, 3, 3, 2
 TRACES = []
@@ -24,7 +25,7 @@ def linear_apply(params, observation):
     return observation @ params["w"] + params["b"]
 
 
-class _LinearModule(nn.Module):
+class _LinearModule(Policy):
     """linear_apply as a Flax module (observation [T, D] -> logits [T, A]), for a learner's `Context`."""
 
     @nn.compact

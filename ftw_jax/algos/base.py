@@ -10,20 +10,28 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 import optax
 
+from ftw_jax.losses import ChunkedLogits
 from ftw_jax.pool import Trajectory
 from ftw_jax.settings import setting
 from ftw_jax.state import PolicyState
 
 
 class Policy(Protocol):
-    """What an algorithm uses of a network; every Flax module has both methods."""
+    """What an algorithm uses of a network (`ftw_jax.policies.base.Policy` declares all of it)."""
+
+    markov: ClassVar[bool]  # the logits at step t depend on observation t alone
+    cached: ClassVar[bool]  # it acts one token at a time through a KV cache
+
+    def chunked_logits(self) -> ChunkedLogits | None:
+        """Its logits as a head over features, for the update to make in chunks; None: made whole."""
+        ...
 
     def init(self, key: jax.Array, observation: Any, /) -> Any:
         """The network's params for `observation` [T, ...]."""

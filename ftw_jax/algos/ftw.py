@@ -45,9 +45,8 @@ class FTWLearnerState(flax.struct.PyTreeNode):
 
 
 def make_learner(config: FTWConfig, context: Context) -> Learner:
-    chunked_logits = getattr(context.policy, "chunked_logits", None)  # an LM's logits, made in chunks by the update
-    chunked = chunked_logits() if chunked_logits else None
-    update = make_update(context.policy.apply, config, markov=getattr(context.policy, "markov", False), chunked=chunked)
+    policy = context.policy
+    update = make_update(policy.apply, config, markov=policy.markov, chunked=policy.chunked_logits())
 
     def init(key: jax.Array, observation, hyperparameters: Hyperparameters, start=None) -> FTWLearnerState:
         pool = pool_lib.init(

@@ -37,6 +37,12 @@ class Environment(abc.ABC):
     def max_steps(self) -> int:
         """The episode limit; rollouts record this many steps (T)."""
 
+    @property
+    def vocabulary_size(self) -> int | None:
+        """V where observations are token ids in [0, V) (a token environment: the transformer and the LM embed
+        them); None otherwise."""
+        return None
+
     @abc.abstractmethod
     def default_params(self) -> Any:
         """The params pytree of the standard task."""

@@ -1,9 +1,10 @@
 """Flax policies. Each maps one trajectory's observations [T, ...] to logits [T, A].
 
-Parameters stay a plain pytree, so `module.apply` is all the update needs. `markov = True` says the logits
-at step t depend on observation t alone, so a rollout can act from the current observation; a policy over
-histories (markov = False) is applied to the whole [T, ...] buffer and read at position t, unless it is
-`cached` (the LM, `ftw_jax.policies.lm`): then it acts one token at a time through its KV cache.
+Parameters stay a plain pytree, so `module.apply` is all the update needs. Each is a `Policy`
+(`ftw_jax.policies.base`) and declares what it is: `markov = True` says the logits at step t depend on
+observation t alone, so a rollout can act from the current observation; a policy over histories (the default)
+is applied to the whole [T, ...] buffer and read at position t, unless it is `cached` (the LM,
+`ftw_jax.policies.lm`): then it acts one token at a time through its KV cache.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import jax
 import jax.numpy as jnp
 
 from ftw_jax.actions import WithLegalActions, mask_illegal, split_legal_actions
+from ftw_jax.policies.base import Policy
 
 
-class TabularPolicy(nn.Module):
+class TabularPolicy(Policy):
     """The same logits [A] at every step, whatever the observation (bandits). Starts uniform."""
 
     num_actions: int
@@ -30,7 +32,7 @@ class TabularPolicy(nn.Module):
         return jnp.broadcast_to(logits, (observation.shape[0], self.num_actions))
 
 
-class MLPPolicy(nn.Module):
+class MLPPolicy(Policy):
     """A tanh MLP on flat vector observations [T, D] -> logits [T, A]."""
 
     num_actions: int
@@ -46,7 +48,7 @@ class MLPPolicy(nn.Module):
         return nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01))(x)
 
 
-class ConvPolicy(nn.Module):
+class ConvPolicy(Policy):
     """A small ReLU convnet on grid observations [T, H, W, C] -> logits [T, A].
 
     3x3 'SAME' convolutions, then dense layers on the flattened feature map. Each convolution is written as
@@ -76,7 +78,7 @@ class ConvPolicy(nn.Module):
         return nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01))(x)
 
 
-class TransformerPolicy(nn.Module):
+class TransformerPolicy(Policy):
     """A tiny causal transformer over token histories [T] int -> logits [T, A] (pre-LayerNorm blocks).
 
     Position t sees tokens 0..t only, so one pass over a whole trajectory gives every step's logits.
@@ -89,7 +91,6 @@ class TransformerPolicy(nn.Module):
     width: int = 64
     num_layers: int = 2
     num_heads: int = 4
-    markov: ClassVar[bool] = False
 
     @nn.compact
     def __call__(self, tokens: jax.Array | WithLegalActions) -> jax.Array:
@@ -117,18 +118,25 @@ ARCHITECTURES = {
         num_actions=num_outputs, channels=config.conv_channels, hidden_sizes=config.hidden_sizes
     ),
     "transformer": lambda num_outputs, env, config: TransformerPolicy(
-        num_actions=num_outputs, vocabulary_size=env.vocabulary_size, max_length=env.max_steps
+        num_actions=num_outputs, vocabulary_size=_vocabulary(env, "transformer"), max_length=env.max_steps
     ),
     "lm": lambda num_outputs, env, config: _lm_policy(num_outputs, env),
 }
 
 
-def _lm_policy(num_outputs: int, env) -> nn.Module:
+def _lm_policy(num_outputs: int, env) -> Policy:
     """A tiny fresh LM over the environment's vocabulary, or the checkpoint the environment is written for
     (`env.model`, a Hugging Face folder): its shape, and its weights as the starting params (`pretrained`)."""
     from ftw_jax.lm.config import pretrained_config, tiny_config  # only this loads the LM package
     from ftw_jax.policies.lm import LMPolicy
 
     model = getattr(env, "model", "")
-    config = pretrained_config(model) if model else tiny_config(env.vocabulary_size)
+    config = pretrained_config(model) if model else tiny_config(_vocabulary(env, "lm"))
     return LMPolicy(num_actions=num_outputs, config=config, max_length=env.max_steps, pretrained=model)
+
+
+def _vocabulary(env, architecture: str) -> int:
+    """The environment's token vocabulary, which a policy over token ids embeds."""
+    if env.vocabulary_size is None:
+        raise ValueError(f"the {architecture} policy reads token ids; {type(env).__name__} gives other observations.")
+    return env.vocabulary_size

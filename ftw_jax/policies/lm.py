@@ -24,6 +24,7 @@ from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.load import load
 from ftw_jax.lm.model import CausalLM, head_logits, init_cache
 from ftw_jax.losses import ChunkedLogits
+from ftw_jax.policies.base import Policy
 
 # From this vocabulary size up, the update makes the logits a chunk of steps at a time (`LMPolicy.logits_chunk`):
 # real tokenizers (GPT-2's 50k, Llama 3's 128k, Qwen's 152k) give logits that outweigh a small model's
@@ -51,7 +52,7 @@ def pretrained_params(policy: LMPolicy) -> dict:
     return {"params": {"lm": params["params"]}}
 
 
-class LMPolicy(nn.Module):
+class LMPolicy(Policy):
     """`CausalLM` over one trajectory's tokens [T] (or `WithLegalActions`, whose illegal actions get
     `ILLEGAL_LOGIT`) -> logits [T, A]; with `cache` and `position`, one step: (logits [1, A], cache)."""
 
@@ -60,7 +61,6 @@ class LMPolicy(nn.Module):
     max_length: int  # the cache's slots: the longest episode
     pretrained: str = ""  # a Hugging Face folder whose weights are the starting params (`pretrained_params`)
     logits_chunk: int = 0  # > 0: the update makes the logits this many steps at a time (`chunked_logits`)
-    markov: ClassVar[bool] = False
     cached: ClassVar[bool] = True
 
     def chunked_logits(self) -> ChunkedLogits | None:
