@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ftw_jax import algos, diagnostics, runs, skips
-from ftw_jax.algos.base import Context, Hyperparameters, Learner
+from ftw_jax.algos.base import Context, Learner
 from ftw_jax.algos.ftw import FTWConfig, FTWLearnerState
 from ftw_jax.checks import check_seed
 from ftw_jax.lm.config import LMConfig
@@ -144,7 +144,7 @@ class EpisodeLearner:
         )
         learner = _ftw_learner(config, policy)
         seed = config.seed
-        hyperparameters = functools.partial(_hyperparameters, config)
+        hyperparameters = functools.partial(config.member_hyperparameters, "ftw", config.algorithm_config)
 
         def learn(state, batch, iteration):  # everything but the state and the batch is made inside: with several
             key = jax.random.fold_in(jax.random.key(seed), iteration)  # processes, every input must be global
@@ -172,7 +172,10 @@ class EpisodeLearner:
 
         def init(params):
             return self.learner.init(
-                jax.random.key(0), jnp.zeros((1,), jnp.int32), _hyperparameters(self.config), policy_params(params)
+                jax.random.key(0),
+                jnp.zeros((1,), jnp.int32),
+                self.config.member_hyperparameters("ftw", self.config.algorithm_config),
+                policy_params(params),
             )
 
         return jax.jit(init, out_shardings=_state_shardings(init, model_params))
@@ -201,14 +204,6 @@ def _state_shardings(init: Callable[[dict], FTWLearnerState], model_params: dict
         return None
     mesh = sharding.mesh
     return jax.tree.map(lambda spec: NamedSharding(mesh, spec), param_specs(jax.eval_shape(init, model_params), mesh))
-
-
-def _hyperparameters(config: LearnConfig) -> Hyperparameters:
-    return Hyperparameters(
-        kl_coef=jnp.asarray(config.kl_coef, jnp.float32),
-        learning_rate=jnp.asarray(config.learning_rate, jnp.float32),
-        algorithm=algos.get("ftw").hyperparameters(config.algorithm_config),
-    )
 
 
 def _ftw_learner(config: LearnConfig, policy: LMPolicy) -> Learner:
@@ -351,7 +346,7 @@ def learn_from_file(
         raise ValueError(f"{episodes_path} holds no usable episode.")
     learner = EpisodeLearner.build(config, model.config)
     state = learner.init(params)
-    batch_size = config.episodes_per_iteration
+    episodes_per_batch = config.episodes_per_iteration
     done, used = 0, 0  # iterations done, episodes learnt from
     skipped = dict.fromkeys(skips.TOTALS, 0)  # ready updates skipped so far, and in a row
     restored = checkpointer.restore(state) if checkpointer else None
@@ -371,11 +366,11 @@ def learn_from_file(
         runs.keep_rows_up_to(run_folder / "metrics.jsonl", done, range(1, done + 1), [None])
     pending = episodes[used:]  # read, not learnt from yet (a follower may not have read up to `used` yet)
     to_skip = max(used - len(episodes), 0)
-    total = None if config.follow else done + -(-len(pending) // batch_size)  # iterations, when known
+    total = None if config.follow else done + -(-len(pending) // episodes_per_batch)  # iterations, when known
     plan = (
-        f"then those appended to {episodes_path} as they come, {batch_size} an iteration"
+        f"then those appended to {episodes_path} as they come, {episodes_per_batch} an iteration"
         if total is None
-        else f"in {total - done} iterations of up to {batch_size}"
+        else f"in {total - done} iterations of up to {episodes_per_batch}"
     )
     log(
         f"learning from {len(pending)} new episodes ({len(tail.report.skipped)} bad lines skipped) {plan}; "
@@ -386,7 +381,7 @@ def learn_from_file(
     limit = skips.limit_of(config.stop_after_skipped, updates)
     while True:
         raise_if_stopped()
-        if config.follow and len(pending) < batch_size:  # a follower learns from whole batches only
+        if config.follow and len(pending) < episodes_per_batch:  # a follower learns from whole batches only
             reported = len(tail.report.skipped)
             new = tail.read()
             _log_bad_lines(tail.report.skipped[reported:], log)
@@ -401,7 +396,8 @@ def learn_from_file(
             continue
         if not pending:
             break
-        chunk, pending = pending[:batch_size], pending[batch_size:]  # the last one may be short without --follow
+        # the last one may be short without --follow
+        chunk, pending = pending[:episodes_per_batch], pending[episodes_per_batch:]
         version_before = int(host_array(state.policy.version))
         check_versions(chunk, version_before, episodes_path)
         used += len(chunk)

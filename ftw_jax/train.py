@@ -72,6 +72,15 @@ class LearnerSettings:
         ):
             raise ValueError(f"stop_after_skipped must be an int >= 0 or None, got {self.stop_after_skipped!r}.")
 
+    def member_hyperparameters(self, algorithm: str, algorithm_config: Any) -> Hyperparameters:
+        """β, the learning rate and `algorithm`'s sweepable values of `algorithm_config` (FTW: N, J, C, K) as
+        arrays: one member's."""
+        return Hyperparameters(
+            kl_coef=jnp.asarray(self.kl_coef, jnp.float32),
+            learning_rate=jnp.asarray(self.learning_rate, jnp.float32),
+            algorithm=algos.get(algorithm).hyperparameters(algorithm_config),
+        )
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig(LearnerSettings):
@@ -193,11 +202,7 @@ class TrainConfig(LearnerSettings):
 
     def hyperparameters(self) -> Hyperparameters:
         """The config's own β, learning rate and the algorithm's sweepable values (FTW: N, J, C, K) as arrays."""
-        return Hyperparameters(
-            kl_coef=jnp.asarray(self.kl_coef, jnp.float32),
-            learning_rate=jnp.asarray(self.learning_rate, jnp.float32),
-            algorithm=algos.get(self.algorithm).hyperparameters(self.algorithm_config),
-        )
+        return self.member_hyperparameters(self.algorithm, self.algorithm_config)
 
 
 RUN_FIELDS = {field.name for field in dataclasses.fields(TrainConfig)}

@@ -745,7 +745,7 @@ MUTATIONS = (
         "follow-learns-short-batches",
         "lm learn --follow learns a batch before B episodes are there (not what a run never stopped learns)",
         "ftw_jax/lm_learner.py",
-        "if config.follow and len(pending) < batch_size:",
+        "if config.follow and len(pending) < episodes_per_batch:",
         "if config.follow and not pending:",
         ("tests/test_lm_learner.py::test_lm_learn_follow_learns_each_appended_line_once_and_resumes_exactly",),
     ),
