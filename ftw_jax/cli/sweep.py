@@ -67,10 +67,9 @@ def run(args: argparse.Namespace) -> int:
     if len(heatmap_axes) not in (1, 2) or any(axis not in grid for axis in heatmap_axes):
         raise ValueError(f"--heatmap must name one or two grid axes among {list(grid)}, got {args.heatmap!r}.")
     sweep = make_sweep(args.env, grid, seeds, args.env_options, **train_overrides(args, logger(args)))
-    started = time.perf_counter()
     with native_output_to_stderr() if args.json else contextlib.nullcontext():
         start_processes(args)
-        run, metric, folder = _run_members(args, sweep, seeds, started)
+        run, metric, folder, started = _run_members(args, sweep, seeds)
         results = run.results()  # gathers from every process: all of them must take part
     if jax.process_index() != 0:  # the main process writes the files and prints
         return 0
@@ -99,8 +98,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_members(args, sweep, seeds: list[int], started: float):
-    """Runs the sweep's members in the run folder, process 0 logging each period; (run, metric, folder)."""
+def _run_members(args, sweep, seeds: list[int]):
+    """Runs the sweep's members in the run folder, process 0 logging each period; (run, metric, folder, the
+    clock's start: after the processes joined and the folder opened, before the members' state is made)."""
     import jax
 
     from ftw_jax.runner import MemberRun
@@ -121,6 +121,7 @@ def _run_members(args, sweep, seeds: list[int], started: float):
     )
     axes = list(sweep.grid)
     labels = [", ".join([*(f"{axis}={m[axis]}" for axis in axes), f"seed {m['seed']}"]) for m in sweep.members]
+    started = time.perf_counter()
     try:
         run = MemberRun(trainer, sweep.keys(), sweep.hyperparameters(), checkpointer, labels=labels)
         for _, evaluation in run.periods():
@@ -133,4 +134,4 @@ def _run_members(args, sweep, seeds: list[int], started: float):
     finally:  # waits for the checkpoint writes in flight
         if checkpointer:
             checkpointer.close()
-    return run, metric, folder
+    return run, metric, folder, started
