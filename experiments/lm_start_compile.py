@@ -57,7 +57,7 @@ def main() -> None:
         )
         print(f"{sum(leaf.size for leaf in jax.tree.leaves(params)) / 1e6:.1f}M parameters")
         trainer = make_train(
-            TrainConfig.for_env("text-search", warm_start_demonstrations=0), model=str(folder), step_limit=240
+            TrainConfig.for_env("text-search", warm_start_demonstrations=0, model=str(folder)), step_limit=240
         )
         keys = jax.random.key_data(seed_keys([0]))
         hyperparameters = jax.tree.map(lambda leaf: jnp.stack([leaf]), trainer.config.hyperparameters())

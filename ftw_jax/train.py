@@ -26,12 +26,13 @@ import optax
 from ftw_jax import algos, envs, probes, skips, warm_start
 from ftw_jax.algos.base import Context, Hyperparameters, Learner, with_learning_rate
 from ftw_jax.checks import check_positive_int
-from ftw_jax.policies import ARCHITECTURES
+from ftw_jax.policies import ARCHITECTURES, FROM_CHECKPOINT
 from ftw_jax.policies.base import Policy
 from ftw_jax.rollout import rollout, rollouts
 from ftw_jax.settings import check_settings, describe, setting
 
 if TYPE_CHECKING:
+    from ftw_jax.lm.load import Pretrained
     from ftw_jax.policies.lm import LMPolicy
     from ftw_jax.pool import Trajectory
 
@@ -108,6 +109,12 @@ class TrainConfig(LearnerSettings):
         "the policy network (default: the environment's; sokoban: conv or mlp)",
         choices=lambda: tuple(ARCHITECTURES),
     )
+    model: str | None = setting(
+        None,
+        "a Hugging Face Llama/Qwen2 folder (config.json, safetensors weights, tokenizer.json): the policy starts "
+        "from its weights and the task is written in its tokens and chat template (text-search, policy lm; "
+        "None: a fresh policy over the task's own words); its longer episodes need a larger step_limit",
+    )
     hidden_sizes: tuple[int, ...] = setting((64, 64), "hidden layer widths of the MLP (and the conv policy's head)")
     conv_channels: tuple[int, ...] = setting((16, 16), "the conv policy's channels")
     eval_every: int = setting(10, "iterations between evaluations")
@@ -159,6 +166,14 @@ class TrainConfig(LearnerSettings):
             object.__setattr__(self, "policy", entry.policies[0])
         if self.policy not in entry.policies:
             raise ValueError(f"policy must be one of {entry.policies} for {self.env}, got {self.policy!r}.")
+        if self.model is not None:
+            if not (isinstance(self.model, str) and self.model):
+                raise ValueError(f"model must be a Hugging Face folder's path or None, got {self.model!r}.")
+            if self.policy not in FROM_CHECKPOINT:
+                raise ValueError(
+                    f"model={self.model!r} needs a policy that starts from a checkpoint "
+                    f"({', '.join(FROM_CHECKPOINT)}), got policy {self.policy!r}."
+                )
         check_settings(self)
         for name in ("num_iterations", "eval_every", "eval_episodes"):
             check_positive_int(name, getattr(self, name))
@@ -262,9 +277,14 @@ class Trainer:
         return self.run(carry, self.config.num_periods)
 
 
-def make_policy(config: TrainConfig, env: envs.Environment, num_outputs: int | None = None) -> Policy:
-    """The config's policy network; with `num_outputs` (1 for a critic) the same architecture with that many outputs."""
+def make_policy(
+    config: TrainConfig, env: envs.Environment, num_outputs: int | None = None, pretrained: Pretrained | None = None
+) -> Policy:
+    """The config's policy network, of the `pretrained` checkpoint's shape where the run starts from one; with
+    `num_outputs` (1 for a critic) the same architecture with that many outputs."""
     assert config.policy is not None  # the environment's default, set when the config was made
+    if pretrained is not None:  # the config checked that its policy can start from one
+        return FROM_CHECKPOINT[config.policy](num_outputs or env.num_actions, env, pretrained)
     return ARCHITECTURES[config.policy](num_outputs or env.num_actions, env, config)
 
 
@@ -306,26 +326,33 @@ def _state_dtypes_kept(optimizer: optax.GradientTransformation) -> optax.Gradien
 
 
 def make_train(config: TrainConfig, **env_options: Any) -> Trainer:
-    """Builds the training program for `config` (env options go to `ftw_jax.envs.make`)."""
+    """Builds the training program for `config` (env options go to `ftw_jax.envs.make`); a `model` checkpoint is
+    read here, once: its tokens write the environment, its shape and weights start the policy."""
+    pretrained = None
     env = envs.make(config.env, **env_options)
+    if config.model is not None:
+        from ftw_jax.lm.load import load_pretrained  # only a run from a checkpoint loads the LM package
+
+        pretrained = load_pretrained(config.model)
+        env = env.written_in(pretrained.tokenizer, pretrained.config.vocab_size)
     if config.probe_tasks and not env.has_success:
         raise ValueError(f"probe_tasks needs an environment with a notion of success; {config.env} has none.")
     env_params = env.default_params()
-    policy = make_policy(config, env)
+    policy = make_policy(config, env, pretrained=pretrained)
     optimizer = make_optimizer(config)
     context = Context(
         policy=policy,
-        make_network=functools.partial(make_policy, config, env),
+        make_network=functools.partial(make_policy, config, env, pretrained=pretrained),
         optimizer=optimizer,
         example=example_trajectory(env, env_params, policy),
         episodes_per_iteration=config.episodes_per_iteration,
         init_params=make_init_params(config, env, env_params, policy),
     )
     start_params = None
-    if getattr(policy, "pretrained", ""):  # a checkpoint's weights, read once
-        from ftw_jax.policies.lm import pretrained_params
+    if pretrained is not None:
+        from ftw_jax.policies.lm import checkpoint_params
 
-        start_params = pretrained_params(cast("LMPolicy", policy))  # a policy with a checkpoint is an LM's
+        start_params = checkpoint_params(cast("LMPolicy", policy), pretrained)  # FROM_CHECKPOINT builds an LM
     learner = algos.get(config.algorithm).make_learner(config.algorithm_config, context)
     if not isinstance(learner, Learner):
         raise ValueError(f"{config.algorithm}'s make_learner returned {type(learner).__name__}, not a Learner.")

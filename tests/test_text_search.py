@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 from conftest import jitted_steps
 
+from ftw_jax.envs import make
 from ftw_jax.envs.text_search import WORDS, TextSearchTask, text
+from ftw_jax.lm.load import load_pretrained
 from ftw_jax.rollout import demonstration
 from ftw_jax.train import TrainConfig, make_train
 from ftw_jax.warm_start import WarmStart, demonstrations, fit_demonstrations, imitation_loss
@@ -159,6 +161,10 @@ def test_a_warm_start_needs_a_demonstrator():
         make_train(TrainConfig.for_env("search", warm_start_demonstrations=16))
     with pytest.raises(ValueError, match="warm_start_steps must be"):
         TrainConfig.for_env("text-search", warm_start_steps=0)
+    with pytest.raises(ValueError, match="model must be a Hugging Face folder's path or None, got ''"):
+        TrainConfig.for_env("text-search", model="")
+    with pytest.raises(ValueError, match=r"model='x' needs a policy that starts from .*\(lm\), got policy 'transf"):
+        TrainConfig.for_env("search", policy="transformer", model="x")
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +177,8 @@ def chat_model(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.usefixtures("unchecked_key_reuse")
 def test_the_task_in_a_chat_models_tokens_reads_words_of_several_tokens(chat_model):
-    env = TextSearchTask(model=str(chat_model), guess_rate=0.0, step_limit=240)
+    pretrained = load_pretrained(chat_model)
+    env = TextSearchTask(guess_rate=0.0, step_limit=240).written_in(pretrained.tokenizer, pretrained.config.vocab_size)
     assert env.lexicon.max_pieces > 1 and env.num_actions == 320  # words of several tokens; the model's vocabulary
     demos, success = jax.jit(demonstrations, static_argnums=(1, 3))(jax.random.key(0), env, (), 8)
     assert bool(jnp.all(success))  # the demonstrator's multi-token words are read back as the words they spell
@@ -181,7 +188,11 @@ def test_the_task_in_a_chat_models_tokens_reads_words_of_several_tokens(chat_mod
     assert story.startswith("<|im_start|>user\n") and "<|im_start|>assistant\n <search> " in story
     assert story.endswith("</answer>")
     with pytest.raises(ValueError, match="step_limit must be in"):
-        TextSearchTask(model=str(chat_model))  # 64 steps cannot hold a two-hop episode in these tokens
+        TextSearchTask().written_in(pretrained.tokenizer, 320)  # 64 steps cannot hold a two-hop episode in these tokens
+    with pytest.raises(ValueError, match="lexicon is a pretrained model's tokens"):
+        TextSearchTask(lexicon=str(chat_model))  # not an --env-options option
+    with pytest.raises(ValueError, match="Sokoban is not written in text"):
+        make("sokoban").written_in(pretrained.tokenizer, 320)
 
 
 @pytest.mark.slow
@@ -192,7 +203,7 @@ def test_a_checkpoints_weights_are_an_argument_of_the_compiled_init(chat_model):
     from ftw_jax.runner import MemberRun, seed_keys
 
     trainer = make_train(
-        TrainConfig.for_env("text-search", warm_start_demonstrations=0), model=str(chat_model), step_limit=240
+        TrainConfig.for_env("text-search", warm_start_demonstrations=0, model=str(chat_model)), step_limit=240
     )
     other = jax.tree.map(lambda leaf: np.asarray(leaf) + 1.0, trainer.start_params)  # not the checkpoint's
     run = MemberRun(dataclasses.replace(trainer, start_params=other), seed_keys([0, 1]))
@@ -209,8 +220,8 @@ def test_lm_train_runs_on_a_checkpoint_from_its_weights(chat_model, tmp_path, ca
     from ftw_jax import cli
     from ftw_jax.lm import load
 
-    config = TrainConfig.for_env("text-search", warm_start_demonstrations=0)
-    trainer = make_train(config, model=str(chat_model), step_limit=240)
+    config = TrainConfig.for_env("text-search", warm_start_demonstrations=0, model=str(chat_model))
+    trainer = make_train(config, step_limit=240)
     _, params = load(chat_model)
     start = jax.jit(trainer.init)(jax.random.key(0)).learner.policy.params["params"]["lm"]
     for a, b in zip(jax.tree.leaves(start), jax.tree.leaves(params["params"])):
@@ -251,5 +262,5 @@ def test_lm_train_runs_on_a_checkpoint_from_its_weights(chat_model, tmp_path, ca
     ]
     assert cli.main(argv) == 0
     summary = json.loads(capsys.readouterr().out)
-    assert summary["env_options"]["model"] == str(chat_model) and len(summary["start"]["success"]) == 1
+    assert summary["config"]["model"] == str(chat_model) and len(summary["start"]["success"]) == 1
     assert summary["updates_applied"][0] > 0

@@ -92,15 +92,6 @@ def _add_train_parser(commands) -> None:
     )
     add_seeds(train)
     train.add_argument(
-        "--model",
-        type=pathlib.Path,
-        default=None,
-        metavar="PATH",
-        help="a Hugging Face Llama/Qwen2 folder with its tokenizer: the task is written in its tokens "
-        "and chat template, and its weights are the starting policy (default: a tiny fresh LM "
-        "over the task's own 58 words); needs --env-options step_limit=N for its longer episodes",
-    )
-    train.add_argument(
         "--env-options",
         type=env_options,
         default={},
@@ -109,13 +100,7 @@ def _add_train_parser(commands) -> None:
     add_settings(train, training_settings(), env_defaults="text-search")
     add_run_folder_arguments(train)
     train.add_argument("--no-plot", action="store_true", help="do not write the learning-curve PNG")
-    train.set_defaults(handler=run_train, env="text-search")
-
-
-def run_train(args: argparse.Namespace) -> int:
-    if args.model is not None:  # an environment option: the task and the policy both follow the checkpoint
-        args.env_options = {**args.env_options, "model": str(args.model)}
-    return train_command.run(args)
+    train.set_defaults(handler=train_command.run, env="text-search")
 
 
 def _mesh(text: str) -> tuple[int, int]:

@@ -11,10 +11,13 @@ might vary lives in `params`. `step` after `done` must stay finite (rollouts mas
 from __future__ import annotations
 
 import abc
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
+
+if TYPE_CHECKING:
+    from ftw_jax.lm.tokenizer import Tokenizer
 
 
 class Environment(abc.ABC):
@@ -42,6 +45,14 @@ class Environment(abc.ABC):
         """V where observations are token ids in [0, V) (a token environment: the transformer and the LM embed
         them); None otherwise."""
         return None
+
+    def written_in(self, tokenizer: Tokenizer, vocab_size: int) -> Environment:
+        """This environment with its text in a pretrained model's tokens (`tokenizer`'s, the actions its
+        `vocab_size` embedding rows), for a policy that starts from that model; a ValueError where it has no text."""
+        raise ValueError(
+            f"{type(self).__name__} is not written in text: a run that starts from a pretrained model needs a text "
+            "environment (text-search)."
+        )
 
     @abc.abstractmethod
     def default_params(self) -> Any:

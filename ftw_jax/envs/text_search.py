@@ -25,7 +25,6 @@ Observation at step t: the token written at step t − 1 (`<bos>` at t = 0). Act
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -68,27 +67,24 @@ def _ids(text: str) -> list[int]:
 class Lexicon:
     """How the task is written in a model's tokens: each word of `WORDS` as its token ids, and the prompt's
     tokens before and after the question (a chat template's). The task's own word-level vocabulary is
-    `Lexicon.words()`: every word one token, the prompt `<bos>` and the question."""
+    `Lexicon.words()`: every word one token, the prompt `<bos>` and the question; a model's is
+    `Lexicon.of_tokenizer(its tokenizer, its vocabulary size)`, which keeps the tokenizer."""
 
     pieces: tuple[tuple[int, ...], ...]  # per word of WORDS
     vocab_size: int  # the model's: its actions
     prompt_prefix: tuple[int, ...]
     prompt_suffix: tuple[int, ...] = ()
+    tokenizer: Tokenizer | None = dataclasses.field(default=None, compare=False, repr=False)  # None: the task's words
 
     @classmethod
     def words(cls) -> Lexicon:
         return cls(pieces=tuple((index,) for index in range(len(WORDS))), vocab_size=len(WORDS), prompt_prefix=(BOS,))
 
     @classmethod
-    def of_model(cls, path: str) -> Lexicon:
-        """The lexicon of a Hugging Face folder: its tokenizer spells each word (after a space, as in running
-        text), its chat template wraps the instructions and the question as the user's turn."""
-        import json
-        import pathlib
-
-        from ftw_jax.lm.tokenizer import load_tokenizer
-
-        tokenizer = load_tokenizer(path)
+    def of_tokenizer(cls, tokenizer: Tokenizer, vocab_size: int) -> Lexicon:
+        """A model's lexicon: its tokenizer spells each word (after a space, as in running text), its chat
+        template wraps the instructions and the question as the user's turn; `vocab_size` is the model's
+        embedding rows (which may outnumber the tokenizer's tokens)."""
         mark = "QUESTION_GOES_HERE"
         prompt = tokenizer.chat([{"role": "user", "content": f"{INSTRUCTIONS} {mark}"}])
         before, after = prompt.split(mark)
@@ -97,17 +93,17 @@ class Lexicon:
         for word, ids in zip(WORDS[len(SPECIAL) :], pieces[len(SPECIAL) :]):
             if not ids or ids in spelled:
                 raise ValueError(
-                    f"the tokenizer in {path} spells {word!r} as {list(ids)}, "
+                    f"the model's tokenizer spells {word!r} as {list(ids)}, "
                     + (f"as it spells {spelled[ids]!r}" if ids in spelled else "no tokens")
                     + ": the task needs every word told apart."
                 )
             spelled[ids] = word
-        vocab_size = json.loads((pathlib.Path(path) / "config.json").read_text())["vocab_size"]
         return cls(
             pieces=pieces,
             vocab_size=vocab_size,
             prompt_prefix=tuple(tokenizer.encode(before.rstrip(" "))),
             prompt_suffix=tuple(tokenizer.encode(after)),
+            tokenizer=tokenizer,
         )
 
     @property
@@ -147,8 +143,8 @@ class TextSearchState(flax.struct.PyTreeNode):
 class TextSearchTask(Environment):
     """The text search agent's task. `two_hop_fraction`: the share of two-hop questions; `guess_rate`: how
     often a demonstration answers without searching (a guess), so that a model warm-started on them is right
-    only part of the time and reinforcement has something to improve. `model`: a Hugging Face folder whose
-    tokenizer and chat template write the task (its vocabulary the actions); "" for the task's own words."""
+    only part of the time and reinforcement has something to improve. `lexicon`: the tokens the task is written
+    in, the task's own words unless a pretrained model's (`written_in`)."""
 
     has_success = True
     has_expert = True
@@ -159,9 +155,13 @@ class TextSearchTask(Environment):
     step_limit: int = 64
     max_searches: int = 3
     guess_rate: float = 0.5
-    model: str = ""
+    lexicon: Lexicon = Lexicon.words()
 
     def __post_init__(self):
+        if not isinstance(self.lexicon, Lexicon):
+            raise ValueError(
+                f"lexicon is a pretrained model's tokens (written_in), not an option; got {self.lexicon!r}."
+            )
         if not 2 <= self.num_people <= len(NAMES):
             raise ValueError(f"num_people must be in [2, {len(NAMES)}], got {self.num_people!r}.")
         if not 2 <= self.num_values <= len(CITIES):
@@ -178,9 +178,8 @@ class TextSearchTask(Environment):
         if not 2 <= self.max_searches <= 16:
             raise ValueError(f"max_searches must be in [2, 16] (two hops need two), got {self.max_searches!r}.")
 
-    @functools.cached_property
-    def lexicon(self) -> Lexicon:
-        return Lexicon.of_model(self.model) if self.model else Lexicon.words()
+    def written_in(self, tokenizer: Tokenizer, vocab_size: int) -> TextSearchTask:
+        return dataclasses.replace(self, lexicon=Lexicon.of_tokenizer(tokenizer, vocab_size))
 
     @property
     def two_hop_steps(self) -> int:
@@ -216,11 +215,11 @@ class TextSearchTask(Environment):
     def tokenizer(self) -> Tokenizer:
         """The task's word-level Hugging Face tokenizer over `WORDS` (`ftw_jax.lm.Tokenizer`; ids = the
         environment's), or the model's own."""
-        from ftw_jax.lm.tokenizer import Tokenizer, load_tokenizer
-
-        if self.model:
-            return load_tokenizer(self.model)
+        if self.lexicon.tokenizer is not None:
+            return self.lexicon.tokenizer
         import tokenizers
+
+        from ftw_jax.lm.tokenizer import Tokenizer
 
         backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(_ID, unk_token="<unk>"))
         backend.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()

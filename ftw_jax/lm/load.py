@@ -2,6 +2,7 @@
 
     model, params = load("path/to/Qwen2.5-0.5B-Instruct", dtype="bfloat16")
     logits = model.apply(params, tokens)                   # int32 [B, L] -> float32 [B, L, V]
+    pretrained = load_pretrained("path/to/Qwen2.5-0.5B-Instruct")  # its config, params and tokenizer, read once
 
 The weights are `model.safetensors`, or the shards that `model.safetensors.index.json` lists. Every tensor's
 name and shape is checked against the model's before any is read: a missing, extra or misshaped tensor is
@@ -27,6 +28,7 @@ import numpy as np
 
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.model import CausalLM
+from ftw_jax.lm.tokenizer import Tokenizer, load_tokenizer
 
 _LAYER = "model.layers.{}."
 
@@ -180,6 +182,23 @@ def load(
             value = take(pattern)
         _set(params, target, value)
     return CausalLM(config), {"params": params}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity: it holds the weights
+class Pretrained:
+    """A checkpoint read once, for a run that starts from it: the model's shape, its weights and its tokenizer."""
+
+    path: str
+    config: LMConfig
+    params: dict = dataclasses.field(repr=False)  # {"params": ...}
+    tokenizer: Tokenizer = dataclasses.field(repr=False)
+
+
+def load_pretrained(path: str | os.PathLike[str], dtype: str = "float32") -> Pretrained:
+    """`load`'s model and weights and `load_tokenizer`'s tokenizer of a Hugging Face folder, as one record."""
+    tokenizer = load_tokenizer(path)  # first: the cheaper file to find missing
+    model, params = load(path, dtype=dtype)
+    return Pretrained(path=str(path), config=model.config, params=params, tokenizer=tokenizer)
 
 
 def _read(files: dict[str, pathlib.Path], dtype: str) -> dict[str, jax.Array]:

@@ -124,15 +124,21 @@ ARCHITECTURES = {
 }
 
 
-def _lm_policy(num_outputs: int, env) -> Policy:
-    """A tiny fresh LM over the environment's vocabulary, or the checkpoint the environment is written for
-    (`env.model`, a Hugging Face folder): its shape, and its weights as the starting params (`pretrained`)."""
-    from ftw_jax.lm.config import pretrained_config, tiny_config  # only this loads the LM package
+# Architecture name -> `build(num_outputs, env, pretrained)` for those that can start from a pretrained
+# checkpoint (`ftw_jax.lm.load.Pretrained`, the run's `model` setting): its shape, and later its weights.
+FROM_CHECKPOINT = {
+    "lm": lambda num_outputs, env, pretrained: _lm_policy(num_outputs, env, pretrained.config),
+}
+
+
+def _lm_policy(num_outputs: int, env, config=None) -> Policy:
+    """An LM over the environment's token histories: `config`'s shape (a checkpoint's), else a tiny fresh one over
+    the environment's vocabulary."""
+    from ftw_jax.lm.config import tiny_config  # only this loads the LM package
     from ftw_jax.policies.lm import LMPolicy
 
-    model = getattr(env, "model", "")
-    config = pretrained_config(model) if model else tiny_config(_vocabulary(env, "lm"))
-    return LMPolicy(num_actions=num_outputs, config=config, max_length=env.max_steps, pretrained=model)
+    config = config or tiny_config(_vocabulary(env, "lm"))
+    return LMPolicy(num_actions=num_outputs, config=config, max_length=env.max_steps)
 
 
 def _vocabulary(env, architecture: str) -> int:

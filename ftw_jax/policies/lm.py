@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from ftw_jax.actions import WithLegalActions, mask_illegal, split_legal_actions
 from ftw_jax.lm.config import LMConfig
-from ftw_jax.lm.load import load
+from ftw_jax.lm.load import Pretrained
 from ftw_jax.lm.model import CausalLM, head_logits, init_cache
 from ftw_jax.losses import ChunkedLogits
 from ftw_jax.policies.base import Policy
@@ -42,14 +42,14 @@ def logits_chunk_for(vocab_size: int, logits_chunk: int | None) -> int:
     return DEFAULT_LOGITS_CHUNK if vocab_size >= CHUNKED_VOCABULARY else 0
 
 
-def pretrained_params(policy: LMPolicy) -> dict:
-    """The policy's params holding its checkpoint's weights (the model is its submodule "lm")."""
-    _, params = load(policy.pretrained, dtype=policy.config.dtype)
-    if policy.num_actions != policy.config.vocab_size:
+def checkpoint_params(policy: LMPolicy, pretrained: Pretrained) -> dict:
+    """The policy's params holding a checkpoint's weights (the model is its submodule "lm")."""
+    if policy.num_actions != pretrained.config.vocab_size:
         raise ValueError(
-            f"a pretrained LM acts over its vocabulary ({policy.config.vocab_size}), not {policy.num_actions} actions."
+            f"a pretrained LM acts over its vocabulary ({pretrained.config.vocab_size}), not {policy.num_actions} "
+            "actions."
         )
-    return {"params": {"lm": params["params"]}}
+    return {"params": {"lm": pretrained.params["params"]}}
 
 
 class LMPolicy(Policy):
@@ -59,7 +59,6 @@ class LMPolicy(Policy):
     num_actions: int
     config: LMConfig
     max_length: int  # the cache's slots: the longest episode
-    pretrained: str = ""  # a Hugging Face folder whose weights are the starting params (`pretrained_params`)
     logits_chunk: int = 0  # > 0: the update makes the logits this many steps at a time (`chunked_logits`)
     cached: ClassVar[bool] = True
 
