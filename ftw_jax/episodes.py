@@ -26,7 +26,8 @@ import json
 import math
 import os
 import pathlib
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -319,3 +320,81 @@ def sample_records(sample: Sample, rewards: npt.ArrayLike, version: int) -> list
         )
         records.append({"tokens": [int(token) for token in tokens], "spans": spans, "reward": float(reward)})
     return records
+
+
+class EpisodeFeed:
+    """The episodes of a file still to learn from, `batch_size` at a time in file order: those read, then
+    (`follow`) those an engine appends, until `idle_timeout` seconds pass without a new line."""
+
+    def __init__(
+        self,
+        tail: EpisodeTail,
+        batch_size: int,
+        follow: bool,
+        idle_timeout: float | None,
+        poll_seconds: float,
+        log: Callable[[str], None],
+    ):
+        self.tail, self.batch_size, self.follow, self.log = tail, batch_size, follow, log
+        self.idle_timeout, self.poll_seconds = idle_timeout, poll_seconds
+        self.pending = tail.read(complete=not follow)  # read, not learnt from yet (a follower waits for a last
+        self._log_bad_lines(0)  # line's newline)
+        if not self.pending and not follow:
+            raise ValueError(f"{tail.path} holds no usable episode.")
+        self.to_skip = 0  # lines learnt from before a restart, not read yet
+        self.idle_since, self.handed_out = time.monotonic(), False  # idle: waiting, not learning
+
+    def start_after(self, used: int) -> None:
+        """Leaves out the first `used` episodes, which the run learnt from before it was resumed."""
+        # The run's next episode is the (used + 1)-th: a rewritten file has none (a follower may lack one last
+        # line that a run without --follow learnt before its newline came).
+        if used - len(self.pending) > (1 if self.follow else 0):
+            raise ValueError(
+                f"{self.tail.path} now holds {len(self.pending)} usable episodes, fewer than the {used} this run has "
+                "learnt from: an engine appends to the file, never rewrites it; resume with the whole file, or start "
+                "a new run."
+            )
+        self.pending, self.to_skip = self.pending[used:], max(used - len(self.pending), 0)
+
+    def plan(self, done: int) -> tuple[int | None, str]:
+        """(the iteration the run ends at after `done`, None while following; what it will learn from, in words)."""
+        total = None if self.follow else done + -(-len(self.pending) // self.batch_size)
+        plan = (
+            f"then those appended to {self.tail.path} as they come, {self.batch_size} an iteration"
+            if total is None
+            else f"in {total - done} iterations of up to {self.batch_size}"
+        )
+        skipped = len(self.tail.report.skipped)
+        return total, f"learning from {len(self.pending)} new episodes ({skipped} bad lines skipped) {plan}"
+
+    def _log_bad_lines(self, reported: int) -> None:
+        problems = self.tail.report.skipped[reported:]
+        for problem in problems[:10]:
+            self.log(f"skipped {problem}")
+        if len(problems) > 10:
+            self.log(f"... and {len(problems) - 10} more bad lines skipped")
+
+    def next_batch(self) -> list[Episode] | None:
+        """The next batch (without `follow` the last may be short; a follower learns from whole ones only); [] when
+        a follower has none yet (after a poll: ask again); None when all are learnt from, or the idle timeout
+        passed without a new line."""
+        if self.handed_out:  # the last batch has been learnt from: idle from now
+            self.idle_since, self.handed_out = time.monotonic(), False
+        if self.follow and len(self.pending) < self.batch_size:
+            reported = len(self.tail.report.skipped)
+            new = self.tail.read()
+            self._log_bad_lines(reported)
+            dropped = min(self.to_skip, len(new))
+            new, self.to_skip = new[dropped:], self.to_skip - dropped
+            if new or dropped:
+                self.pending, self.idle_since = self.pending + new, time.monotonic()
+            elif self.idle_timeout is not None and time.monotonic() - self.idle_since >= self.idle_timeout:
+                return None
+            else:
+                time.sleep(self.poll_seconds)
+            return []
+        if not self.pending:
+            return None
+        batch, self.pending = self.pending[: self.batch_size], self.pending[self.batch_size :]
+        self.handed_out = True
+        return batch

@@ -22,7 +22,7 @@ import json
 import pathlib
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +32,7 @@ from ftw_jax import algos, diagnostics, runs, skips
 from ftw_jax.algos.base import Context, Learner
 from ftw_jax.algos.ftw import FTWConfig, FTWLearnerState
 from ftw_jax.checks import check_seed
+from ftw_jax.episodes import Episode, EpisodeFeed, EpisodeTail, check_versions, to_trajectories
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.policies.lm import LMPolicy, logits_chunk_for
 from ftw_jax.pool import Trajectory
@@ -286,13 +287,6 @@ def replicated(tree: Any, mesh: Mesh) -> Any:
     )
 
 
-def _log_bad_lines(problems: list[str], log: Callable[[str], None]) -> None:
-    for problem in problems[:10]:
-        log(f"skipped {problem}")
-    if len(problems) > 10:
-        log(f"... and {len(problems) - 10} more bad lines skipped")
-
-
 def stale_episodes(batch: Trajectory, version: int, max_staleness: int | None) -> int:
     """How many of a batch's episodes [B, T] were written by a policy more than `max_staleness` versions before
     `version` (their oldest model token's, `diagnostics.staleness`): the pool never selects them
@@ -303,13 +297,104 @@ def stale_episodes(batch: Trajectory, version: int, max_staleness: int | None) -
     return int(np.sum(np.asarray(staleness) > max_staleness))
 
 
+class LearnReport(Protocol):
+    """Where `learn_from_file` tells what it does; the command line's writes metrics.jsonl, summary.json and the
+    log lines (`ftw_jax.cli.outputs.LearnOutputs`)."""
+
+    @property
+    def log(self) -> Callable[[str], None]: ...
+
+    def resumed(self, iterations: int) -> None:
+        """The run goes on after iteration `iterations`: what was reported of later ones is dropped."""
+
+    def iteration(self, row: dict, total: int | None) -> None:
+        """One iteration's metrics (`row["iteration"]` of `total`, None while following)."""
+
+
+def _resumed(
+    checkpointer: Checkpointer | None, state: FTWLearnerState, log: Callable[[str], None]
+) -> tuple[int, FTWLearnerState, int, dict]:
+    """(iterations done, state, episodes learnt from, skipped-update totals): the checkpointer's latest, else
+    a new run's."""
+    restored = checkpointer.restore(state) if checkpointer else None
+    if not restored:
+        return 0, state, 0, dict.fromkeys(skips.TOTALS, 0)
+    done, state, record = restored
+    used = record["episodes_used"]
+    log(f"resumed after iteration {done} ({used} episodes learnt from)")
+    # "skipped" is absent from checkpoints written before skips were counted
+    return done, state, used, {**dict.fromkeys(skips.TOTALS, 0), **record.get("skipped", {})}
+
+
+def learn_batch(
+    learner: EpisodeLearner,
+    state: FTWLearnerState,
+    place: Callable[[Any], Any],
+    episodes: list[Episode],
+    iteration: int,
+    path: pathlib.Path,
+    skipped: dict,
+) -> tuple[FTWLearnerState, dict, dict]:
+    """One iteration on a batch of episodes of the file at `path`: (state, its metrics row, the skipped-update
+    totals after `skipped`, those before it)."""
+    version_before = int(host_array(state.policy.version))
+    check_versions(episodes, version_before, path)
+    batch = to_trajectories(episodes, learner.config.max_length)
+    state, metrics = learner.step(state, place(batch), iteration)
+    row = {
+        "reward_mean": float(np.mean([episode.reward for episode in episodes])),
+        "episodes_stale": stale_episodes(batch, version_before, learner.config.algorithm_config.max_staleness),
+        **metrics_row(metrics),
+        **iteration_counts(metrics),
+    }
+    one_iteration = {name: [row[name]] for name in skips.COUNTS}  # [I = 1]
+    return state, row, {name: int(value) for name, value in skips.totals_after(skipped, one_iteration).items()}
+
+
+def _placed_model(model_path: pathlib.Path, config: LearnConfig, mesh: tuple[int, int] | None):
+    """(model, params, place): the checkpoint, its weights laid out over `mesh` (data, model) of this host's
+    devices if given (FSDP over "data", tensor parallel over "model"; the jitted step keeps the layout), and
+    what puts a host batch where the step reads it."""
+    from ftw_jax.lm.load import load
+
+    model, params = load(model_path, dtype=config.dtype, param_dtype=config.param_dtype)
+    if jax.process_count() > 1 and mesh is None:
+        raise ValueError(
+            f"{jax.process_count()} processes need --mesh DATAxMODEL over all {jax.device_count()} devices."
+        )
+    if mesh is None:
+        return model, params, lambda tree: tree  # one process: numpy batches go to the step as they are
+    from ftw_jax.lm.sharding import make_mesh, shard_params
+
+    device_mesh = make_mesh(*mesh)
+    return model, shard_params(params, device_mesh), lambda tree: replicated(tree, device_mesh)
+
+
+def _stuck(config: LearnConfig, skipped: dict, limit: int | None) -> skips.SkippedUpdates | None:
+    """The error that stops a learner whose last `limit` ready updates were all skipped; None while it is not."""
+    if not skips.stuck(np.asarray(skipped["skipped_in_a_row"]), limit):
+        return None
+    assert limit is not None  # nothing is stuck without a limit
+    return skips.SkippedUpdates(
+        skips.stop_message(
+            ["the learner"],
+            np.asarray([skipped["skipped_in_a_row"]]),
+            np.asarray([skipped["nonfinite_in_a_row"]]),
+            limit,
+            whole="a whole iteration" if config.stop_after_skipped is None else "",
+            nonfinite_advice="try --param-dtype float32 or --dtype float32, "
+            + skips.NONFINITE_ADVICE.removeprefix("try "),
+        )
+    )
+
+
 def learn_from_file(
     config: LearnConfig,
     episodes_path: pathlib.Path,
     model_path: pathlib.Path,
     run_folder: pathlib.Path,
     checkpointer: Checkpointer | None,
-    log: Callable[[str], None],
+    report: LearnReport,
     *,
     skip_bad: bool = False,
     mesh: tuple[int, int] | None = None,
@@ -320,147 +405,53 @@ def learn_from_file(
     With `config.follow` it then learns the lines an engine appends, a whole batch of B at a time, until a stop
     is asked for (SIGINT, SIGTERM) or `idle_timeout` passes without a new line.
     `mesh` (data, model) lays the weights out over that many of this host's devices (`lm.sharding`).
-    Returns the summary it writes to summary.json."""
-    from ftw_jax.episodes import EpisodeTail, check_versions, to_trajectories
-    from ftw_jax.lm.load import load
-
+    Returns the run's summary."""
     started = time.perf_counter()
-    model, params = load(model_path, dtype=config.dtype, param_dtype=config.param_dtype)
-    place = lambda tree: tree  # noqa: E731 (one process: numpy batches go to the step as they are)
-    if jax.process_count() > 1 and mesh is None:
-        raise ValueError(
-            f"{jax.process_count()} processes need --mesh DATAxMODEL over all {jax.device_count()} devices."
-        )
-    if mesh is not None:  # FSDP over "data", tensor parallel over "model"; the jitted step keeps the layout
-        from ftw_jax.lm.sharding import make_mesh, shard_params
-
-        device_mesh = make_mesh(*mesh)
-        params = shard_params(params, device_mesh)
-        place = lambda tree: replicated(tree, device_mesh)  # noqa: E731
+    model, params, place = _placed_model(model_path, config, mesh)
     tail = EpisodeTail(
         episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length, skip_bad=skip_bad
     )
-    episodes = tail.read(complete=not config.follow)  # a follower waits for a last line's newline
-    _log_bad_lines(tail.report.skipped, log)
-    if not episodes and not config.follow:
-        raise ValueError(f"{episodes_path} holds no usable episode.")
+    feed = EpisodeFeed(
+        tail, config.episodes_per_iteration, config.follow, config.idle_timeout, config.poll_seconds, report.log
+    )
     learner = EpisodeLearner.build(config, model.config)
-    state = learner.init(params)
-    episodes_per_batch = config.episodes_per_iteration
-    done, used = 0, 0  # iterations done, episodes learnt from
-    skipped = dict.fromkeys(skips.TOTALS, 0)  # ready updates skipped so far, and in a row
-    restored = checkpointer.restore(state) if checkpointer else None
-    if restored:
-        done, state, record = restored
-        used = record["episodes_used"]
-        skipped.update(record.get("skipped", {}))  # absent from checkpoints written before skips were counted
-        log(f"resumed after iteration {done} ({used} episodes learnt from)")
-    # The run's next episode is the (used + 1)-th: a rewritten file has none (a follower may lack one last line
-    # that a run without --follow learnt before its newline came).
-    if used - len(episodes) > (1 if config.follow else 0):
-        raise ValueError(
-            f"{episodes_path} now holds {len(episodes)} usable episodes, fewer than the {used} this run has learnt "
-            "from: an engine appends to the file, never rewrites it; resume with the whole file, or start a new run."
-        )
-    if jax.process_index() == 0:
-        runs.keep_rows_up_to(run_folder / "metrics.jsonl", done, range(1, done + 1), [None])
-    pending = episodes[used:]  # read, not learnt from yet (a follower may not have read up to `used` yet)
-    to_skip = max(used - len(episodes), 0)
-    total = None if config.follow else done + -(-len(pending) // episodes_per_batch)  # iterations, when known
-    plan = (
-        f"then those appended to {episodes_path} as they come, {episodes_per_batch} an iteration"
-        if total is None
-        else f"in {total - done} iterations of up to {episodes_per_batch}"
-    )
-    log(
-        f"learning from {len(pending)} new episodes ({len(tail.report.skipped)} bad lines skipped) {plan}; "
-        f"run folder {run_folder}"
-    )
-    weights, iteration, idle_since = None, done, time.monotonic()
-    updates = config.algorithm_config.updates_per_iteration  # U
-    limit = skips.limit_of(config.stop_after_skipped, updates)
-    while True:
+    done, state, used, skipped = _resumed(checkpointer, learner.init(params), report.log)
+    feed.start_after(used)
+    report.resumed(done)
+    total, plan = feed.plan(done)
+    report.log(f"{plan}; run folder {run_folder}")
+    weights, iteration = None, done
+    limit = skips.limit_of(config.stop_after_skipped, config.algorithm_config.updates_per_iteration)
+    while (chunk := feed.next_batch()) is not None:
         raise_if_stopped()
-        if config.follow and len(pending) < episodes_per_batch:  # a follower learns from whole batches only
-            reported = len(tail.report.skipped)
-            new = tail.read()
-            _log_bad_lines(tail.report.skipped[reported:], log)
-            dropped = min(to_skip, len(new))  # lines this run learnt from before a restart
-            new, to_skip = new[dropped:], to_skip - dropped
-            if new or dropped:
-                pending, idle_since = pending + new, time.monotonic()
-            elif config.idle_timeout is not None and time.monotonic() - idle_since >= config.idle_timeout:
-                break
-            else:
-                time.sleep(config.poll_seconds)
+        if not chunk:  # following: nothing new yet
             continue
-        if not pending:
-            break
-        # the last one may be short without --follow
-        chunk, pending = pending[:episodes_per_batch], pending[episodes_per_batch:]
-        version_before = int(host_array(state.policy.version))
-        check_versions(chunk, version_before, episodes_path)
-        used += len(chunk)
-        batch = to_trajectories(chunk, config.max_length)
-        state, metrics = learner.step(state, place(batch), iteration)
-        counts = iteration_counts(metrics)
-        one_iteration = {name: [value] for name, value in counts.items()}  # [I = 1]
-        skipped = {name: int(value) for name, value in skips.totals_after(skipped, one_iteration).items()}
-        iteration, idle_since = iteration + 1, time.monotonic()  # idle: waiting, not learning
-        row = {
-            "iteration": iteration,
-            "episodes": used,
-            "reward_mean": float(np.mean([episode.reward for episode in chunk])),
-            "episodes_stale": stale_episodes(batch, version_before, config.algorithm_config.max_staleness),
-            **metrics_row(metrics),
-            **counts,
-        }
-        if jax.process_index() == 0:
-            runs.append_lines(run_folder / "metrics.jsonl", [row])
-        log(
-            f"iteration {iteration:>4}{'' if total is None else f'/{total}'}  reward {row['reward_mean']:.3f}  "
-            f"elite reward {row['elite_return_mean']:.3f}  cross-entropy {row['cross_entropy']:.4f}  "
-            f"kl {row['kl']:.4f}  staleness {row['pool_staleness_mean']:.1f}  version {row['version']}  "
-            f"skipped {counts['skipped_count']}/{updates}"
-        )
-        last = iteration == total
-        stuck = bool(skips.stuck(np.asarray(skipped["skipped_in_a_row"]), limit))
+        state, row, skipped = learn_batch(learner, state, place, chunk, iteration, episodes_path, skipped)
+        used, iteration = used + len(chunk), iteration + 1
+        report.iteration({"iteration": iteration, "episodes": used, **row}, total)
+        last, stuck = iteration == total, _stuck(config, skipped, limit)
         if iteration % config.save_every == 0 or last:
             weights = save_weights(run_folder, learner, state, model_path)
         if checkpointer:  # a stopped run resumes from this iteration
-            checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped}, final=last or stuck)
+            checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped}, final=last or bool(stuck))
         if stuck:
-            assert limit is not None  # nothing is stuck without a limit
-            raise skips.SkippedUpdates(
-                skips.stop_message(
-                    ["the learner"],
-                    np.asarray([skipped["skipped_in_a_row"]]),
-                    np.asarray([skipped["nonfinite_in_a_row"]]),
-                    limit,
-                    whole="a whole iteration" if config.stop_after_skipped is None else "",
-                    nonfinite_advice="try --param-dtype float32 or --dtype float32, "
-                    + skips.NONFINITE_ADVICE.removeprefix("try "),
-                )
-            )
+            raise stuck
     if config.follow and checkpointer and iteration > done and iteration % checkpointer.every:
         checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped}, final=True)
     version = int(host_array(state.policy.version))
     if weights != weights_folder(run_folder, version):  # the newest version, written once
         weights = save_weights(run_folder, learner, state, model_path)
-    if config.follow and pending:
-        log(f"stopped following after {config.idle_timeout} s without a new line; {len(pending)} episodes wait")
-    summary = {
+    if config.follow and feed.pending:
+        waiting = len(feed.pending)
+        report.log(f"stopped following after {config.idle_timeout} s without a new line; {waiting} episodes wait")
+    return {
         "episodes": used,
         "bad_lines_skipped": len(tail.report.skipped),
         "iterations": iteration,
         "version": version,
         "updates_applied": version,
-        "updates_skipped": skipped["updates_skipped"],
-        "updates_nonfinite": skipped["updates_nonfinite"],
+        **{name: skipped[name] for name in ("updates_skipped", "updates_nonfinite")},
         "weights": str(weights),
         "devices": jax.device_count(),
         "seconds": time.perf_counter() - started,
     }
-    if jax.process_index() == 0:
-        runs.write_json(run_folder / "summary.json", summary)
-    return summary

@@ -235,8 +235,8 @@ MUTATIONS = (
         "skips-lm-learn-run-lost-on-resume",
         "lm learn forgets on resume the updates it skipped",
         "ftw_jax/lm_learner.py",
-        'skipped.update(record.get("skipped", {}))',
-        "pass",
+        '**record.get("skipped", {})}',
+        "}",
         ("tests/test_lm_learner.py", "-k", "non_finite_stops"),
     ),
     # Resume, checkpoints, sweeps and comparisons.

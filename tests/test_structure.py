@@ -16,7 +16,6 @@ MAX_MODULE_LINES = 500  # with everything
 LONG_FUNCTIONS = {
     "compare.py:compare",
     "episodes.py:parse_episode",
-    "lm_learner.py:learn_from_file",
     "lm/sampler.py:make_sampler",
     "rollout.py:play",
     "update.py:make_update",

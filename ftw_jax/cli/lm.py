@@ -8,6 +8,7 @@ import dataclasses
 import json
 import pathlib
 
+from ftw_jax.cli import outputs
 from ftw_jax.cli import train as train_command
 from ftw_jax.cli.cluster import add_cluster_arguments, native_output_to_stderr, start_processes
 from ftw_jax.cli.flags import (
@@ -129,8 +130,13 @@ def run_learn(args: argparse.Namespace) -> int:
         import jax
 
         main_process = jax.process_index() == 0  # the one that writes files and prints
-        log = logger(args) if main_process else (lambda message: None)
         folder, checkpointer = open_run(args, "lm-learn", fingerprint, writer=main_process)
+        report = outputs.LearnOutputs(
+            folder,
+            log=logger(args) if main_process else (lambda message: None),
+            updates=config.algorithm_config.updates_per_iteration,
+            writer=main_process,
+        )
         try:
             summary = learn_from_file(
                 config,
@@ -138,21 +144,18 @@ def run_learn(args: argparse.Namespace) -> int:
                 args.model,
                 folder,
                 checkpointer,
-                log,
+                report,
                 skip_bad=args.skip_bad_lines,
                 mesh=args.mesh,
             )
         finally:
             if checkpointer:
                 checkpointer.close()
+        report.finished(summary)
     if not main_process:
         return 0
     if args.json:
         print(json.dumps(summary))
     else:
-        print(
-            f"{summary['episodes']} episodes, {summary['iterations']} iterations, policy version "
-            f"{summary['version']} ({summary['updates_skipped']:,} updates skipped, {summary['updates_nonfinite']:,} "
-            f"non-finite): weights in {summary['weights']} ({summary['seconds']:.1f} s)"
-        )
+        outputs.print_learn_summary(summary)
     return 0

@@ -318,3 +318,43 @@ def print_comparison(table: str, summary: dict) -> None:
     print(f"updates skipped, all reported seeds: {skipped}")
     files = "table.md, results.csv, seeds.csv, curves.npz, curves*.png"
     print(f"{summary['seconds']:.1f} s; {files} in {summary['run_folder']}")
+
+
+# ------------------------------------------------------------------------------------------------------ lm learn
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnOutputs:
+    """What `lm learn` writes and prints (`ftw_jax.lm_learner.LearnReport`): a metrics.jsonl row and a log line per
+    iteration, and summary.json; only the process that writes (the main one) touches the files."""
+
+    folder: pathlib.Path
+    log: typing.Callable[[str], None]
+    updates: int  # U, of which the log line counts those skipped
+    writer: bool = True
+
+    def resumed(self, iterations: int) -> None:
+        if self.writer:
+            runs.keep_rows_up_to(self.folder / "metrics.jsonl", iterations, range(1, iterations + 1), [None])
+
+    def iteration(self, row: dict, total: int | None) -> None:
+        if self.writer:
+            runs.append_lines(self.folder / "metrics.jsonl", [row])
+        self.log(
+            f"iteration {row['iteration']:>4}{'' if total is None else f'/{total}'}  reward {row['reward_mean']:.3f}  "
+            f"elite reward {row['elite_return_mean']:.3f}  cross-entropy {row['cross_entropy']:.4f}  "
+            f"kl {row['kl']:.4f}  staleness {row['pool_staleness_mean']:.1f}  version {row['version']}  "
+            f"skipped {row['skipped_count']}/{self.updates}"
+        )
+
+    def finished(self, summary: dict) -> None:
+        if self.writer:
+            runs.write_json(self.folder / "summary.json", summary)
+
+
+def print_learn_summary(summary: dict) -> None:
+    print(
+        f"{summary['episodes']} episodes, {summary['iterations']} iterations, policy version "
+        f"{summary['version']} ({summary['updates_skipped']:,} updates skipped, {summary['updates_nonfinite']:,} "
+        f"non-finite): weights in {summary['weights']} ({summary['seconds']:.1f} s)"
+    )
