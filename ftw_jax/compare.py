@@ -1,9 +1,9 @@
-"""Algorithms side by side at a matched budget, and the statistics that report them.
+"""Algorithms side by side at a matched budget.
 
     comparison = compare("sokoban", ["ftw", "ppo", "grpo", "reinforce"], seeds=range(10),
                          search=8, tuning_seeds=[1000, 1001, 1002])
-    rows = summary_rows(comparison)     # per algorithm: final and AUC, mean [95% t- and bootstrap CIs], IQM
-    tests = difference_rows(comparison, "ftw")      # FTW minus each baseline: Welch's t-test, Mann–Whitney
+
+reported as rows and tables by `ftw_jax.comparison_tables`, with the statistics of `ftw_jax.stats`.
 
 Matched budget: every algorithm runs the environment's `TrainConfig` with the same overrides, so the same
 iterations × B episodes (env steps differ only as episode lengths do), the same policy network, the same
@@ -23,111 +23,14 @@ import functools
 import json
 import pathlib
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
-import scipy.stats
 
 from ftw_jax import envs, runs, tuning
 from ftw_jax.checkpoints import Checkpointer, check_same_config, rows_from_record, rows_record
 from ftw_jax.runner import MemberRun, history_arrays
 from ftw_jax.sweep import Sweep, make_sweep
 from ftw_jax.train import RUN_FIELDS, TrainConfig, make_train, split_overrides
-
-CONFIDENCE = 0.95
-BOOTSTRAP_RESAMPLES = 10_000
-
-
-def interquartile_mean(values: np.ndarray, axis: int = 0) -> np.ndarray:
-    """The mean of the middle half (scipy's 25% trimmed mean): robust to one run that diverged or got lucky."""
-    return scipy.stats.trim_mean(np.asarray(values, np.float64), 0.25, axis=axis)
-
-
-def bootstrap_interval(values: np.ndarray, axis: int = 0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The 95% percentile-bootstrap interval of the mean over `axis` (seeds); deterministic given `seed`."""
-    values = np.asarray(values, np.float64)
-    if values.shape[axis] < 2:
-        return values.mean(axis=axis), values.mean(axis=axis)
-    result = scipy.stats.bootstrap(
-        (values,),
-        np.mean,
-        axis=axis,
-        confidence_level=CONFIDENCE,
-        method="percentile",
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        rng=np.random.default_rng(seed),
-    )
-    return result.confidence_interval.low, result.confidence_interval.high
-
-
-def t_interval(values: np.ndarray) -> tuple[float, float]:
-    """The 95% Student-t interval of the mean of one value per seed (wider than the bootstrap's at few seeds)."""
-    values = np.asarray(values, np.float64)
-    if values.size < 2 or np.all(values == values[0]):
-        return float(values.mean()), float(values.mean())
-    low, high = scipy.stats.t.interval(CONFIDENCE, values.size - 1, loc=values.mean(), scale=scipy.stats.sem(values))
-    return float(low), float(high)
-
-
-def seed_statistics(values: np.ndarray) -> dict:
-    """mean, 95% t-interval, 95% bootstrap CI and IQM of one value per seed."""
-    low, high = bootstrap_interval(values)
-    t_low, t_high = t_interval(values)
-    return {
-        "mean": float(np.mean(values)),
-        "t_low": t_low,
-        "t_high": t_high,
-        "ci_low": float(low),
-        "ci_high": float(high),
-        "iqm": float(interquartile_mean(values)),
-    }
-
-
-def welch(a: np.ndarray, b: np.ndarray, confidence: float = CONFIDENCE) -> dict:
-    """mean(a) − mean(b), its Welch–Satterthwaite interval at `confidence`, and Welch's two-sided p-value."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    variance_a, variance_b = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
-    difference, standard_error = a.mean() - b.mean(), np.sqrt(variance_a + variance_b)
-    if standard_error == 0:
-        return {
-            "difference": float(difference),
-            "low": float(difference),
-            "high": float(difference),
-            "p_value": 1.0 if difference == 0 else 0.0,
-        }
-    dof = (variance_a + variance_b) ** 2 / (variance_a**2 / (a.size - 1) + variance_b**2 / (b.size - 1))
-    half = scipy.stats.t.ppf(0.5 + confidence / 2, dof) * standard_error
-    p_value = scipy.stats.ttest_ind(a, b, equal_var=False).pvalue  # pyright: ignore[reportAttributeAccessIssue]
-    return {
-        "difference": float(difference),
-        "low": float(difference - half),
-        "high": float(difference + half),
-        "p_value": float(p_value),
-    }
-
-
-def rank_test(a: np.ndarray, b: np.ndarray) -> float:
-    """The two-sided Mann–Whitney U test's p-value for a vs b (exact where scipy can, ties corrected): no
-    normality assumed, which bounded, bimodal results (most seeds at 100%, a few stuck) violate."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if np.all(a == a[0]) and np.array_equal(np.unique(a), np.unique(b)):
-        return 1.0  # every value the same: scipy's statistic is undefined
-    return float(scipy.stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
-
-
-def p_text(p_value: float) -> str:
-    """A p-value as a table prints it: three decimals, or "p < 0.001" (never "p = 0.000")."""
-    return "p < 0.001" if p_value < 0.001 else f"p = {p_value:.3f}"
-
-
-def verdict(a: np.ndarray, b: np.ndarray, margin: float) -> str:
-    """ "better", "worse", "equivalent" (the 90% interval of the difference inside ±margin: two one-sided tests at
-    5%) or "inconclusive", for a − b from one value per seed each."""
-    test = welch(a, b)
-    if test["p_value"] < 1 - CONFIDENCE:
-        return "better" if test["difference"] > 0 else "worse"
-    equivalence = welch(a, b, confidence=1 - 2 * (1 - CONFIDENCE))
-    return "equivalent" if -margin < equivalence["low"] and equivalence["high"] < margin else "inconclusive"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,21 +136,7 @@ def compare(
         tuning.rung_periods((tuning_iterations or base.num_iterations) // base.eval_every, rungs)  # refuses
         if len(learning_rates) > 1:
             raise ValueError("give either a learning-rate grid or a random search, not both.")
-        if not tuning_seeds:
-            raise ValueError(f"a random search of {search} configurations needs tuning seeds.")
-        for algorithm in algorithms:
-            searched = sorted(set(tuning.space(algorithm)) & set(own_settings[algorithm]))
-            if searched:
-                raise ValueError(
-                    f"{', '.join(searched)} is/are searched for {algorithm}; leave them out of the overrides."
-                )
-            configurations = tuning.draw_configurations(algorithm, search, search_seed)  # refuses a bad count
-            try:  # every configuration is a run of this environment (e.g. B a multiple of GRPO's G)
-                tuning.group_sweeps(
-                    env, configurations, tuning_seeds, env_options, algorithm=algorithm, **own_settings[algorithm]
-                )
-            except ValueError as error:
-                raise ValueError(f"{algorithm}: a searched configuration: {error}") from None
+        _check_search(env, env_options, own_settings, search, search_seed, tuning_seeds)
     if set(seeds) & set(tuning_seeds):
         raise ValueError(
             f"tuning seeds {sorted(set(seeds) & set(tuning_seeds))} are also reported seeds; tune on other seeds."
@@ -257,12 +146,7 @@ def compare(
             make_sweep(env, {"lr": learning_rates}, seeds, env_options, algorithm=algorithm, **own_settings[algorithm])
         except ValueError as error:
             raise ValueError(f"{algorithm}: {error} (change its settings, or leave it out of the algorithms)") from None
-    if metric not in (None, "success", "return"):
-        raise ValueError(f"metric must be 'success' or 'return', got {metric!r}.")
-    has_success = envs.make(env, **dict(env_options or {})).has_success
-    if metric == "success" and not has_success:
-        raise ValueError(f"metric 'success' is not defined for {env} (it has no notion of success); use 'return'.")
-    metric = metric or ("success" if has_success else "return")
+    metric = _metric_of(env, env_options, metric)
     phases = _Phases(env, dict(env_options or {}), metric, checkpoint_folder, on_period, log)
     results = [
         phases.search(
@@ -274,6 +158,39 @@ def compare(
     ]
     episodes = np.arange(1, base.num_periods + 1) * base.eval_every * base.episodes_per_iteration
     return Comparison(env=env, metric=metric, seeds=seeds, episodes=episodes, results=results)
+
+
+def _metric_of(env: str, env_options: dict | None, metric: str | None) -> str:
+    """The metric to compare by: `metric`, checked, or by default success where the environment has it."""
+    if metric not in (None, "success", "return"):
+        raise ValueError(f"metric must be 'success' or 'return', got {metric!r}.")
+    has_success = envs.make(env, **dict(env_options or {})).has_success
+    if metric == "success" and not has_success:
+        raise ValueError(f"metric 'success' is not defined for {env} (it has no notion of success); use 'return'.")
+    return metric or ("success" if has_success else "return")
+
+
+def _check_search(
+    env: str,
+    env_options: dict | None,
+    own_settings: dict[str, dict],
+    search: int,
+    search_seed: int,
+    tuning_seeds: list[int],
+) -> None:
+    """Raises ValueError unless every algorithm's random search can run: tuning seeds given, no searched setting
+    among its overrides, and every configuration drawn a run of this environment (e.g. B a multiple of GRPO's G)."""
+    if not tuning_seeds:
+        raise ValueError(f"a random search of {search} configurations needs tuning seeds.")
+    for algorithm, settings in own_settings.items():
+        searched = sorted(set(tuning.space(algorithm)) & set(settings))
+        if searched:
+            raise ValueError(f"{', '.join(searched)} is/are searched for {algorithm}; leave them out of the overrides.")
+        configurations = tuning.draw_configurations(algorithm, search, search_seed)  # refuses a bad count
+        try:
+            tuning.group_sweeps(env, configurations, tuning_seeds, env_options, algorithm=algorithm, **settings)
+        except ValueError as error:
+            raise ValueError(f"{algorithm}: a searched configuration: {error}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -532,180 +449,3 @@ DIAGNOSTICS = ("policy_entropy", "groups_tied")  # `train.batch_diagnostics`, ke
 def _skipped_total(results: dict) -> tuple[int, int]:
     """(ready updates skipped, of them non-finite) by every member of a phase."""
     return int(results["updates_skipped"][:, -1].sum()), int(results["updates_nonfinite"][:, -1].sum())
-
-
-def updates_per_algorithm(comparison: Comparison) -> dict:
-    """Per algorithm: optimizer steps its reported seeds applied and skipped (ready, not applied), those skipped
-    for a non-finite value, per seed [S]; and its tuning runs' skipped and non-finite, all together."""
-    return {
-        result.algorithm: {
-            "applied": [] if result.updates is None else result.updates[:, -1].tolist(),
-            "skipped": [] if result.skipped is None else result.skipped.tolist(),
-            "nonfinite": [] if result.nonfinite is None else result.nonfinite.tolist(),
-            "tuning_skipped": result.tuning_skipped[0],
-            "tuning_nonfinite": result.tuning_skipped[1],
-        }
-        for result in comparison.results
-    }
-
-
-def summary_rows(comparison: Comparison) -> list[dict]:
-    """Per algorithm: its learning rate, final and AUC (mean, 95% t- and bootstrap CIs, IQM over seeds), env
-    steps, seconds."""
-    rows = []
-    for result in comparison.results:
-        row = {"algorithm": result.algorithm, "learning_rate": result.learning_rate, "seeds": len(comparison.seeds)}
-        for name, values in (("final", result.final), ("auc", result.auc)):
-            row.update({f"{name}_{key}": value for key, value in seed_statistics(values).items()})
-        row["env_steps_mean"] = float(result.env_steps[:, -1].mean())
-        row["seconds"] = result.seconds
-        rows.append(row)
-    return rows
-
-
-def difference_rows(comparison: Comparison, reference: str = "ftw", margin: float | None = None) -> list[dict]:
-    """`reference` minus each other algorithm, on final and AUC: the difference of means, its 95% Welch
-    interval, Welch's p-value, the Mann–Whitney p-value (`rank_test`), and Welch's verdict ("better", "worse",
-    or with a `margin` "equivalent" / "inconclusive"; default margin: 5 points of success or 5% of the
-    reference's mean return)."""
-    by_name = {result.algorithm: result for result in comparison.results}
-    if reference not in by_name:
-        return []
-    rows = []
-    for result in comparison.results:
-        if result.algorithm == reference:
-            continue
-        row: dict[str, Any] = {"reference": reference, "algorithm": result.algorithm}
-        for name in ("final", "auc"):
-            mine, theirs = getattr(by_name[reference], name), getattr(result, name)
-            bound = (
-                margin
-                if margin is not None
-                else (0.05 if comparison.metric == "success" else 0.05 * abs(float(np.mean(mine))))
-            )
-            test = welch(mine, theirs)
-            row.update({f"{name}_{key}": value for key, value in test.items()})
-            row[f"{name}_rank_p_value"] = rank_test(mine, theirs)
-            row[f"{name}_verdict"] = verdict(mine, theirs, bound)
-            row[f"{name}_margin"] = bound
-        rows.append(row)
-    return rows
-
-
-def seed_rows(comparison: Comparison) -> list[dict]:
-    """One row per (algorithm, seed): final, AUC, env steps."""
-    return [
-        {
-            "algorithm": result.algorithm,
-            "seed": seed,
-            "learning_rate": result.learning_rate,
-            "final": float(final),
-            "auc": float(auc),
-            "env_steps": int(steps),
-        }
-        for result in comparison.results
-        for seed, final, auc, steps in zip(comparison.seeds, result.final, result.auc, result.env_steps[:, -1])
-    ]
-
-
-def markdown_table(comparison: Comparison) -> str:
-    """The summary as a markdown table (values as percentages for success): mean, 95% t-interval, 95% bootstrap
-    interval and IQM of final and AUC; then, with FTW among the algorithms, FTW minus each baseline."""
-    scale, unit = (100.0, "%") if comparison.metric == "success" else (1.0, "")
-    number = lambda value: f"{scale * value:.1f}" if unit else f"{value:.4g}"  # noqa: E731
-    # A success rate lies in [0, 1]: a t-interval past it (bimodal seeds) is cut there, and says so.
-    bounded = (lambda value: min(max(value, 0.0), 1.0)) if unit else (lambda value: value)
-
-    def cell(row, name):
-        return (
-            f"{number(row[f'{name}_mean'])}{unit} [{number(bounded(row[f'{name}_t_low']))}, "
-            f"{number(bounded(row[f'{name}_t_high']))}] [{number(row[f'{name}_ci_low'])}, "
-            f"{number(row[f'{name}_ci_high'])}] | {number(row[f'{name}_iqm'])}{unit}"
-        )
-
-    cut = " in [0, 100]" if unit else ""
-    lines = [
-        f"| algorithm | learning rate | final {comparison.metric}: mean [95% t-CI{cut}] [95% bootstrap CI] | "
-        f"final IQM | AUC: mean [t-CI{cut}] [bootstrap CI] | AUC IQM | env steps / seed | seconds |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for row in summary_rows(comparison):
-        lines.append(
-            f"| {row['algorithm']} | {row['learning_rate']:g} | {cell(row, 'final')} | {cell(row, 'auc')} | "
-            f"{row['env_steps_mean']:,.0f} | {row['seconds']:.0f} |"
-        )
-    differences = difference_rows(comparison)
-    if differences:
-        lines += [
-            "",
-            "| FTW minus | final: difference [95% Welch CI], Welch p, Mann–Whitney p | verdict | AUC: difference "
-            "[95% Welch CI], Welch p, Mann–Whitney p | verdict |",
-            "|---|---:|---|---:|---|",
-        ]
-        for row in differences:
-            cells = [
-                f"{number(row[f'{name}_difference'])} [{number(row[f'{name}_low'])}, "
-                f"{number(row[f'{name}_high'])}], {p_text(row[f'{name}_p_value'])}, "
-                f"{p_text(row[f'{name}_rank_p_value'])} | {row[f'{name}_verdict']} "
-                f"(margin ±{number(row[f'{name}_margin'])})"
-                for name in ("final", "auc")
-            ]
-            lines.append(f"| {row['algorithm']} | {cells[0]} | {cells[1]} |")
-    return "\n".join(lines) + "\n"
-
-
-def diagnostics_table(comparison: Comparison) -> str:
-    """Per algorithm, the mean over reported seeds of the batch diagnostics (`train.batch_diagnostics`) over the
-    first, middle and last evaluation period's iterations, and greedy evaluation beside sampled where it was
-    run, as a markdown table; empty when no reported run kept them."""
-    results = [result for result in comparison.results if result.diagnostics]
-    if not results:
-        return ""
-    number = (lambda value: f"{100 * value:.1f}%") if comparison.metric == "success" else (lambda v: f"{v:.4g}")
-    periods = len(comparison.episodes)
-    stages = {"first": 0, "middle": (periods - 1) // 2, "last": periods - 1}
-    lines = [
-        "| algorithm | policy entropy (nats/step): first, middle, last period | groups tied: first, middle, last | "
-        f"final {comparison.metric}: sampled, greedy |",
-        "|---|---:|---:|---:|",
-    ]
-    for result in results:
-        cells = []
-        for name in DIAGNOSTICS:
-            if name not in result.diagnostics:
-                cells.append("-")
-                continue
-            per_period = result.diagnostics[name].reshape(len(comparison.seeds), periods, -1).mean(axis=(0, 2))
-            cells.append(", ".join(f"{per_period[index]:.2f}" for index in stages.values()))
-        greedy = "-" if result.greedy is None else number(float(result.greedy[:, -1].mean()))
-        sampled = number(float(result.final.mean()))
-        lines.append(f"| {result.algorithm} | {cells[0]} | {cells[1]} | {sampled}, {greedy} |")
-    return "\n".join(lines) + "\n"
-
-
-def tuning_table(comparison: Comparison) -> str:
-    """Every configuration each algorithm tried on the tuning seeds, best first, as markdown tables (the chosen
-    one in bold); empty when nothing was tuned."""
-    number = (lambda value: f"{100 * value:.1f}") if comparison.metric == "success" else (lambda value: f"{value:.4g}")
-    sections = []
-    for result in comparison.results:
-        if not result.tuning:
-            continue
-        scores = ("iterations", "auc_mean", "final_mean", "auc_per_seed")
-        names = [name for name in result.tuning[0] if name not in scores]
-        # A search's rows were scored at the last rung each ran (its iterations): those that went furthest first.
-        horizon = ["iterations"] if "iterations" in result.tuning[0] else []
-        lines = [
-            f"{result.algorithm}:",
-            "",
-            "| " + " | ".join([*names, *horizon, "tuning AUC", "tuning final"]) + " |",
-            "|" + "---:|" * (len(names) + len(horizon) + 2),
-        ]
-        for row in sorted(result.tuning, key=lambda row: (-row.get("iterations", 0), -row["auc_mean"])):
-            chosen = all(result.settings.get(name, row[name]) == row[name] for name in names)
-            cells = [f"{row[name]:g}" if isinstance(row[name], float) else str(row[name]) for name in names]
-            cells += [str(row[name]) for name in horizon]
-            cells += [number(row["auc_mean"]), number(row["final_mean"]) if "final_mean" in row else ""]
-            lines.append("| " + " | ".join(f"**{cell}**" if chosen and cell else cell for cell in cells) + " |")
-        sections.append("\n".join(lines))
-    return "\n\n".join(sections) + ("\n" if sections else "")

@@ -10,13 +10,11 @@ import numpy as np
 import pytest
 
 from ftw_jax.cli import main
-from ftw_jax.compare import (
-    AlgorithmResult,
-    Comparison,
+from ftw_jax.compare import AlgorithmResult, Comparison, compare
+from ftw_jax.comparison_tables import markdown_table
+from ftw_jax.stats import (
     bootstrap_interval,
-    compare,
     interquartile_mean,
-    markdown_table,
     p_text,
     rank_test,
     seed_statistics,

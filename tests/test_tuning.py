@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from ftw_jax import algos, tuning
-from ftw_jax.compare import compare, tuning_table
+from ftw_jax.compare import compare
+from ftw_jax.comparison_tables import tuning_table
 from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")

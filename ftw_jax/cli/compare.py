@@ -171,7 +171,7 @@ def _fingerprint(args, seeds: list[int], search: dict) -> dict:
 
 def _summary(args, comparison, fingerprint: dict, search: dict, seconds: float, folder) -> dict:
     """summary.json: the table's rows, the differences, the tuning and the updates of every algorithm."""
-    from ftw_jax.compare import difference_rows, summary_rows, updates_per_algorithm
+    from ftw_jax.comparison_tables import difference_rows, summary_rows, updates_per_algorithm
 
     seeds = fingerprint["seeds"]
     return {

@@ -236,7 +236,7 @@ def print_sweep_table(summary: dict) -> None:
 def save_comparison(folder: pathlib.Path, comparison: Comparison, title: str) -> str:
     """results.csv, seeds.csv, differences.csv, tuning.csv, table.md, tuning.md, curves.npz and the plots in the
     run folder; returns table.md's text."""
-    from ftw_jax.compare import (
+    from ftw_jax.comparison_tables import (
         diagnostics_table,
         difference_rows,
         markdown_table,
@@ -285,8 +285,8 @@ def _save_comparison_plots(folder: pathlib.Path, comparison: Comparison, title: 
     """The curves with 95% bootstrap bands against training episodes (curves.png), and against the mean over
     seeds of env steps and of gradient steps applied (curves_env_steps.png, curves_updates.png); the policy's
     entropy and the share of tied groups per iteration where recorded."""
-    from ftw_jax.compare import bootstrap_interval
     from ftw_jax.plots import save_banded_curves
+    from ftw_jax.stats import bootstrap_interval
 
     bands = {r.algorithm: (r.curves.mean(axis=0), *bootstrap_interval(r.curves)) for r in comparison.results}
     ylabel = f"evaluation {comparison.metric}"
