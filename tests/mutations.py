@@ -744,9 +744,9 @@ MUTATIONS = (
     Mutation(
         "follow-learns-short-batches",
         "lm learn --follow learns a batch before B episodes are there (not what a run never stopped learns)",
-        "ftw_jax/lm_learner.py",
-        "if config.follow and len(pending) < episodes_per_batch:",
-        "if config.follow and not pending:",
+        "ftw_jax/episodes.py",
+        "if self.follow and len(self.pending) < self.batch_size:",
+        "if self.follow and not self.pending:",
         ("tests/test_lm_learner.py::test_lm_learn_follow_learns_each_appended_line_once_and_resumes_exactly",),
     ),
     Mutation(
@@ -785,9 +785,9 @@ MUTATIONS = (
     Mutation(
         "shrunk-episodes-file-resumed",
         "a resume from a file now shorter than what was learnt exits 0 and learns nothing",
-        "ftw_jax/lm_learner.py",
-        "    if used - len(episodes) > (1 if config.follow else 0):",
-        "    if False:",
+        "ftw_jax/episodes.py",
+        "        if used - len(self.pending) > (1 if self.follow else 0):",
+        "        if False:",
         ("tests/test_lm_learner.py::test_a_short_last_batch_is_learnt_from_and_resumed_after",),
     ),
     Mutation(
