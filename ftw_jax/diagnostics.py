@@ -178,3 +178,14 @@ def not_measured(metrics: dict) -> dict:
         return jnp.full(leaf.shape, jnp.nan if jnp.issubdtype(leaf.dtype, jnp.floating) else -1, leaf.dtype)
 
     return jax.tree.map(missing, metrics)
+
+
+def measured_if(diagnose: bool | jax.Array, pool_diagnostics: Callable[..., dict], *arguments: Any) -> dict:
+    """`pool_diagnostics(*arguments)` where `diagnose` asks for them, else `not_measured` stand-ins. A Python
+    bool is known while tracing (no branch in the program); a traced flag not batched under vmap (a loop index)
+    skips the work; a batched one runs both sides."""
+    if isinstance(diagnose, bool):
+        measured = pool_diagnostics(*arguments)
+        return measured if diagnose else not_measured(measured)
+    measured = jax.eval_shape(pool_diagnostics, *arguments)
+    return jax.lax.cond(diagnose, pool_diagnostics, lambda *_: not_measured(measured), *arguments)

@@ -33,12 +33,12 @@ from ftw_jax.algos.base import Context, Learner
 from ftw_jax.algos.ftw import FTWConfig, FTWLearnerState
 from ftw_jax.checks import check_seed
 from ftw_jax.episodes import Episode, EpisodeFeed, EpisodeTail, check_versions, to_trajectories
+from ftw_jax.learner_settings import LearnerSettings, make_optimizer
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.policies.lm import LMPolicy, logits_chunk_for
 from ftw_jax.pool import Trajectory
 from ftw_jax.runner import check_state_memory, host_array, raise_if_stopped, state_bytes
 from ftw_jax.settings import check_settings, setting
-from ftw_jax.train import LearnerSettings, make_optimizer
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh

@@ -16,16 +16,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import flax.struct
 import jax
 import jax.numpy as jnp
-import optax
 
 from ftw_jax import algos, envs, probes, skips, warm_start
 from ftw_jax.algos.base import Context, Hyperparameters, Learner, with_learning_rate
 from ftw_jax.checks import check_positive_int
+from ftw_jax.learner_settings import LearnerSettings, make_optimizer
 from ftw_jax.policies import ARCHITECTURES, FROM_CHECKPOINT
 from ftw_jax.policies.base import Policy
 from ftw_jax.rollout import rollout, rollouts
@@ -35,52 +35,6 @@ if TYPE_CHECKING:
     from ftw_jax.lm.load import Pretrained
     from ftw_jax.policies.lm import LMPolicy
     from ftw_jax.pool import Trajectory
-
-
-@dataclasses.dataclass(frozen=True)
-class LearnerSettings:
-    """What every program that learns from batches of episodes sets: B, the KL penalty and the optimizer
-    (`TrainConfig`, and the LM learner's `ftw_jax.lm_learner.LearnConfig`)."""
-
-    episodes_per_iteration: int = setting(16, "B, episodes per iteration (rolled out, or read from a file)")
-    kl_coef: float = setting(0.0, "beta, the KL penalty's weight (at the start)", axis="kl")
-    optimizer: Literal["adam", "sgd"] = setting("adam", "the Optax optimizer")
-    learning_rate: float = setting(3e-3, "the optimizer's learning rate", axis="lr")
-    max_grad_norm: float | None = setting(
-        None,
-        "clip every gradient to this global norm before the optimizer, for every algorithm (None: no clipping; "
-        "PPO's references: 0.5)",
-    )
-    stop_after_skipped: int | None = setting(
-        None,
-        "stop the run (exit 3, resumable) when a member has applied none of its last N ready updates, non-finite or "
-        "with nothing kept; checked after each evaluation period (lm learn: each iteration). None: a whole "
-        "period's (iteration's) updates; 0: never",
-    )
-
-    def check_learner_settings(self) -> None:
-        check_positive_int("episodes_per_iteration", self.episodes_per_iteration)
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}.")
-        if not self.kl_coef >= 0:
-            raise ValueError(f"kl_coef must be >= 0, got {self.kl_coef!r}.")
-        if self.max_grad_norm is not None and not self.max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm must be > 0 or None, got {self.max_grad_norm!r}.")
-        if self.stop_after_skipped is not None and not (
-            isinstance(self.stop_after_skipped, int)
-            and not isinstance(self.stop_after_skipped, bool)
-            and self.stop_after_skipped >= 0
-        ):
-            raise ValueError(f"stop_after_skipped must be an int >= 0 or None, got {self.stop_after_skipped!r}.")
-
-    def member_hyperparameters(self, algorithm: str, algorithm_config: Any) -> Hyperparameters:
-        """β, the learning rate and `algorithm`'s sweepable values of `algorithm_config` (FTW: N, J, C, K) as
-        arrays: one member's."""
-        return Hyperparameters(
-            kl_coef=jnp.asarray(self.kl_coef, jnp.float32),
-            learning_rate=jnp.asarray(self.learning_rate, jnp.float32),
-            algorithm=algos.get(algorithm).hyperparameters(algorithm_config),
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,31 +252,6 @@ def example_trajectory(env: envs.Environment, env_params: Any, policy: Policy) -
         return rollout(play_key, env, env_params, policy, params, jnp.zeros((), jnp.int32))[0]
 
     return jax.tree.map(lambda spec: jnp.zeros(spec.shape, spec.dtype), jax.eval_shape(play, jax.random.key(0)))
-
-
-def make_optimizer(config: LearnerSettings) -> optax.GradientTransformation:
-    """The run's Optax optimizer, its learning rate a state array (`optax.inject_hyperparams`) so that members of
-    a sweep can differ in it and a schedule can set it; after global-norm clipping when `max_grad_norm` is set.
-    Its hyperparameters are float32 whatever the parameters' dtype (in bfloat16 Adam's b2 = 0.999 is 1.0, and
-    its first step divides by zero), and its state keeps the dtypes `init` gave it."""
-    optimizer = optax.inject_hyperparams(getattr(optax, config.optimizer), hyperparam_dtype=jnp.float32)(
-        learning_rate=config.learning_rate
-    )
-    optimizer = _state_dtypes_kept(optimizer)
-    if config.max_grad_norm is None:
-        return optimizer
-    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optimizer)
-
-
-def _state_dtypes_kept(optimizer: optax.GradientTransformation) -> optax.GradientTransformation:
-    """`optimizer` with every state leaf cast back to the dtype it had: float32 hyperparameters would otherwise
-    promote bfloat16 moments, and a training loop's carry must keep its types."""
-
-    def update(updates, state, params=None):
-        updates, new_state = optimizer.update(updates, state, params)
-        return updates, optax.tree_utils.tree_cast_like(new_state, state)
-
-    return optax.GradientTransformation(optimizer.init, update)
 
 
 def make_train(config: TrainConfig, **env_options: Any) -> Trainer:

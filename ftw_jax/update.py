@@ -11,7 +11,6 @@ import functools
 from collections.abc import Callable
 from typing import Any, Literal
 
-import chex
 import flax.struct
 import jax
 import jax.core
@@ -21,12 +20,10 @@ import optax
 from ftw_jax import diagnostics, losses
 from ftw_jax import pool as pool_lib
 from ftw_jax.checks import check_positive_int, check_sizes
+from ftw_jax.elite_loss import ApplyFn, make_loss_and_grad
 from ftw_jax.selection import select_elites_masked
 from ftw_jax.settings import check_settings, setting
 from ftw_jax.state import PolicyState, select_tree
-
-# apply_fn(params, observation) -> [T, A] logits for one trajectory's observation pytree (leaves [T, ...]).
-ApplyFn = Callable[[Any, Any], Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,166 +198,6 @@ def select(config: UpdateConfig, pool: pool_lib.Pool, version: jax.Array, key: j
     )
 
 
-def without_unused_observations(trajectories: pool_lib.Trajectory, weights: jax.Array) -> pool_lib.Trajectory:
-    """`trajectories` with the observations of steps that cannot reach the loss set to 0: every step of an entry
-    of weight 0 and the padding after each episode's end. Their loss terms are 0 already, but a NaN among
-    their inputs would still make the gradient NaN (0 × NaN in the backward pass) and skip the update."""
-    used = (weights > 0)[:, None] & trajectories.alive  # [M, T]
-
-    def zeroed(leaf):
-        shaped = used.reshape(used.shape + (1,) * (leaf.ndim - used.ndim))
-        return jnp.where(shaped, leaf, jnp.zeros((), leaf.dtype))
-
-    return trajectories.replace(observation=jax.tree.map(zeroed, trajectories.observation))
-
-
-def make_step_losses(
-    apply_fn: ApplyFn, config: UpdateConfig, chunked: losses.ChunkedLogits | None = None
-) -> Callable[[Any, Any, Any, jax.Array, jax.Array], dict[str, jax.Array]]:
-    """`step_losses(params, reference_params, observation [T, ...], action [T], mask [T]) -> {name: [T]}`: the
-    cross-entropy, the configured KL and the entropy of each step of one sequence (0 where masked out); with
-    `chunked`, the logits are made and used one chunk of steps at a time (the same values)."""
-
-    def terms(logits, reference_logits, action, mask):
-        chex.assert_rank(logits, 2)
-        chex.assert_equal_shape((logits, reference_logits))
-        reference_logits = jax.lax.stop_gradient(reference_logits)
-        if config.kl_direction == "policy_to_reference":
-            kl = losses.categorical_kl(logits, reference_logits, mask)
-        else:
-            kl = losses.categorical_kl(reference_logits, logits, mask)
-        return {
-            "cross_entropy": -losses.log_likelihood(logits, action, mask),
-            "kl": kl,
-            "entropy": losses.entropy(logits, mask),
-        }
-
-    def step_losses(params, reference_params, observation, action, mask):
-        if chunked is None:
-            return terms(apply_fn(params, observation), apply_fn(reference_params, observation), action, mask)
-        features, head = chunked.features(params, observation), chunked.head
-        reference_features = jax.lax.stop_gradient(chunked.features(reference_params, observation))
-
-        def chunk_terms(features, reference_features, action, mask):
-            return terms(head(params, features), head(reference_params, reference_features), action, mask)
-
-        return losses.map_chunks(chunk_terms, chunked.chunk, features, reference_features, action, mask)
-
-    return step_losses
-
-
-def step_coefficients(config: UpdateConfig, step_weights: jax.Array) -> jax.Array:
-    """[M, T] c such that the configured average of per-step values x is Σ c·x (steps of weight 0 get c = 0)."""
-    if config.normalisation == "token":
-        return step_weights / jnp.maximum(jnp.sum(step_weights), 1e-12)
-    steps = jnp.sum(step_weights, axis=1, keepdims=True)
-    trajectory_weights = jnp.where(steps > 0, jnp.max(step_weights, axis=1, keepdims=True), 0.0)
-    return (
-        step_weights / jnp.maximum(steps, 1e-12) * trajectory_weights / jnp.maximum(jnp.sum(trajectory_weights), 1e-12)
-    )
-
-
-def make_loss(
-    apply_fn: ApplyFn, config: UpdateConfig, chunked: losses.ChunkedLogits | None = None
-) -> Callable[
-    [Any, Any, float | jax.Array, pool_lib.Trajectory, jax.Array],
-    tuple[jax.Array, tuple[dict[str, jax.Array], jax.Array, jax.Array]],
-]:
-    """Phase 2: `loss(params, reference_params, kl_coef, trajectories [M], weights [M]) -> (loss, (terms,
-    log importance weights [M], kept steps))`: cross-entropy + β·KL over the kept steps, averaged as configured
-    (with `chunked`, the logits made a chunk of steps at a time: `make_step_losses`)."""
-    step_losses = make_step_losses(apply_fn, config, chunked)
-
-    def average(per_step, step_weights):
-        """Weighted mean of [M, T] per-step values under the configured normalisation (a step of weight 0 adds
-        0 even where its value is NaN)."""
-        return jnp.sum(jnp.where(step_weights > 0, per_step, 0.0) * step_coefficients(config, step_weights))
-
-    def loss(params, reference_params, kl_coef, trajectories, weights):
-        trajectories = without_unused_observations(trajectories, weights)
-        per_step = jax.vmap(step_losses, in_axes=(None, None, 0, 0, 0))(
-            params, reference_params, trajectories.observation, trajectories.action, trajectories.mask
-        )
-        log_weights = diagnostics.log_importance_ratio(  # [M] log π_θ(τ) / q(τ), no gradient through it
-            jax.lax.stop_gradient(-per_step["cross_entropy"]), trajectories.behaviour_logp, trajectories.mask
-        )
-        if config.importance_weight_cap is not None:
-            weights = weights * jnp.minimum(jnp.exp(log_weights), config.importance_weight_cap)
-        step_weights = weights[:, None] * trajectories.mask
-        terms = {name: average(value, step_weights) for name, value in per_step.items()}
-        kept_steps = jnp.sum(step_weights > 0)  # 0: nothing to learn from
-        return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, log_weights, kept_steps)
-
-    return loss
-
-
-# The step-wise loss runs the kept steps in at most this many chunks of equal size.
-STEP_CHUNKS = 16
-
-
-def make_stepwise_loss_and_grad(
-    apply_fn: ApplyFn, config: UpdateConfig
-) -> Callable[
-    [Any, Any, float | jax.Array, pool_lib.Trajectory, jax.Array],
-    tuple[tuple[jax.Array, tuple[dict[str, jax.Array], jax.Array, jax.Array]], Any],
-]:
-    """Phase 2 for a Markov policy (a step's logits depend on its own observation only): `value_and_grad` of
-    `make_loss`, `(params, reference_params, kl_coef, trajectories [M], weights [M]) -> ((loss, aux), grads)`,
-    run on the kept steps alone. The padding after each episode's end and the entries of weight 0 cost nothing.
-
-    The loss is Σ_s c_s·ℓ_s over steps (`step_coefficients`), so its gradient is a sum over chunks: the kept
-    steps are put first and a `while_loop` takes chunks of ⌈M·T / STEP_CHUNKS⌉ steps until none is left. The
-    same loss and gradient as `make_loss`, up to the order of float sums."""
-    step_losses = make_step_losses(apply_fn, config)
-
-    def loss_and_grad(params, reference_params, kl_coef, trajectories, weights):
-        trajectories = without_unused_observations(trajectories, weights)
-        num_trajectories, num_steps = trajectories.mask.shape
-        step_weights = weights[:, None] * trajectories.mask  # [M, T]
-        flat = lambda leaf: leaf.reshape((num_trajectories * num_steps,) + leaf.shape[2:])  # noqa: E731
-        coefficients = flat(step_coefficients(config, step_weights))  # [S]
-        kept = flat(step_weights > 0)
-        num_kept = jnp.sum(kept, dtype=jnp.int32)
-        chunk = -(-num_trajectories * num_steps // STEP_CHUNKS)
-        padded = STEP_CHUNKS * chunk
-        order = jnp.pad(jnp.argsort(~kept, stable=True), (0, padded - kept.size))  # the kept steps first
-        observation, action = jax.tree.map(flat, trajectories.observation), flat(trajectories.action)
-
-        def chunk_loss(params, steps, in_chunk):
-            c = jnp.where(in_chunk, coefficients[steps], 0.0)
-            observed = jax.tree.map(lambda leaf: leaf[steps], observation)
-            per_step = step_losses(params, reference_params, observed, action[steps], c > 0)
-            terms = {name: jnp.sum(jnp.where(c > 0, value, 0.0) * c) for name, value in per_step.items()}
-            return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, -per_step["cross_entropy"])
-
-        def body(carry):
-            index, grads, terms, log_probs = carry
-            start = index * chunk
-            steps = jax.lax.dynamic_slice(order, (start,), (chunk,))
-            in_chunk = start + jnp.arange(chunk) < num_kept
-            (_, (chunk_terms, chunk_log_probs)), chunk_grads = jax.value_and_grad(chunk_loss, has_aux=True)(
-                params, steps, in_chunk
-            )
-            log_probs = log_probs.at[steps].add(jnp.where(in_chunk, chunk_log_probs, 0.0))
-            return (
-                index + 1,
-                jax.tree.map(jnp.add, grads, chunk_grads),
-                jax.tree.map(jnp.add, terms, chunk_terms),
-                log_probs,
-            )
-
-        zero_terms = {name: jnp.zeros((), jnp.float32) for name in ("cross_entropy", "kl", "entropy")}
-        start = (jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, params), zero_terms, jnp.zeros(kept.shape))
-        _, grads, terms, log_probs = jax.lax.while_loop(lambda carry: carry[0] * chunk < num_kept, body, start)
-        log_weights = diagnostics.log_importance_ratio(  # [M]; 0 for an entry of weight 0 (its steps not run)
-            log_probs.reshape(num_trajectories, num_steps), trajectories.behaviour_logp, step_weights > 0
-        )
-        loss = terms["cross_entropy"] + kl_coef * terms["kl"]
-        return (loss, (terms, log_weights, num_kept)), grads
-
-    return loss_and_grad
-
-
 def apply_step(
     config: UpdateConfig, state: PolicyState, grads: Any, loss: jax.Array, ready: jax.Array
 ) -> tuple[PolicyState, jax.Array, jax.Array]:
@@ -399,6 +236,12 @@ def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: ja
     }
 
 
+def _check_pool(config: UpdateConfig, pool: pool_lib.Pool) -> None:
+    if not isinstance(pool, pool_lib.Pool) or pool.capacity != config.pool_capacity:
+        capacity = pool.capacity if isinstance(pool, pool_lib.Pool) else type(pool).__name__
+        raise ValueError(f"the update was built for a pool of capacity {config.pool_capacity}, got {capacity}.")
+
+
 def make_update(
     apply_fn: ApplyFn, config: UpdateConfig, *, markov: bool = False, chunked: losses.ChunkedLogits | None = None
 ) -> Callable[..., tuple[PolicyState, dict[str, jax.Array]]]:
@@ -412,7 +255,7 @@ def make_update(
     `state.optimizer`. It is a no-op (params, optimizer state and version unchanged; `metrics["applied"]`
     False) while the pool holds fewer than C valid entries, when the loss or any gradient or update is not
     finite (`metrics["nonfinite"]` True), and when no elite is kept (possible under "beat_minimum"). The key
-    is consumed. Its phases are `select`, `make_loss`, `apply_step` and the diagnostics.
+    is consumed. Its phases are `select`, the loss (`ftw_jax.elite_loss`), `apply_step` and the diagnostics.
 
     `sizes` (`Sizes`, int32 arrays) runs the update for those J, C, K inside the config's, which are then
     maxima (`select_elites_masked`): one compiled update serves a grid of sizes, e.g. vmapped in a sweep.
@@ -438,10 +281,7 @@ def make_update(
     """
     if not isinstance(config, UpdateConfig):
         raise ValueError(f"config must be an UpdateConfig, got {type(config).__name__}.")
-    if markov and config.importance_weight_cap is None:
-        loss_and_grad = make_stepwise_loss_and_grad(apply_fn, config)
-    else:
-        loss_and_grad = jax.value_and_grad(make_loss(apply_fn, config, chunked), has_aux=True)
+    loss_and_grad = make_loss_and_grad(apply_fn, config, markov=markov, chunked=chunked)
     pool_diagnostics = diagnostics.make_pool_diagnostics(
         apply_fn,
         monitor_entries=config.monitor_entries,
@@ -457,10 +297,7 @@ def make_update(
         sizes: Sizes | None = None,
         diagnose: bool | jax.Array = True,
     ):
-        # Runs while tracing, so a mismatch fails before any work.
-        if not isinstance(pool, pool_lib.Pool) or pool.capacity != config.pool_capacity:
-            capacity = pool.capacity if isinstance(pool, pool_lib.Pool) else type(pool).__name__
-            raise ValueError(f"the update was built for a pool of capacity {config.pool_capacity}, got {capacity}.")
+        _check_pool(config, pool)  # while tracing, so a mismatch fails before any work
         sizes, sizes_clamped = (Sizes.of(config) if sizes is None else sizes).within(config)
         selection = select(config, pool, state.version, key, sizes)
         (loss, (terms, log_weights, kept_steps)), grads = loss_and_grad(
@@ -481,15 +318,7 @@ def make_update(
             "sizes_clamped": sizes_clamped,
         }
         arguments = (state.params, new_state.params, pool, state.version)
-        if isinstance(diagnose, bool):  # known while tracing: no branch in the program
-            measured = pool_diagnostics(*arguments)
-            metrics.update(measured if diagnose else diagnostics.not_measured(measured))
-        else:  # a traced flag not batched under vmap (a loop index) skips the work; a batched one runs both sides
-            measured = jax.eval_shape(pool_diagnostics, *arguments)
-            metrics.update(
-                jax.lax.cond(diagnose, pool_diagnostics, lambda *_: diagnostics.not_measured(measured), *arguments)
-            )
-        return new_state, metrics
+        return new_state, {**metrics, **diagnostics.measured_if(diagnose, pool_diagnostics, *arguments)}
 
     jitted = jax.jit(update, static_argnames="diagnose")
     jitted_traced_flag = jax.jit(update)

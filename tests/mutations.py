@@ -377,7 +377,7 @@ MUTATIONS = (
     Mutation(
         "stepwise-token-weights-only",
         "the stepwise loss averages per token under every normalisation",
-        "ftw_jax/update.py",
+        "ftw_jax/elite_loss.py",
         "coefficients = flat(step_coefficients(config, step_weights))",
         "coefficients = flat(step_weights / jnp.maximum(jnp.sum(step_weights), 1e-12))",
         ("tests/test_update.py", "-k", "stepwise"),
@@ -385,7 +385,7 @@ MUTATIONS = (
     Mutation(
         "stepwise-first-chunk-only",
         "the stepwise loss stops after its first chunk",
-        "ftw_jax/update.py",
+        "ftw_jax/elite_loss.py",
         "lambda carry: carry[0] * chunk < num_kept",
         "lambda carry: carry[0] < 1",
         ("tests/test_update.py", "-k", "stepwise"),
@@ -393,7 +393,7 @@ MUTATIONS = (
     Mutation(
         "stepwise-unused-inputs-reach-the-gradient",
         "NaN inputs of never-kept entries and padding reach the stepwise loss",
-        "ftw_jax/update.py",
+        "ftw_jax/elite_loss.py",
         "        trajectories = without_unused_observations(trajectories, weights)\n"
         "        num_trajectories, num_steps",
         "        num_trajectories, num_steps",
@@ -402,7 +402,7 @@ MUTATIONS = (
     Mutation(
         "stepwise-ignores-mask",
         "the stepwise loss weighs every step, the policy's or not",
-        "ftw_jax/update.py",
+        "ftw_jax/elite_loss.py",
         "step_weights = weights[:, None] * trajectories.mask  # [M, T]",
         "step_weights = weights[:, None] * jnp.ones_like(trajectories.mask)  # [M, T]",
         ("tests/test_update.py", "-k", "stepwise"),
@@ -446,7 +446,7 @@ MUTATIONS = (
     Mutation(
         "kl-swapped",
         "FTW's KL(π ‖ π_ref) computed as KL(π_ref ‖ π)",
-        "ftw_jax/update.py",
+        "ftw_jax/elite_loss.py",
         "kl = losses.categorical_kl(logits, reference_logits, mask)",
         "kl = losses.categorical_kl(reference_logits, logits, mask)",
         UPDATE_TESTS,
@@ -454,7 +454,7 @@ MUTATIONS = (
     Mutation(
         "kl-directions-exchanged",
         "each KL direction option computes the other one",
-        "ftw_jax/update.py",
+        "ftw_jax/elite_loss.py",
         'if config.kl_direction == "policy_to_reference":',
         'if config.kl_direction == "reference_to_policy":',
         UPDATE_TESTS,
@@ -462,7 +462,7 @@ MUTATIONS = (
     Mutation(
         "kl-dropped",
         "FTW's loss without its KL term",
-        "ftw_jax/update.py",
+        "ftw_jax/elite_loss.py",
         'return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, log_weights, kept_steps)',
         'return terms["cross_entropy"], (terms, log_weights, kept_steps)',
         UPDATE_TESTS,
@@ -588,7 +588,7 @@ MUTATIONS = (
     Mutation(
         "unused-inputs-reach-the-gradient",
         "NaN inputs of never-kept entries and padding skip the update",
-        "ftw_jax/update.py",
+        "ftw_jax/elite_loss.py",
         "        trajectories = without_unused_observations(trajectories, weights)\n        per_step = jax.vmap(",
         "        per_step = jax.vmap(",
         UPDATE_TESTS,
@@ -612,7 +612,7 @@ MUTATIONS = (
     Mutation(
         "update-ignores-mask",
         "the update weighs every step, the policy's or not",
-        "ftw_jax/update.py",
+        "ftw_jax/elite_loss.py",
         "step_weights = weights[:, None] * trajectories.mask\n        terms =",
         "step_weights = weights[:, None] * jnp.ones_like(trajectories.mask)\n        terms =",
         UPDATE_TESTS,
@@ -661,7 +661,7 @@ MUTATIONS = (
     Mutation(
         "clip-after-optimizer",
         "the gradient is clipped after Adam, not before",
-        "ftw_jax/train.py",
+        "ftw_jax/learner_settings.py",
         "optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optimizer)",
         "optax.chain(optimizer, optax.clip_by_global_norm(config.max_grad_norm))",
         (REFERENCE_TESTS,),
@@ -687,7 +687,7 @@ MUTATIONS = (
     Mutation(
         "hyperparameters-in-parameter-dtype",
         "Adam's b2 = 0.999 rounds to 1.0 in bfloat16 and every step is skipped",
-        "ftw_jax/train.py",
+        "ftw_jax/learner_settings.py",
         "optax.inject_hyperparams(getattr(optax, config.optimizer), hyperparam_dtype=jnp.float32)",
         "optax.inject_hyperparams(getattr(optax, config.optimizer))",
         (REFERENCE_TESTS + "::test_bfloat16_parameters_take_the_steps_float32_hyperparameters_give",),
@@ -711,7 +711,7 @@ MUTATIONS = (
     Mutation(
         "chunked-reference-with-policy-params",
         "the chunked loss's reference logits come from the policy's params",
-        "ftw_jax/update.py",
+        "ftw_jax/elite_loss.py",
         "terms(head(params, features), head(reference_params, reference_features), action, mask)",
         "terms(head(params, features), head(params, reference_features), action, mask)",
         ("tests/test_lm_learner.py::test_logits_in_chunks_give_the_dense_loss_and_gradient",),

@@ -17,6 +17,7 @@ from conftest import with_cpu_devices
 
 from ftw_jax import checkpoints, cli, diagnostics
 from ftw_jax.algos.ftw import FTWConfig
+from ftw_jax.elite_loss import make_loss
 from ftw_jax.envs.text_search import TextSearchTask
 from ftw_jax.episodes import (
     check_versions,
@@ -31,7 +32,6 @@ from ftw_jax.lm.config import tiny_config
 from ftw_jax.lm.load import save
 from ftw_jax.lm_learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
 from ftw_jax.rollout import rollouts
-from ftw_jax.update import make_loss
 
 ENV = TextSearchTask(step_limit=48)
 MAX_LENGTH = ENV.max_steps + 1

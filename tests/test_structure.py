@@ -17,9 +17,8 @@ LONG_FUNCTIONS = {
     "episodes.py:parse_episode",
     "lm/sampler.py:make_sampler",
     "rollout.py:play",
-    "update.py:make_update",
 }
-LONG_MODULES = {"train.py", "update.py"}
+LONG_MODULES: set[str] = set()
 
 
 def module_name(path: pathlib.Path) -> str:

@@ -396,7 +396,7 @@ def test_the_stepwise_loss_of_a_markov_policy_takes_the_same_step(elite_path, no
 def test_the_stepwise_loss_stops_after_the_last_kept_step():
     """Three kept steps among N·T = 24: chunks of ⌈24 / 16⌉ = 2 steps, so 2 chunks run, each applying the policy
     and the reference once, and the other 14 chunks not at all."""
-    from ftw_jax import update as update_lib
+    from ftw_jax import elite_loss
 
     calls = []
 
@@ -404,7 +404,7 @@ def test_the_stepwise_loss_stops_after_the_last_kept_step():
         jax.debug.callback(lambda: calls.append(1))
         return observation @ params["w"] + params["b"]
 
-    loss_and_grad = jax.jit(update_lib.make_stepwise_loss_and_grad(counted_apply, config()))
+    loss_and_grad = jax.jit(elite_loss.make_stepwise_loss_and_grad(counted_apply, config()))
     weights = jnp.zeros(N).at[jnp.array([1, 4])].set(1.0)  # entries 1 and 4: 2 and 2 policy steps...
     trajectories = filled_pool().trajectories
     trajectories = trajectories.replace(mask=trajectories.mask.at[4, 1].set(False))  # ...then 2 and 1

@@ -1,0 +1,200 @@
+"""The FTW update's loss on the kept trajectories (phase 2 of `ftw_jax.update`): cross-entropy on their actions
+plus β·KL to the reference, averaged over their steps as `UpdateConfig` says, and its gradient.
+
+    loss_and_grad = make_loss_and_grad(policy.apply, config, markov=policy.markov, chunked=policy.chunked_logits())
+    (loss, (terms, log_weights, kept_steps)), grads = loss_and_grad(params, reference_params, kl_coef,
+                                                                    trajectories, weights)
+
+Three ways to the same loss: dense (`make_loss`, every step of every trajectory), chunked (the logits a chunk of
+steps at a time, for a real vocabulary) and step-wise (`make_stepwise_loss_and_grad`, the kept steps alone, for
+a Markov policy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from ftw_jax import diagnostics, losses
+from ftw_jax import pool as pool_lib
+
+if TYPE_CHECKING:
+    from ftw_jax.update import UpdateConfig
+
+# apply_fn(params, observation) -> [T, A] logits for one trajectory's observation pytree (leaves [T, ...]).
+ApplyFn = Callable[[Any, Any], Any]
+
+
+def make_loss_and_grad(
+    apply_fn: ApplyFn, config: UpdateConfig, *, markov: bool = False, chunked: losses.ChunkedLogits | None = None
+) -> Callable[..., tuple[tuple[jax.Array, tuple[dict[str, jax.Array], jax.Array, jax.Array]], Any]]:
+    """`value_and_grad` of the loss, `(params, reference_params, kl_coef, trajectories [M], weights [M]) ->
+    ((loss, (terms, log importance weights [M], kept steps)), grads)`: step-wise for a Markov policy without an
+    importance-weight cap (which needs every step first), else `make_loss`'s (chunked where given)."""
+    if markov and config.importance_weight_cap is None:
+        return make_stepwise_loss_and_grad(apply_fn, config)
+    return jax.value_and_grad(make_loss(apply_fn, config, chunked), has_aux=True)
+
+
+def without_unused_observations(trajectories: pool_lib.Trajectory, weights: jax.Array) -> pool_lib.Trajectory:
+    """`trajectories` with the observations of steps that cannot reach the loss set to 0: every step of an entry
+    of weight 0 and the padding after each episode's end. Their loss terms are 0 already, but a NaN among
+    their inputs would still make the gradient NaN (0 × NaN in the backward pass) and skip the update."""
+    used = (weights > 0)[:, None] & trajectories.alive  # [M, T]
+
+    def zeroed(leaf):
+        shaped = used.reshape(used.shape + (1,) * (leaf.ndim - used.ndim))
+        return jnp.where(shaped, leaf, jnp.zeros((), leaf.dtype))
+
+    return trajectories.replace(observation=jax.tree.map(zeroed, trajectories.observation))
+
+
+def make_step_losses(
+    apply_fn: ApplyFn, config: UpdateConfig, chunked: losses.ChunkedLogits | None = None
+) -> Callable[[Any, Any, Any, jax.Array, jax.Array], dict[str, jax.Array]]:
+    """`step_losses(params, reference_params, observation [T, ...], action [T], mask [T]) -> {name: [T]}`: the
+    cross-entropy, the configured KL and the entropy of each step of one sequence (0 where masked out); with
+    `chunked`, the logits are made and used one chunk of steps at a time (the same values)."""
+
+    def terms(logits, reference_logits, action, mask):
+        chex.assert_rank(logits, 2)
+        chex.assert_equal_shape((logits, reference_logits))
+        reference_logits = jax.lax.stop_gradient(reference_logits)
+        if config.kl_direction == "policy_to_reference":
+            kl = losses.categorical_kl(logits, reference_logits, mask)
+        else:
+            kl = losses.categorical_kl(reference_logits, logits, mask)
+        return {
+            "cross_entropy": -losses.log_likelihood(logits, action, mask),
+            "kl": kl,
+            "entropy": losses.entropy(logits, mask),
+        }
+
+    def step_losses(params, reference_params, observation, action, mask):
+        if chunked is None:
+            return terms(apply_fn(params, observation), apply_fn(reference_params, observation), action, mask)
+        features, head = chunked.features(params, observation), chunked.head
+        reference_features = jax.lax.stop_gradient(chunked.features(reference_params, observation))
+
+        def chunk_terms(features, reference_features, action, mask):
+            return terms(head(params, features), head(reference_params, reference_features), action, mask)
+
+        return losses.map_chunks(chunk_terms, chunked.chunk, features, reference_features, action, mask)
+
+    return step_losses
+
+
+def step_coefficients(config: UpdateConfig, step_weights: jax.Array) -> jax.Array:
+    """[M, T] c such that the configured average of per-step values x is Σ c·x (steps of weight 0 get c = 0)."""
+    if config.normalisation == "token":
+        return step_weights / jnp.maximum(jnp.sum(step_weights), 1e-12)
+    steps = jnp.sum(step_weights, axis=1, keepdims=True)
+    trajectory_weights = jnp.where(steps > 0, jnp.max(step_weights, axis=1, keepdims=True), 0.0)
+    return (
+        step_weights / jnp.maximum(steps, 1e-12) * trajectory_weights / jnp.maximum(jnp.sum(trajectory_weights), 1e-12)
+    )
+
+
+def make_loss(
+    apply_fn: ApplyFn, config: UpdateConfig, chunked: losses.ChunkedLogits | None = None
+) -> Callable[
+    [Any, Any, float | jax.Array, pool_lib.Trajectory, jax.Array],
+    tuple[jax.Array, tuple[dict[str, jax.Array], jax.Array, jax.Array]],
+]:
+    """Phase 2: `loss(params, reference_params, kl_coef, trajectories [M], weights [M]) -> (loss, (terms,
+    log importance weights [M], kept steps))`: cross-entropy + β·KL over the kept steps, averaged as configured
+    (with `chunked`, the logits made a chunk of steps at a time: `make_step_losses`)."""
+    step_losses = make_step_losses(apply_fn, config, chunked)
+
+    def average(per_step, step_weights):
+        """Weighted mean of [M, T] per-step values under the configured normalisation (a step of weight 0 adds
+        0 even where its value is NaN)."""
+        return jnp.sum(jnp.where(step_weights > 0, per_step, 0.0) * step_coefficients(config, step_weights))
+
+    def loss(params, reference_params, kl_coef, trajectories, weights):
+        trajectories = without_unused_observations(trajectories, weights)
+        per_step = jax.vmap(step_losses, in_axes=(None, None, 0, 0, 0))(
+            params, reference_params, trajectories.observation, trajectories.action, trajectories.mask
+        )
+        log_weights = diagnostics.log_importance_ratio(  # [M] log π_θ(τ) / q(τ), no gradient through it
+            jax.lax.stop_gradient(-per_step["cross_entropy"]), trajectories.behaviour_logp, trajectories.mask
+        )
+        if config.importance_weight_cap is not None:
+            weights = weights * jnp.minimum(jnp.exp(log_weights), config.importance_weight_cap)
+        step_weights = weights[:, None] * trajectories.mask
+        terms = {name: average(value, step_weights) for name, value in per_step.items()}
+        kept_steps = jnp.sum(step_weights > 0)  # 0: nothing to learn from
+        return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, log_weights, kept_steps)
+
+    return loss
+
+
+# The step-wise loss runs the kept steps in at most this many chunks of equal size.
+STEP_CHUNKS = 16
+
+
+def make_stepwise_loss_and_grad(
+    apply_fn: ApplyFn, config: UpdateConfig
+) -> Callable[
+    [Any, Any, float | jax.Array, pool_lib.Trajectory, jax.Array],
+    tuple[tuple[jax.Array, tuple[dict[str, jax.Array], jax.Array, jax.Array]], Any],
+]:
+    """Phase 2 for a Markov policy (a step's logits depend on its own observation only): `value_and_grad` of
+    `make_loss`, `(params, reference_params, kl_coef, trajectories [M], weights [M]) -> ((loss, aux), grads)`,
+    run on the kept steps alone. The padding after each episode's end and the entries of weight 0 cost nothing.
+
+    The loss is Σ_s c_s·ℓ_s over steps (`step_coefficients`), so its gradient is a sum over chunks: the kept
+    steps are put first and a `while_loop` takes chunks of ⌈M·T / STEP_CHUNKS⌉ steps until none is left. The
+    same loss and gradient as `make_loss`, up to the order of float sums."""
+    step_losses = make_step_losses(apply_fn, config)
+
+    def loss_and_grad(params, reference_params, kl_coef, trajectories, weights):
+        trajectories = without_unused_observations(trajectories, weights)
+        num_trajectories, num_steps = trajectories.mask.shape
+        step_weights = weights[:, None] * trajectories.mask  # [M, T]
+        flat = lambda leaf: leaf.reshape((num_trajectories * num_steps,) + leaf.shape[2:])  # noqa: E731
+        coefficients = flat(step_coefficients(config, step_weights))  # [S]
+        kept = flat(step_weights > 0)
+        num_kept = jnp.sum(kept, dtype=jnp.int32)
+        chunk = -(-num_trajectories * num_steps // STEP_CHUNKS)
+        padded = STEP_CHUNKS * chunk
+        order = jnp.pad(jnp.argsort(~kept, stable=True), (0, padded - kept.size))  # the kept steps first
+        observation, action = jax.tree.map(flat, trajectories.observation), flat(trajectories.action)
+
+        def chunk_loss(params, steps, in_chunk):
+            c = jnp.where(in_chunk, coefficients[steps], 0.0)
+            observed = jax.tree.map(lambda leaf: leaf[steps], observation)
+            per_step = step_losses(params, reference_params, observed, action[steps], c > 0)
+            terms = {name: jnp.sum(jnp.where(c > 0, value, 0.0) * c) for name, value in per_step.items()}
+            return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, -per_step["cross_entropy"])
+
+        def body(carry):
+            index, grads, terms, log_probs = carry
+            start = index * chunk
+            steps = jax.lax.dynamic_slice(order, (start,), (chunk,))
+            in_chunk = start + jnp.arange(chunk) < num_kept
+            (_, (chunk_terms, chunk_log_probs)), chunk_grads = jax.value_and_grad(chunk_loss, has_aux=True)(
+                params, steps, in_chunk
+            )
+            log_probs = log_probs.at[steps].add(jnp.where(in_chunk, chunk_log_probs, 0.0))
+            return (
+                index + 1,
+                jax.tree.map(jnp.add, grads, chunk_grads),
+                jax.tree.map(jnp.add, terms, chunk_terms),
+                log_probs,
+            )
+
+        zero_terms = {name: jnp.zeros((), jnp.float32) for name in ("cross_entropy", "kl", "entropy")}
+        start = (jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, params), zero_terms, jnp.zeros(kept.shape))
+        _, grads, terms, log_probs = jax.lax.while_loop(lambda carry: carry[0] * chunk < num_kept, body, start)
+        log_weights = diagnostics.log_importance_ratio(  # [M]; 0 for an entry of weight 0 (its steps not run)
+            log_probs.reshape(num_trajectories, num_steps), trajectories.behaviour_logp, step_weights > 0
+        )
+        loss = terms["cross_entropy"] + kl_coef * terms["kl"]
+        return (loss, (terms, log_weights, num_kept)), grads
+
+    return loss_and_grad
