@@ -18,7 +18,7 @@ import time
 
 import jax
 
-from ftw_jax.rollout import rollouts
+from ftw_jax.rollout import Player, rollouts
 from ftw_jax.runner import seed_keys
 from ftw_jax.train import TrainConfig, make_train
 
@@ -43,7 +43,8 @@ def profile(config: TrainConfig, num_seeds: int, repeats: int) -> dict:
 
     def act(carry, key):
         state = carry.learner.policy
-        return rollouts(key, env, env_params, policy, state.params, state.version, config.episodes_per_iteration)[0]
+        player = Player(env, env_params, policy, state.params, state.version)
+        return rollouts(key, player, config.episodes_per_iteration)[0]
 
     def learn(carry, batch, key):
         return learner.learn(carry.learner, batch, key, carry.hyperparameters)

@@ -10,14 +10,12 @@ selection only ties (and a policy-gradient method zero advantage); filtering spe
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
-from ftw_jax.envs.base import Environment
-from ftw_jax.policies.base import Policy
-from ftw_jax.rollout import rollout
+from ftw_jax.rollout import Player, rollout
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -29,17 +27,8 @@ def informative_probability(success_probability: ArrayLike, num_probes: int) -> 
     return 1.0 - p**num_probes - (1.0 - p) ** num_probes
 
 
-def probe(
-    key: jax.Array,
-    env: Environment,
-    env_params: Any,
-    policy: Policy,
-    params: Any,
-    version: jax.Array,
-    task_keys: jax.Array,
-    num_probes: int,
-) -> tuple[jax.Array, jax.Array]:
-    """Plays `num_probes` episodes of each task with the current policy.
+def probe(key: jax.Array, player: Player, task_keys: jax.Array, num_probes: int) -> tuple[jax.Array, jax.Array]:
+    """Plays `num_probes` episodes of each task with the player's (current) policy.
 
     Args:
       task_keys: [M] reset keys, one per task.
@@ -49,8 +38,8 @@ def probe(
     """
     num_tasks = task_keys.shape[0]
     reset_keys = jnp.repeat(task_keys, num_probes, axis=0)  # [M · n], task by task
-    episodes, solved = jax.vmap(rollout, in_axes=(0, None, None, None, None, None, 0))(
-        jax.random.split(key, num_tasks * num_probes), env, env_params, policy, params, version, reset_keys
+    episodes, solved = jax.vmap(rollout, in_axes=(0, None, 0))(
+        jax.random.split(key, num_tasks * num_probes), player, reset_keys
     )
     successes = jnp.sum(solved.reshape(num_tasks, num_probes), axis=1, dtype=jnp.int32)
     return successes, jnp.sum(episodes.alive, dtype=jnp.int32)

@@ -1,5 +1,9 @@
 """Rollouts: one whole episode of at most T steps, recorded as a fixed-shape `Trajectory`.
 
+    player = Player(env, env_params, policy, params, version)
+    trajectory, solved = rollout(key, player)                          # one episode
+    batch, success = rollouts(key, player, num_episodes=16)           # B in parallel, [B, T, ...]
+
 Steps after the episode ends have mask and alive False and reward 0 (never in the loss), so every trajectory
 has the same shape; those after the chunk of steps in which it ended are not played at all (zeros); steps
 the environment writes itself (`env.forced_action`, e.g. tool output) are in the record with mask False too.
@@ -13,6 +17,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
+import flax.struct
 import jax
 import jax.numpy as jnp
 
@@ -24,25 +29,26 @@ from ftw_jax.pool import Trajectory
 CHUNK_STEPS = 32
 
 
+class Player(flax.struct.PyTreeNode):
+    """Who plays: an environment with its params, and a policy with its params and version. The environment
+    and the policy are static (compiled into the program); the params and the version are its inputs."""
+
+    env: Environment = flax.struct.field(pytree_node=False)
+    env_params: Any
+    policy: Policy = flax.struct.field(pytree_node=False)  # `apply(params, observations [T, ...]) -> [T, A]`
+    params: Any
+    version: jax.Array  # [] int32, recorded on every step
+
+
 def rollout(
-    key: jax.Array,
-    env: Environment,
-    env_params: Any,
-    policy: Policy,
-    params: Any,
-    version: jax.Array,
-    reset_key: jax.Array | None = None,
-    greedy: bool = False,
+    key: jax.Array, player: Player, reset_key: jax.Array | None = None, greedy: bool = False
 ) -> tuple[Trajectory, jax.Array]:
-    """Plays one episode of at most `env.max_steps` steps with actions sampled from `policy` (or its most
-    likely ones).
+    """Plays one episode of at most `env.max_steps` steps with actions sampled from the player's policy (or its
+    most likely ones).
 
     Args:
       key: consumed.
-      env, env_params: the environment and its params.
-      policy: a module from `ftw_jax.policies` (`policy.apply(params, observations [T, ...]) -> [T, A]`).
-      params: the policy's params.
-      version: [] int32 policy version, recorded on every step.
+      player: the environment and the policy.
       reset_key: if given, the start state comes from it (episodes that share it start alike, as GRPO's
         groups do) and `key` drives only the actions and the environment's steps.
       greedy: take the most likely action at every step instead of sampling one (static).
@@ -51,6 +57,7 @@ def rollout(
       A `Trajectory` with leaves [T, ...] (T = env.max_steps), and whether the episode solved the task
       ([] bool; always False where the environment has no notion of success).
     """
+    env, policy, params = player.env, player.policy, player.params
     # What a policy remembers of the episode: nothing (markov: it acts on the current observation), its KV
     # cache (cached: it reads one new token a step), or else the whole history buffer, re-read every step.
     cached = policy.cached
@@ -78,7 +85,7 @@ def rollout(
             lambda leaf: jnp.zeros((env.max_steps,) + jnp.shape(leaf), jnp.result_type(leaf)), observation
         )
 
-    return play(key, env, env_params, act, memory, version, reset_key)
+    return play(key, env, player.env_params, act, memory, player.version, reset_key)
 
 
 def demonstration(key: jax.Array, env: Environment, env_params: Any) -> tuple[Trajectory, jax.Array]:
@@ -126,10 +133,38 @@ def play(
         record = (observation, action, alive & ~forced, log_prob, step_reward, alive)
         return (state, next_observation, memory, alive & ~done, episode_return, success), record
 
-    # Chunks of steps, stopping after the chunk in which the episode ends (under vmap: in which every episode
-    # of the batch has), so short episodes cost about their own length, not T. A loop of single steps would
-    # be slower: under vmap, every step would select over the whole record. Steps after the end that are not
-    # played stay zero in the record.
+    carry = (
+        state,
+        observation,
+        init_memory(observation),
+        jnp.ones((), bool),
+        jnp.zeros((), jnp.float32),
+        jnp.zeros((), bool),
+    )
+    carry, records = _played_until_done(step, carry, num_steps)
+    episode_return, success = carry[4], carry[5]
+    observations, actions, mask, log_probs, rewards, alive = records
+    trajectory = Trajectory(
+        observation=observations,
+        action=actions,
+        mask=mask,
+        behaviour_logp=log_probs.astype(jnp.float32),
+        behaviour_version=jnp.broadcast_to(version, (num_steps,)).astype(jnp.int32),
+        episode_return=episode_return.astype(jnp.float32),
+        reward=rewards,
+        alive=alive,
+    )
+    return trajectory, success
+
+
+def _played_until_done(step: Callable, carry: tuple, num_steps: int) -> tuple[tuple, tuple]:
+    """(carry, records [T, ...]) of `step(carry, t) -> (carry, record)` over the steps of an episode, whose carry
+    holds `alive` at index 3 and whose record ends with it.
+
+    Chunks of steps, stopping after the chunk in which the episode ends (under vmap: in which every episode of
+    the batch has), so short episodes cost about their own length, not T. A loop of single steps would be
+    slower: under vmap, every step would select over the whole record. Steps after the end that are not played
+    stay zero in the record."""
     chunk = min(num_steps, CHUNK_STEPS)
     num_chunks, remainder = divmod(num_steps, chunk)
 
@@ -142,14 +177,6 @@ def play(
         write = lambda buffer, values: jax.lax.dynamic_update_slice_in_dim(buffer, values, index * chunk, 0)  # noqa: E731
         return index + 1, carry, jax.tree.map(write, records, chunk_records)
 
-    carry = (
-        state,
-        observation,
-        init_memory(observation),
-        jnp.ones((), bool),
-        jnp.zeros((), jnp.float32),
-        jnp.zeros((), bool),
-    )
     record_spec = jax.eval_shape(step, carry, jnp.zeros((), jnp.int32))[1]
     records = jax.tree.map(lambda spec: jnp.zeros((num_steps,) + spec.shape, spec.dtype), record_spec)
     _, carry, records = jax.lax.while_loop(
@@ -166,28 +193,12 @@ def play(
         records = jax.tree.map(
             lambda buffer, values: buffer.at[num_chunks * chunk :].set(zeroed(values)), records, last
         )
-    episode_return, success = carry[4], carry[5]
-    observations, actions, mask, log_probs, rewards, alive = records
-    trajectory = Trajectory(
-        observation=observations,
-        action=actions,
-        mask=mask,
-        behaviour_logp=log_probs.astype(jnp.float32),
-        behaviour_version=jnp.broadcast_to(version, (num_steps,)).astype(jnp.int32),
-        episode_return=episode_return.astype(jnp.float32),
-        reward=rewards,
-        alive=alive,
-    )
-    return trajectory, success
+    return carry, records
 
 
 def rollouts(
     key: jax.Array,
-    env: Environment,
-    env_params: Any,
-    policy: Policy,
-    params: Any,
-    version: jax.Array,
+    player: Player,
     num_episodes: int,
     group_size: int = 1,
     reset_keys: jax.Array | None = None,
@@ -201,12 +212,8 @@ def rollouts(
     """
     play_one = functools.partial(rollout, greedy=greedy)
     if reset_keys is None and group_size == 1:
-        return jax.vmap(play_one, in_axes=(0, None, None, None, None, None))(
-            jax.random.split(key, num_episodes), env, env_params, policy, params, version
-        )
+        return jax.vmap(play_one, in_axes=(0, None))(jax.random.split(key, num_episodes), player)
     if reset_keys is None:
         reset_key, key = jax.random.split(key)
         reset_keys = jnp.repeat(jax.random.split(reset_key, num_episodes // group_size), group_size, axis=0)
-    return jax.vmap(play_one, in_axes=(0, None, None, None, None, None, 0))(
-        jax.random.split(key, num_episodes), env, env_params, policy, params, version, reset_keys
-    )
+    return jax.vmap(play_one, in_axes=(0, None, 0))(jax.random.split(key, num_episodes), player, reset_keys)

@@ -28,7 +28,7 @@ from ftw_jax.checks import check_positive_int
 from ftw_jax.learner_settings import LearnerSettings, make_optimizer
 from ftw_jax.policies import ARCHITECTURES, FROM_CHECKPOINT
 from ftw_jax.policies.base import Policy
-from ftw_jax.rollout import rollout, rollouts
+from ftw_jax.rollout import Player, rollout, rollouts
 from ftw_jax.settings import check_settings, describe, setting
 
 if TYPE_CHECKING:
@@ -249,7 +249,7 @@ def example_trajectory(env: envs.Environment, env_params: Any, policy: Policy) -
         reset_key, init_key, play_key = jax.random.split(key, 3)
         observation, _ = env.reset(reset_key, env_params)
         params = policy.init(init_key, jax.tree.map(lambda leaf: jnp.asarray(leaf)[None], observation))
-        return rollout(play_key, env, env_params, policy, params, jnp.zeros((), jnp.int32))[0]
+        return rollout(play_key, Player(env, env_params, policy, params, jnp.zeros((), jnp.int32)))[0]
 
     return jax.tree.map(lambda spec: jnp.zeros(spec.shape, spec.dtype), jax.eval_shape(play, jax.random.key(0)))
 
@@ -359,17 +359,8 @@ def make_iteration(
             groups = probes.draw_tasks(task_key, task_keys, kept, config.episodes_per_iteration // group_size)
             reset_keys = jnp.repeat(groups, group_size, axis=0)
         state = carry.learner
-        batch, success = rollouts(
-            play_key,
-            env,
-            env_params,
-            policy,
-            state.policy.params,
-            state.policy.version,
-            config.episodes_per_iteration,
-            group_size,
-            reset_keys,
-        )
+        player = Player(env, env_params, policy, state.policy.params, state.policy.version)
+        batch, success = rollouts(play_key, player, config.episodes_per_iteration, group_size, reset_keys)
         if config.kl_coef_final is not None:
             state = state.replace(policy=state.policy.replace(kl_coef=kl_coef_at(carry)))
         learning_rate = carry.hyperparameters.learning_rate
@@ -417,15 +408,8 @@ def make_evaluation(
 
     def evaluate(key: jax.Array, carry: TrainCarry) -> dict:
         policy_state = carry.learner.policy
-        play = functools.partial(
-            rollouts,
-            env=env,
-            env_params=eval_params,
-            policy=policy,
-            params=policy_state.params,
-            version=policy_state.version,
-            num_episodes=config.eval_episodes,
-        )
+        player = Player(env, eval_params, policy, policy_state.params, policy_state.version)
+        play = functools.partial(rollouts, player=player, num_episodes=config.eval_episodes)
         greedy = {}
         if config.eval_greedy:  # on episodes of its own (a key split off: the sampled ones change with it)
             key, greedy_key = jax.random.split(key)
@@ -460,16 +444,8 @@ def make_periods(
         key, candidates_key, probe_key = jax.random.split(carry.key, 3)
         task_keys = jax.random.split(candidates_key, config.probe_tasks)
         policy_state = carry.learner.policy
-        successes, probe_steps = probes.probe(
-            probe_key,
-            env,
-            env_params,
-            policy,
-            policy_state.params,
-            policy_state.version,
-            task_keys,
-            config.probes_per_task,
-        )
+        player = Player(env, env_params, policy, policy_state.params, policy_state.version)
+        successes, probe_steps = probes.probe(probe_key, player, task_keys, config.probes_per_task)
         kept = probes.keep_informative(successes, config.probes_per_task)
         return carry.replace(key=key, env_steps=carry.env_steps + probe_steps), (task_keys, kept)
 

@@ -7,7 +7,7 @@ import pytest
 
 from ftw_jax import envs
 from ftw_jax.policies import MLPPolicy, TabularPolicy
-from ftw_jax.rollout import rollout
+from ftw_jax.rollout import Player, rollout
 
 
 def test_bandit_env_pays_the_arm_mean_plus_noise():
@@ -42,9 +42,8 @@ def test_cartpole_rollout_masks_after_the_end():
     env = envs.make("cartpole")
     policy = MLPPolicy(num_actions=2)
     params = policy.init(jax.random.key(0), jnp.zeros((1, 4)))
-    batch, success = jax.jit(jax.vmap(lambda k: rollout(k, env, env.default_params(), policy, params, jnp.int32(7))))(
-        jax.random.split(jax.random.key(1), 8)
-    )
+    player = Player(env, env.default_params(), policy, params, jnp.int32(7))
+    batch, success = jax.jit(jax.vmap(lambda k: rollout(k, player)))(jax.random.split(jax.random.key(1), 8))
     assert not np.any(success)  # CartPole has no notion of success
     assert batch.observation.shape == (8, 500, 4) and batch.action.dtype == jnp.int32
     mask = np.asarray(batch.mask)
@@ -60,7 +59,7 @@ def test_bandit_rollout_is_one_step():
     env = envs.make("bandit")
     policy = TabularPolicy(num_actions=2)
     params = policy.init(jax.random.key(0), jnp.zeros((1,), jnp.int32))
-    trajectory, _ = rollout(jax.random.key(1), env, env.default_params(), policy, params, jnp.int32(0))
+    trajectory, _ = rollout(jax.random.key(1), Player(env, env.default_params(), policy, params, jnp.int32(0)))
     assert trajectory.action.shape == (1,) and bool(trajectory.mask[0])
     np.testing.assert_allclose(trajectory.behaviour_logp, np.log(0.5), rtol=1e-6)
 

@@ -31,7 +31,7 @@ from ftw_jax.lm import load
 from ftw_jax.lm.config import tiny_config
 from ftw_jax.lm.load import save
 from ftw_jax.lm_learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
-from ftw_jax.rollout import rollouts
+from ftw_jax.rollout import Player, rollouts
 
 ENV = TextSearchTask(step_limit=48)
 MAX_LENGTH = ENV.max_steps + 1
@@ -76,9 +76,8 @@ def engine(model_folder):
     model, params = load(model_folder)
     learner = EpisodeLearner.build(small_config(), model.config)
     with jax.debug_key_reuse(False):  # a vmapped scan over split keys (see conftest's unchecked_key_reuse)
-        trajectories, _ = jax.jit(rollouts, static_argnums=(1, 3, 6))(
-            jax.random.key(0), ENV, (), learner.policy, policy_params(params), jnp.int32(0), 24
-        )
+        player = Player(ENV, (), learner.policy, policy_params(params), jnp.int32(0))
+        trajectories, _ = jax.jit(rollouts, static_argnums=2)(jax.random.key(0), player, 24)
     return learner, params, trajectories
 
 

@@ -17,7 +17,7 @@ from ftw_jax.algos.grpo import group_advantages
 from ftw_jax.algos.policy_gradient import clipped_surrogate, k3_kl, mean_baseline_advantages
 from ftw_jax.algos.ppo import Critic, gae_advantages, make_critic_update
 from ftw_jax.policies import MLPPolicy
-from ftw_jax.rollout import rollouts
+from ftw_jax.rollout import Player, rollouts
 from ftw_jax.state import PolicyState
 from ftw_jax.train import TrainConfig, make_train
 
@@ -162,9 +162,8 @@ def test_grpo_groups_share_their_start_state():
     policy = MLPPolicy(num_actions=env.num_actions, hidden_sizes=(8,))
     observation, _ = env.reset(jax.random.key(0), env.default_params())
     params = policy.init(jax.random.key(1), observation[None])
-    batch, _ = jax.jit(lambda key: rollouts(key, env, env.default_params(), policy, params, jnp.int32(0), 8, 4))(
-        jax.random.key(2)
-    )
+    player = Player(env, env.default_params(), policy, params, jnp.int32(0))
+    batch, _ = jax.jit(lambda key: rollouts(key, player, 8, 4))(jax.random.key(2))
     first = np.asarray(batch.observation[:, 0]).reshape(2, 4, -1)  # the start states, by group
     assert (first == first[:, :1]).all() and not (first[0, 0] == first[1, 0]).all()
     assert not (np.asarray(batch.action[:4]) == np.asarray(batch.action[0])).all()  # the actions differ

@@ -10,6 +10,7 @@ import pytest
 from ftw_jax.envs.base import Environment
 from ftw_jax.policies import TabularPolicy
 from ftw_jax.probes import draw_tasks, informative_probability, keep_informative, probe
+from ftw_jax.rollout import Player
 from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
@@ -50,7 +51,7 @@ def run_probes(env, num_tasks, num_probes, seed=0):
     params = policy.init(jax.random.key(0), jnp.zeros((1,), jnp.int32))
     task_keys = jax.random.split(jax.random.key(seed + 1), num_tasks)
     successes, steps = jax.jit(
-        lambda key: probe(key, env, env.default_params(), policy, params, jnp.int32(0), task_keys, num_probes)
+        lambda key: probe(key, Player(env, env.default_params(), policy, params, jnp.int32(0)), task_keys, num_probes)
     )(jax.random.key(seed))
     return task_keys, np.asarray(successes), int(steps)
 

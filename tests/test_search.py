@@ -9,7 +9,7 @@ from conftest import jitted_steps
 from ftw_jax.envs.search import ANSWER, BOS, NONE, QUESTION_ONE_HOP, QUESTION_TWO_HOP, RESULT, SEARCH, SearchTask
 from ftw_jax.losses import categorical_kl, entropy
 from ftw_jax.policies import ARCHITECTURES
-from ftw_jax.rollout import rollout
+from ftw_jax.rollout import Player, rollout
 
 
 def run(env, seed, chooser):
@@ -102,7 +102,7 @@ def test_rollout_masks_forced_tokens_and_the_policy_is_causal(architecture):
     env = SearchTask()
     policy = history_policy(architecture, env)
     params = jax.jit(policy.init)(jax.random.key(0), jnp.zeros((env.max_steps,), jnp.int32))
-    batch, success = jax.jit(jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0))))(
+    batch, success = jax.jit(jax.vmap(lambda k: rollout(k, Player(env, (), policy, params, jnp.int32(0)))))(
         jax.random.split(jax.random.key(1), 6)
     )
     mask = np.asarray(batch.mask)
@@ -179,7 +179,7 @@ def test_the_lm_acting_through_its_cache_logs_the_log_probs_of_a_full_pass():
     history = jax.tree.map(lambda leaf: jnp.broadcast_to(leaf, (env.max_steps,) + leaf.shape), observation)
     params = jax.jit(policy.init)(jax.random.key(1), history)
     keys = jax.random.split(jax.random.key(2), 16)
-    batch, _ = jax.jit(jax.vmap(lambda k: rollout(k, env, (), policy, params, jnp.int32(0))))(keys)
+    batch, _ = jax.jit(jax.vmap(lambda k: rollout(k, Player(env, (), policy, params, jnp.int32(0)))))(keys)
     logits = jax.jit(jax.vmap(lambda o: policy.apply(params, o)))(batch.observation)
     full_pass = jnp.take_along_axis(jax.nn.log_softmax(logits), batch.action[..., None], -1)[..., 0]
     mask = np.asarray(batch.mask)

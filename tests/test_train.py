@@ -10,7 +10,7 @@ import pytest
 from test_golden import SMALL
 
 from ftw_jax import cli, runner
-from ftw_jax.rollout import rollout
+from ftw_jax.rollout import Player, rollout
 from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
@@ -83,15 +83,10 @@ def initial_success(trainer, key, num_episodes):
     """Success rate of the untrained policy on the evaluation tasks."""
     carry = jax.jit(trainer.init)(key)
     env = trainer.env
-    play = jax.jit(jax.vmap(rollout, in_axes=(0, None, None, None, None, None)), static_argnums=(1, 3))
-    _, success = play(
-        jax.random.split(key, num_episodes),
-        env,
-        env.evaluation_params(env.default_params()),
-        trainer.policy,
-        carry.learner.policy.params,
-        carry.learner.policy.version,
-    )
+    policy_state = carry.learner.policy
+    eval_params = env.evaluation_params(env.default_params())
+    player = Player(env, eval_params, trainer.policy, policy_state.params, policy_state.version)
+    _, success = jax.jit(jax.vmap(rollout, in_axes=(0, None)))(jax.random.split(key, num_episodes), player)
     return float(jnp.mean(success))
 
 
