@@ -75,6 +75,30 @@ def _is_number(value) -> bool:
     )
 
 
+def _checked_span(where: str, span: Any, previous_end: int, length: int) -> tuple[int, int, int, list]:
+    """(start, end, version, logprobs) of a span that begins at or after `previous_end` in an episode of `length`
+    tokens; `BadEpisode` naming the field otherwise."""
+    if not isinstance(span, dict) or any(name not in span for name in ("start", "end", "version", "logprobs")):
+        raise BadEpisode(f"{where}: expected an object with start, end, version and logprobs")
+    start, end, version, values = span["start"], span["end"], span["version"], span["logprobs"]
+    if not (_is_int(start) and _is_int(end) and previous_end <= start < end <= length):
+        raise BadEpisode(
+            f"{where}: start {start!r}, end {end!r} must satisfy {previous_end} <= start < end <= "
+            f"{length} (spans in order, not overlapping, after the first token)"
+        )
+    if not (_is_int(version) and 0 <= version < 2**31):
+        raise BadEpisode(f"{where}.version: {version!r} is not an int >= 0")
+    if not isinstance(values, list) or len(values) != end - start:
+        raise BadEpisode(
+            f"{where}.logprobs: expected {end - start} numbers (one per token), got "
+            f"{len(values) if isinstance(values, list) else type(values).__name__}"
+        )
+    bad = next((value for value in values if not (_is_number(value) and value <= 0)), None)
+    if bad is not None:
+        raise BadEpisode(f"{where}.logprobs: {bad!r} is not a log-probability (a finite float32 number <= 0)")
+    return start, end, version, values
+
+
 def parse_episode(line: str, *, vocab_size: int, max_length: int) -> Episode:
     """The episode of one JSONL line; `BadEpisode` naming the field otherwise."""
     try:
@@ -106,25 +130,7 @@ def parse_episode(line: str, *, vocab_size: int, max_length: int) -> Episode:
     versions = np.zeros(len(tokens), np.int32)
     previous_end = 1
     for index, span in enumerate(spans):
-        where = f"spans[{index}]"
-        if not isinstance(span, dict) or any(name not in span for name in ("start", "end", "version", "logprobs")):
-            raise BadEpisode(f"{where}: expected an object with start, end, version and logprobs")
-        start, end, version, values = span["start"], span["end"], span["version"], span["logprobs"]
-        if not (_is_int(start) and _is_int(end) and previous_end <= start < end <= len(tokens)):
-            raise BadEpisode(
-                f"{where}: start {start!r}, end {end!r} must satisfy {previous_end} <= start < end <= "
-                f"{len(tokens)} (spans in order, not overlapping, after the first token)"
-            )
-        if not (_is_int(version) and 0 <= version < 2**31):
-            raise BadEpisode(f"{where}.version: {version!r} is not an int >= 0")
-        if not isinstance(values, list) or len(values) != end - start:
-            raise BadEpisode(
-                f"{where}.logprobs: expected {end - start} numbers (one per token), got "
-                f"{len(values) if isinstance(values, list) else type(values).__name__}"
-            )
-        bad = next((value for value in values if not (_is_number(value) and value <= 0)), None)
-        if bad is not None:
-            raise BadEpisode(f"{where}.logprobs: {bad!r} is not a log-probability (a finite float32 number <= 0)")
+        start, end, version, values = _checked_span(f"spans[{index}]", span, previous_end, len(tokens))
         written[start:end], logprobs[start:end], versions[start:end] = True, values, version
         previous_end = end
     episode_id = record.get("id")

@@ -14,7 +14,9 @@ importance ratio π_new/π_behaviour may use `model_logp` as the behaviour's onl
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
+from typing import Any
 
 import flax.struct
 import jax
@@ -83,6 +85,61 @@ def sampling_log_probs(logits: jax.Array, config: SamplingConfig) -> jax.Array:
     return jax.nn.log_softmax(jnp.where(kept, scaled, -jnp.inf), axis=-1)
 
 
+def _decode_step(
+    model: CausalLM,
+    config: SamplingConfig,
+    params: Any,
+    key_mask: jax.Array,
+    first_position: jax.Array,
+    prompt_length: int,
+    state: dict,
+) -> dict:
+    """One token for each row still writing, drawn from the sampling distribution and written at column
+    `prompt_length + step` with its log-probabilities (the sampled and the model's own); a stop token ends its
+    row. `first_position` [B]: each row's position of its first new token."""
+    key, draw = jax.random.split(state["key"])
+    log_probs = sampling_log_probs(state["logits"], config)  # [B, V]
+    token = jax.random.categorical(draw, log_probs).astype(jnp.int32)
+    active = ~state["done"]
+    token = jnp.where(active, token, config.pad_token)
+    pick = lambda table: jnp.take_along_axis(table, token[:, None], axis=1)[:, 0]  # noqa: E731
+    column = prompt_length + state["step"]
+    write = lambda table, values: jax.lax.dynamic_update_slice(table, values[:, None], (0, column))  # noqa: E731
+    logits, cache = model.apply(
+        params,
+        token[:, None],
+        (first_position + state["step"])[:, None],
+        key_mask,
+        cache=state["cache"],
+        cache_index=column,
+    )
+    stops = jnp.asarray(config.stop_tokens or (-1,), jnp.int32)
+    return dict(
+        step=state["step"] + 1,
+        key=key,
+        cache=cache,
+        logits=logits[:, -1],
+        tokens=write(state["tokens"], token),
+        generated=write(state["generated"], active),
+        logp=write(state["logp"], jnp.where(active, pick(log_probs), 0.0)),
+        model_logp=write(state["model_logp"], jnp.where(active, pick(jax.nn.log_softmax(state["logits"])), 0.0)),
+        done=state["done"] | (active & jnp.isin(token, stops)),
+    )
+
+
+def _check_prompts(prompts: jax.Array, prompt_mask: jax.Array) -> None:
+    if prompts.ndim != 2 or prompt_mask.shape != prompts.shape:
+        raise ValueError(
+            f"prompts and prompt_mask must both be [batch, length], got {prompts.shape} and {prompt_mask.shape}."
+        )
+    if not isinstance(prompt_mask, jax.core.Tracer):
+        mask = np.asarray(prompt_mask, bool)
+        if not mask[:, -1].all() or (np.diff(mask.astype(np.int8), axis=1) < 0).any():
+            raise ValueError(
+                "prompt_mask must be left-padded (False then True in each row) and end every row with a real token."
+            )
+
+
 def make_sampler(model: CausalLM, config: SamplingConfig) -> Callable[..., Sample]:
     """A jitted `sample(params, key, prompts int [B, P], prompt_mask bool [B, P]) -> Sample`.
 
@@ -90,7 +147,6 @@ def make_sampler(model: CausalLM, config: SamplingConfig) -> Callable[..., Sampl
     positions count its real tokens. The loop stops when every row has met a stop token or written M tokens.
     """
     config.check(model.config.vocab_size)
-    stops = jnp.asarray(config.stop_tokens or (-1,), jnp.int32)
 
     @jax.jit
     def run(params, key, prompts, prompt_mask):
@@ -115,37 +171,7 @@ def make_sampler(model: CausalLM, config: SamplingConfig) -> Callable[..., Sampl
         )
         next_position = prompt_mask.sum(axis=1).astype(jnp.int32)
 
-        def body(state):
-            key, draw = jax.random.split(state["key"])
-            log_probs = sampling_log_probs(state["logits"], config)  # [B, V]
-            token = jax.random.categorical(draw, log_probs).astype(jnp.int32)
-            active = ~state["done"]
-            token = jnp.where(active, token, config.pad_token)
-            pick = lambda table: jnp.take_along_axis(table, token[:, None], axis=1)[:, 0]  # noqa: E731
-            column = prompt_length + state["step"]
-            write = lambda table, values: jax.lax.dynamic_update_slice(table, values[:, None], (0, column))  # noqa: E731
-            logits, cache = model.apply(
-                params,
-                token[:, None],
-                (next_position + state["step"])[:, None],
-                key_mask,
-                cache=state["cache"],
-                cache_index=column,
-            )
-            return dict(
-                step=state["step"] + 1,
-                key=key,
-                cache=cache,
-                logits=logits[:, -1],
-                tokens=write(state["tokens"], token),
-                generated=write(state["generated"], active),
-                logp=write(state["logp"], jnp.where(active, pick(log_probs), 0.0)),
-                model_logp=write(
-                    state["model_logp"], jnp.where(active, pick(jax.nn.log_softmax(state["logits"])), 0.0)
-                ),
-                done=state["done"] | (active & jnp.isin(token, stops)),
-            )
-
+        body = functools.partial(_decode_step, model, config, params, key_mask, next_position, prompt_length)
         state = jax.lax.while_loop(lambda s: (s["step"] < steps) & ~jnp.all(s["done"]), body, state)
         mask = jnp.concatenate([prompt_mask, jnp.zeros((batch, steps), bool)], axis=1) | state["generated"]
         return Sample(
@@ -158,16 +184,7 @@ def make_sampler(model: CausalLM, config: SamplingConfig) -> Callable[..., Sampl
 
     def sample(params, key: jax.Array, prompts: jax.Array, prompt_mask: jax.Array) -> Sample:
         """Continues the prompts (see `make_sampler`); the key is consumed."""
-        if prompts.ndim != 2 or prompt_mask.shape != prompts.shape:
-            raise ValueError(
-                f"prompts and prompt_mask must both be [batch, length], got {prompts.shape} and {prompt_mask.shape}."
-            )
-        if not isinstance(prompt_mask, jax.core.Tracer):
-            mask = np.asarray(prompt_mask, bool)
-            if not mask[:, -1].all() or (np.diff(mask.astype(np.int8), axis=1) < 0).any():
-                raise ValueError(
-                    "prompt_mask must be left-padded (False then True in each row) and end every row with a real token."
-                )
+        _check_prompts(prompts, prompt_mask)
         return run(params, key, jnp.asarray(prompts, jnp.int32), jnp.asarray(prompt_mask, bool))
 
     return sample
