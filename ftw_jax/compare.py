@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ftw_jax import envs, runs, tuning
+from ftw_jax import envs, run_files, tuning
 from ftw_jax.checkpoints import Checkpointer, check_same_config, rows_from_record, rows_record
 from ftw_jax.runner import MemberRun, history_arrays
 from ftw_jax.sweep import Sweep, make_sweep
@@ -247,7 +247,7 @@ class _Phases:
             run = self.started(algorithm, phase, sweep, until, start, stack)
             results, seconds = run.results(), run.seconds
             if finished:
-                runs.write_json(
+                run_files.write_json(
                     finished,
                     {
                         "fingerprint": run.checkpointer.fingerprint,  # type: ignore[union-attr]

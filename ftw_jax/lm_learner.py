@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ftw_jax import algos, diagnostics, runs, skips
+from ftw_jax import algos, diagnostics, run_files, skips
 from ftw_jax.algos.base import Context, Learner
 from ftw_jax.algos.ftw import FTWConfig, FTWLearnerState
 from ftw_jax.checks import check_seed
@@ -273,7 +273,7 @@ def save_weights(
                 copy_files=[model_path / name for name in TOKENIZER_FILES if (model_path / name).is_file()],
                 dtype=learner.model_config.dtype,
             )
-        runs.write_json(run_folder / "weights" / "latest.json", {"version": version, "path": folder.name})
+        run_files.write_json(run_folder / "weights" / "latest.json", {"version": version, "path": folder.name})
     return folder
 
 

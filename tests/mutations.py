@@ -178,7 +178,7 @@ MUTATIONS = (
     Mutation(
         "rows-lost-on-resume",
         "a resume from a checkpoint whose rows were cut since goes on without them",
-        "ftw_jax/runs.py",
+        "ftw_jax/run_files.py",
         "    if missing:",
         "    if False:",
         ("tests/test_faults.py", "-k", "cut_behind"),
@@ -769,7 +769,7 @@ MUTATIONS = (
     Mutation(
         "refused-run-folder-kept",
         "a run refused for bad input leaves a folder that refuses the retry",
-        "ftw_jax/runs.py",
+        "ftw_jax/run_files.py",
         "                cleanup.push(functools.partial(_discard_if_refused, folder, created))",
         "                pass",
         ("tests/test_bad_input.py::test_a_run_refused_before_its_first_checkpoint_leaves_nothing_that_blocks_a_retry",),
@@ -777,7 +777,7 @@ MUTATIONS = (
     Mutation(
         "refused-run-removes-users-folder",
         "a refused run removes the empty folder the user made for it",
-        "ftw_jax/runs.py",
+        "ftw_jax/run_files.py",
         "        created = not folder.exists()  # an empty folder of the user's stays",
         "        created = True",
         ("tests/test_bad_input.py::test_a_run_refused_before_its_first_checkpoint_leaves_nothing_that_blocks_a_retry",),

@@ -8,7 +8,7 @@ import pathlib
 import jax
 import pytest
 
-from ftw_jax import cli, runs
+from ftw_jax import cli, run_files
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")  # the checker's false positive on vmapped scans
 # (argv, a piece of the message). Every one of them once ran, crashed with a traceback, hung or trained nothing.
@@ -147,18 +147,18 @@ def test_a_run_refused_before_its_first_checkpoint_leaves_nothing_that_blocks_a_
     (tmp_path / "mine").mkdir()
     for name in ("run", "mine"):
         with pytest.raises(ValueError, match="bad episodes"), contextlib.ExitStack() as cleanup:
-            folder, checkpointer = runs.open_run(tmp_path, name, None, "lm-learn", {"seed": 0}, cleanup=cleanup)
+            folder, checkpointer = run_files.open_run(tmp_path, name, None, "lm-learn", {"seed": 0}, cleanup=cleanup)
             assert checkpointer is not None and (folder / "config.json").is_file()
             checkpointer.close()
             raise ValueError("bad episodes")
     assert not (tmp_path / "run").exists()
     assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
     with pytest.raises(RuntimeError), contextlib.ExitStack() as cleanup:  # a crash, not a refusal: kept
-        runs.open_run(tmp_path, "crashed", None, "lm-learn", {"seed": 0}, cleanup=cleanup, checkpoint_every=None)
+        run_files.open_run(tmp_path, "crashed", None, "lm-learn", {"seed": 0}, cleanup=cleanup, checkpoint_every=None)
         raise RuntimeError("a bug")
     assert (tmp_path / "crashed" / "config.json").is_file()
     with contextlib.ExitStack() as cleanup:  # the retry under the refused name
-        folder, _ = runs.open_run(tmp_path, "run", None, "lm-learn", {}, cleanup=cleanup, checkpoint_every=None)
+        folder, _ = run_files.open_run(tmp_path, "run", None, "lm-learn", {}, cleanup=cleanup, checkpoint_every=None)
     assert (folder / "config.json").is_file()
 
 

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     seeds = seeds_of(args)
     config, env = bandit_protocol(args)
     if not args.no_plot:  # before the work, not after it
-        from ftw_jax.runs import make_folder
+        from ftw_jax.run_files import make_folder
 
         make_folder(args.out)
     print(f"running {len(seeds)} seed(s) x {config.num_iterations} iterations in one jit...", file=sys.stderr)

@@ -100,7 +100,7 @@ def _add_tuning_arguments(parser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ftw_jax import runs
+    from ftw_jax import run_files
     from ftw_jax.compare import compare
 
     seeds = seeds_of(args)
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     summary = _summary(args, comparison, fingerprint, search, time.perf_counter() - started, folder)
     if summary["warning"]:
         log(summary["warning"])
-    runs.write_json(folder / "summary.json", summary)
+    run_files.write_json(folder / "summary.json", summary)
     if args.json:
         print(json.dumps(summary))
     else:

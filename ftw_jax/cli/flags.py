@@ -247,9 +247,9 @@ def add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
 def open_run(
     args: argparse.Namespace, default_name: str, fingerprint: dict, *, writer: bool = True
 ) -> tuple[pathlib.Path, Checkpointer | None]:
-    from ftw_jax import runs
+    from ftw_jax import run_files
 
-    folder, checkpointer = runs.open_run(
+    folder, checkpointer = run_files.open_run(
         args.out,
         args.name,
         args.resume,

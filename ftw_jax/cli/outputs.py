@@ -1,6 +1,6 @@
 """What the commands write and print: summaries, tables, per-iteration logs, CSVs, arrays and plots.
 
-Files go through `ftw_jax.runs` (atomic JSON, CSV, JSON lines); plots through `ftw_jax.plots`, imported when
+Files go through `ftw_jax.run_files` (atomic JSON, CSV, JSON lines); plots through `ftw_jax.plots`, imported when
 drawn so that a command that draws nothing never loads matplotlib.
 """
 
@@ -12,7 +12,7 @@ import typing
 
 import numpy as np
 
-from ftw_jax import runs
+from ftw_jax import run_files
 
 if typing.TYPE_CHECKING:
     from ftw_jax.compare import Comparison
@@ -100,8 +100,10 @@ def write_period_logs(folder: pathlib.Path, metrics: dict, evaluation: dict, see
     """Appends a period's rows to metrics.jsonl (per iteration and seed) and evaluation.jsonl (per seed)."""
     last = evaluation["iteration"][:, None]  # [S, 1]
     metrics = {**metrics, "iteration": last - eval_every + 1 + np.arange(eval_every)[None]}
-    runs.append_rows(folder / "metrics.jsonl", metrics, seeds)
-    runs.append_rows(folder / "evaluation.jsonl", {name: value[:, None] for name, value in evaluation.items()}, seeds)
+    run_files.append_rows(folder / "metrics.jsonl", metrics, seeds)
+    run_files.append_rows(
+        folder / "evaluation.jsonl", {name: value[:, None] for name, value in evaluation.items()}, seeds
+    )
 
 
 def train_summary(
@@ -184,9 +186,9 @@ def save_sweep(
     from ftw_jax.plots import save_heatmap
     from ftw_jax.sweep import heatmap_cells, summarise_points, tidy_rows
 
-    runs.write_csv(folder / "results.csv", tidy_rows(sweep, results))
+    run_files.write_csv(folder / "results.csv", tidy_rows(sweep, results))
     members = {f"member_{axis}": np.array([m[axis] for m in sweep.members]) for axis in sweep.members[0]}
-    runs.write_arrays(folder / "curves.npz", {**results, **members})
+    run_files.write_arrays(folder / "curves.npz", {**results, **members})
     final = results[metric][:, -1]
     x_axis, y_axis = heatmap_axes[0], (heatmap_axes[1] if len(heatmap_axes) == 2 else None)
     means, spreads = heatmap_cells(sweep, final, x_axis, y_axis)
@@ -245,26 +247,26 @@ def save_comparison(folder: pathlib.Path, comparison: Comparison, title: str) ->
         tuning_table,
     )
 
-    runs.write_csv(folder / "results.csv", summary_rows(comparison))
-    runs.write_csv(folder / "seeds.csv", seed_rows(comparison))
+    run_files.write_csv(folder / "results.csv", summary_rows(comparison))
+    run_files.write_csv(folder / "seeds.csv", seed_rows(comparison))
     differences = difference_rows(comparison)
     if differences:
-        runs.write_csv(folder / "differences.csv", differences)
+        run_files.write_csv(folder / "differences.csv", differences)
     tried = [
         {"algorithm": r.algorithm, **{k: v for k, v in row.items() if k != "auc_per_seed"}}
         for r in comparison.results
         for row in r.tuning
     ]
     if tried:
-        runs.write_csv(folder / "tuning.csv", tried)
+        run_files.write_csv(folder / "tuning.csv", tried)
     table, diagnostics = markdown_table(comparison), diagnostics_table(comparison)
     if diagnostics:
         table += "\n" + diagnostics
-    runs.write_atomically(folder / "table.md", table)
+    run_files.write_atomically(folder / "table.md", table)
     tuning = tuning_table(comparison)
     if tuning:
-        runs.write_atomically(folder / "tuning.md", tuning)
-    runs.write_arrays(folder / "curves.npz", _comparison_arrays(comparison))
+        run_files.write_atomically(folder / "tuning.md", tuning)
+    run_files.write_arrays(folder / "curves.npz", _comparison_arrays(comparison))
     _save_comparison_plots(folder, comparison, title)
     return table
 
@@ -335,11 +337,11 @@ class LearnOutputs:
 
     def resumed(self, iterations: int) -> None:
         if self.writer:
-            runs.keep_rows_up_to(self.folder / "metrics.jsonl", iterations, range(1, iterations + 1), [None])
+            run_files.keep_rows_up_to(self.folder / "metrics.jsonl", iterations, range(1, iterations + 1), [None])
 
     def iteration(self, row: dict, total: int | None) -> None:
         if self.writer:
-            runs.append_lines(self.folder / "metrics.jsonl", [row])
+            run_files.append_lines(self.folder / "metrics.jsonl", [row])
         self.log(
             f"iteration {row['iteration']:>4}{'' if total is None else f'/{total}'}  reward {row['reward_mean']:.3f}  "
             f"elite reward {row['elite_return_mean']:.3f}  cross-entropy {row['cross_entropy']:.4f}  "
@@ -349,7 +351,7 @@ class LearnOutputs:
 
     def finished(self, summary: dict) -> None:
         if self.writer:
-            runs.write_json(self.folder / "summary.json", summary)
+            run_files.write_json(self.folder / "summary.json", summary)
 
 
 def print_learn_summary(summary: dict) -> None:

@@ -58,7 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import jax
 
-    from ftw_jax import runs
+    from ftw_jax import run_files
     from ftw_jax.sweep import make_sweep, parse_grid
 
     grid = parse_grid(args.grid)
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if summary["warning"]:
         print(summary["warning"], file=sys.stderr)
-    runs.write_json(folder / "summary.json", summary)
+    run_files.write_json(folder / "summary.json", summary)
     if args.json:
         print(json.dumps(summary))
     else:

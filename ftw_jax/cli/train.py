@@ -40,7 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ftw_jax import runs
+    from ftw_jax import run_files
     from ftw_jax.runner import MemberRun, seed_keys
     from ftw_jax.train import TrainConfig, make_train
 
@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         done = run.periods_done_before * config.eval_every
         for log_file, every in (("metrics.jsonl", 1), ("evaluation.jsonl", config.eval_every)):
             # rows written after that checkpoint come again; those it counts must all be there
-            runs.keep_rows_up_to(folder / log_file, done, list(range(every, done + 1, every)), seeds)
+            run_files.keep_rows_up_to(folder / log_file, done, list(range(every, done + 1, every)), seeds)
         start = _starting_evaluation(trainer, run, seeds, folder, log) if config.warm_start_demonstrations else None
         if not _train(run, config, seeds, folder, log):
             return 1
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     summary = outputs.train_summary(args.env, args.env_options, config, seeds, run, folder, seconds)
     if start is not None:
         summary["start"] = start
-    runs.write_json(folder / "summary.json", summary)
+    run_files.write_json(folder / "summary.json", summary)
     if summary["warning"]:
         print(summary["warning"], file=sys.stderr)
     if not args.no_plot:
@@ -113,7 +113,7 @@ def _starting_evaluation(trainer, run, seeds: list[int], folder: pathlib.Path, l
     run and kept in start.json for a resumed one. {"return": [S], "success": [S]}."""
     import jax
 
-    from ftw_jax import runs
+    from ftw_jax import run_files
     from ftw_jax.runner import host_array, seed_keys
 
     path = folder / "start.json"
@@ -124,7 +124,7 @@ def _starting_evaluation(trainer, run, seeds: list[int], folder: pathlib.Path, l
     keys = jax.vmap(lambda key: jax.random.fold_in(key, 1))(seed_keys(seeds))  # not a key the run itself draws
     evaluation = jax.jit(jax.vmap(trainer.evaluate))(keys, jax.tree.map(lambda leaf: leaf[: len(seeds)], run.carry))
     start = {name: host_array(evaluation[name]).tolist() for name in ("return", "success")}
-    runs.write_json(path, start)
+    run_files.write_json(path, start)
     log(
         f"starting policy (after the warm start): eval return {np.mean(start['return']):.3f}"
         + (f", success {np.mean(start['success']):.1%}" if trainer.env.has_success else "")
