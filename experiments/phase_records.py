@@ -1,6 +1,6 @@
 """What a comparison's finished phases say so far, from their records alone (no weights, nothing run).
 
-    python experiments/phase_records.py results/compare-issue33/search-1hop
+    python experiments/phase_records.py results/compare-successive-halving/search-1hop
 
 One row per configuration and phase (`checkpoints/ALGORITHM-PHASE.json`), best first within each phase kind:
 the iterations reached, the mean over the phase's seeds of the evaluation AUC and final value, and with greedy
