@@ -18,7 +18,7 @@ import os
 import time
 import types
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -29,7 +29,9 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from ftw_jax import skips
 from ftw_jax.algos.base import Hyperparameters
 from ftw_jax.checkpoints import Checkpointer, rows_from_record, rows_record
-from ftw_jax.train import TrainCarry, Trainer
+
+if TYPE_CHECKING:  # the run loop runs a training program; it needs none of its code
+    from ftw_jax.train import TrainCarry, Trainer
 
 
 class Interrupted(Exception):

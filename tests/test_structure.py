@@ -1,5 +1,6 @@
-"""The package reads from the door: no import cycle, the LM model library imports nothing above it, nothing but
-the command line imports the command line, and functions and modules stay short enough to read.
+"""The package reads from the door: no import cycle, no import from a layer above (`LAYERS`), the LM model
+library imports nothing outside it, nothing but the command line imports the command line, and functions and
+modules stay short enough to read.
 
 Imports are read from the source (module level and inside functions alike; those under `TYPE_CHECKING` are
 for type checkers only and left out), so an import deferred into a function still counts.
@@ -62,6 +63,45 @@ def test_no_import_cycle():
 
     cycles = [cycle for cycle in map(cycle_from, GRAPH) if cycle]
     assert cycles == []
+
+
+# The package's layers, bottom first (README's Layout): a module imports from its own layer and those below.
+LAYERS = {
+    "core": (
+        "occupancy", "pool", "selection", "losses", "elite_loss", "update", "state", "diagnostics", "settings",
+        "checks", "actions", "skips", "stats",
+    ),
+    "algorithms": ("algos", "learner_settings"),
+    "models": ("policies", "lm"),
+    "environments": ("envs",),
+    "episodes": ("rollout", "warm_start", "probes", "episodes"),
+    "running": ("runner", "checkpoints", "run_files", "plots", "compile_cache"),
+    "programs": (
+        "train", "sweep", "tuning", "compare", "comparison_tables", "reproduction", "lm_learner",
+    ),
+    "interface": ("cli", ""),  # "": the package's __init__
+}  # fmt: skip
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of a module of the package (its first name after `ftw_jax.`)."""
+    top = module.removeprefix("ftw_jax").removeprefix(".").split(".")[0]
+    found = [index for index, names in enumerate(LAYERS.values()) if top in names]
+    assert found, f"{module} is in no layer: give it one in LAYERS (and README's Layout)"
+    return found[0]
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    upward = {
+        name: sorted(target for target in targets if layer_of(target) > layer_of(name))
+        for name, targets in GRAPH.items()
+    }
+    assert {name: targets for name, targets in upward.items() if targets} == {}
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert layer_of("ftw_jax.pool") < layer_of("ftw_jax.train") < layer_of("ftw_jax.cli.train")
+    assert layer_of("ftw_jax.envs.text_search") > layer_of("ftw_jax.lm.tokenizer")
 
 
 def test_the_lm_model_library_imports_nothing_above_it():
