@@ -132,6 +132,13 @@ def make(name: str, **options: Any) -> Environment:
     """An environment by registry name; options go to its class (a ValueError names one it does not take)."""
     kind = entry(name).make
     if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        # Options are the fields a user sets; one the program sets (`written_in`'s lexicon) is not among them.
+        fields = dataclasses.fields(kind)
+        known = {field.name for field in fields if field.init and not field.metadata.get("not_option")}
+        if set(options) - known:
+            raise ValueError(
+                f"bad options for {name}: {sorted(set(options) - known)} (it takes {', '.join(sorted(known))})."
+            )
         try:
             check_option_types(kind, options)
         except ValueError as error:

@@ -155,7 +155,7 @@ class TextSearchTask(Environment):
     step_limit: int = 64
     max_searches: int = 3
     guess_rate: float = 0.5
-    lexicon: Lexicon = Lexicon.words()
+    lexicon: Lexicon = dataclasses.field(default=Lexicon.words(), metadata={"not_option": True})
 
     def __post_init__(self):
         if not isinstance(self.lexicon, Lexicon):
