@@ -38,14 +38,14 @@ def _as_json(value):
 # skipped updates goes on past them with --stop-after-skipped 0; lm learn may follow its file, or stop doing so).
 CHANGEABLE_ON_RESUME = frozenset({"stop_after_skipped", "follow", "idle_timeout", "poll_seconds"})
 
-# Settings that name a file or folder (lm learn's episodes and checkpoint, a task's model): compared by the path
-# they resolve to, so `episodes.jsonl` and `/work/episodes.jsonl` are one file. A relative path stored by an older
-# run resolves against the current directory: the same file if resumed from where it started.
+# Settings that name a file or folder (lm learn's episodes and checkpoint, a run's pretrained model): compared by
+# the path they resolve to, so `episodes.jsonl` and `/work/episodes.jsonl` are one file. A relative path stored by
+# an older run resolves against the current directory: the same file if resumed from where it started.
 PATH_SETTINGS = frozenset({"episodes", "model"})
 
 
 def _resolved(path: str) -> str:
-    return str(pathlib.Path(path).resolve()) if path else path  # "" is no path (a task without a checkpoint)
+    return str(pathlib.Path(path).resolve()) if path else path  # None or "": no path (a run without a checkpoint)
 
 
 def _compared(value: Any) -> Any:

@@ -27,7 +27,7 @@ import math
 import os
 import pathlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -361,6 +361,7 @@ class EpisodeFeed:
                 "a new run."
             )
         self.pending, self.to_skip = self.pending[used:], max(used - len(self.pending), 0)
+        self.idle_since = time.monotonic()  # the run is ready to learn: waiting counts from here
 
     def plan(self, done: int) -> tuple[int | None, str]:
         """(the iteration the run ends at after `done`, None while following; what it will learn from, in words)."""
@@ -379,6 +380,17 @@ class EpisodeFeed:
             self.log(f"skipped {problem}")
         if len(problems) > 10:
             self.log(f"... and {len(problems) - 10} more bad lines skipped")
+
+    def batches(self, before_each: Callable[[], None] = lambda: None) -> Iterator[list[Episode]]:
+        """Every batch, in order (`next_batch`'s until it has none), calling `before_each` before each read, poll
+        included: a stop asked for while a follower waits is seen within one poll."""
+        while True:
+            before_each()
+            batch = self.next_batch()
+            if batch is None:
+                return
+            if batch:
+                yield batch
 
     def next_batch(self) -> list[Episode] | None:
         """The next batch (without `follow` the last may be short; a follower learns from whole ones only); [] when

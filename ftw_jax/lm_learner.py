@@ -298,8 +298,8 @@ def stale_episodes(batch: Trajectory, version: int, max_staleness: int | None) -
 
 
 class LearnReport(Protocol):
-    """Where `learn_from_file` tells what it does; the command line's writes metrics.jsonl, summary.json and the
-    log lines (`ftw_jax.cli.outputs.LearnOutputs`)."""
+    """Where `learn_from_file` tells what it does: the command line's (`ftw_jax.cli.outputs.LearnOutputs`) logs it
+    and writes metrics.jsonl."""
 
     @property
     def log(self) -> Callable[[str], None]: ...
@@ -336,7 +336,7 @@ def learn_batch(
     skipped: dict,
 ) -> tuple[FTWLearnerState, dict, dict]:
     """One iteration on a batch of episodes of the file at `path`: (state, its metrics row, the skipped-update
-    totals after `skipped`, those before it)."""
+    totals: `skipped`, those before it, with its own added)."""
     version_before = int(host_array(state.policy.version))
     check_versions(episodes, version_before, path)
     batch = to_trajectories(episodes, learner.config.max_length)
@@ -422,10 +422,7 @@ def learn_from_file(
     report.log(f"{plan}; run folder {run_folder}")
     weights, iteration = None, done
     limit = skips.limit_of(config.stop_after_skipped, config.algorithm_config.updates_per_iteration)
-    while (chunk := feed.next_batch()) is not None:
-        raise_if_stopped()
-        if not chunk:  # following: nothing new yet
-            continue
+    for chunk in feed.batches(before_each=raise_if_stopped):
         state, row, skipped = learn_batch(learner, state, place, chunk, iteration, episodes_path, skipped)
         used, iteration = used + len(chunk), iteration + 1
         report.iteration({"iteration": iteration, "episodes": used, **row}, total)

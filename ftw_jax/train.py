@@ -256,7 +256,7 @@ def example_trajectory(env: envs.Environment, env_params: Any, policy: Policy) -
 
 def make_train(config: TrainConfig, **env_options: Any) -> Trainer:
     """Builds the training program for `config` (env options go to `ftw_jax.envs.make`); a `model` checkpoint is
-    read here, once: its tokens write the environment, its shape and weights start the policy."""
+    read here, once: its tokens write the environment, its shape and then its weights start the policy."""
     pretrained = None
     env = envs.make(config.env, **env_options)
     if config.model is not None:

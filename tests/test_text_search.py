@@ -196,6 +196,16 @@ def test_the_task_in_a_chat_models_tokens_reads_words_of_several_tokens(chat_mod
 
 
 @pytest.mark.slow
+def test_a_checkpoint_too_long_for_the_step_limit_is_refused_before_its_weights_are_read(chat_model, tmp_path):
+    import shutil
+
+    shapes_only = tmp_path / "no-weights"  # config.json and the tokenizer: what decides the episodes' length
+    shutil.copytree(chat_model, shapes_only, ignore=shutil.ignore_patterns("*.safetensors*"))
+    with pytest.raises(ValueError, match="step_limit must be in"):  # not "no weights": none was read
+        make_train(TrainConfig.for_env("text-search", model=str(shapes_only)))
+
+
+@pytest.mark.slow
 @pytest.mark.usefixtures("unchecked_key_reuse")
 def test_a_checkpoints_weights_are_an_argument_of_the_compiled_init(chat_model):
     import dataclasses

@@ -52,7 +52,7 @@ _FIRST_NAME, _FIRST_CITY, _FIRST_COLOUR = _ID[NAMES[0]], _ID[CITIES[0]], _ID[COL
 _FREE, _IN_SEARCH, _IN_ANSWER = range(3)
 QUESTION_WORDS = 12  # the longest question, "question : what is the colour of the friend of alice ?"
 INFORMATION_WORDS = 12  # "<information> alice : city paris , colour red , friend bob </information>"
-# What a model is told in the prompt when the task is written in its own tokens and chat template (`model`).
+# What a model is told in the prompt when the task is written in its own tokens and chat template (`written_in`).
 INSTRUCTIONS = (
     "Look people up with <search> name </search>; facts appear in <information> </information>. "
     "Reply <answer> word </answer>."

@@ -2,7 +2,7 @@
 
     model, params = load("path/to/Qwen2.5-0.5B-Instruct", dtype="bfloat16")
     logits = model.apply(params, tokens)                   # int32 [B, L] -> float32 [B, L, V]
-    pretrained = load_pretrained("path/to/Qwen2.5-0.5B-Instruct")  # its config, params and tokenizer, read once
+    pretrained = load_pretrained("path/to/Qwen2.5-0.5B-Instruct")  # its shape and tokenizer; .read_weights()
 
 The weights are `model.safetensors`, or the shards that `model.safetensors.index.json` lists. Every tensor's
 name and shape is checked against the model's before any is read: a missing, extra or misshaped tensor is
@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ftw_jax.lm.config import LMConfig
+from ftw_jax.lm.config import LMConfig, pretrained_config
 from ftw_jax.lm.model import CausalLM
 from ftw_jax.lm.tokenizer import Tokenizer, load_tokenizer
 
@@ -184,21 +184,24 @@ def load(
     return CausalLM(config), {"params": params}
 
 
-@dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity: it holds the weights
+@dataclasses.dataclass(frozen=True, eq=False)  # compared and hashed by identity
 class Pretrained:
-    """A checkpoint read once, for a run that starts from it: the model's shape, its weights and its tokenizer."""
+    """A checkpoint a run starts from: the model's shape and its tokenizer, read first (what they decide is
+    checked before any weight is read), and its weights when asked (`read_weights`, once)."""
 
     path: str
     config: LMConfig
-    params: dict = dataclasses.field(repr=False)  # {"params": ...}
     tokenizer: Tokenizer = dataclasses.field(repr=False)
 
+    def read_weights(self) -> dict:
+        """The weights ({"params": ...}) in the config's dtype; every tensor checked (`load`)."""
+        return load(self.path, dtype=self.config.dtype)[1]
 
-def load_pretrained(path: str | os.PathLike[str], dtype: str = "float32") -> Pretrained:
-    """`load`'s model and weights and `load_tokenizer`'s tokenizer of a Hugging Face folder, as one record."""
-    tokenizer = load_tokenizer(path)  # first: the cheaper file to find missing
-    model, params = load(path, dtype=dtype)
-    return Pretrained(path=str(path), config=model.config, params=params, tokenizer=tokenizer)
+
+def load_pretrained(path: str | os.PathLike[str]) -> Pretrained:
+    """The shape (config.json) and tokenizer of a Hugging Face folder; the weights stay on disk until read."""
+    tokenizer = load_tokenizer(path)
+    return Pretrained(path=str(path), config=pretrained_config(str(path)), tokenizer=tokenizer)
 
 
 def _read(files: dict[str, pathlib.Path], dtype: str) -> dict[str, jax.Array]:

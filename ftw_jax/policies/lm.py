@@ -49,7 +49,7 @@ def checkpoint_params(policy: LMPolicy, pretrained: Pretrained) -> dict:
             f"a pretrained LM acts over its vocabulary ({pretrained.config.vocab_size}), not {policy.num_actions} "
             "actions."
         )
-    return {"params": {"lm": pretrained.params["params"]}}
+    return {"params": {"lm": pretrained.read_weights()["params"]}}
 
 
 class LMPolicy(Policy):
