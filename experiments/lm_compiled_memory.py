@@ -232,8 +232,7 @@ def compiled_memory(
             state.policy.reference_params,
         )
         inputs = (state.replace(policy=state.policy.replace(reference_params=reference)), *inputs[1:])
-    learn = learner.learn if donate else jax.jit(learner.learn.__wrapped__)  # lm learn's own donates
-    lowered = learn.lower(*inputs)
+    lowered = learner.jitted(inputs[0], donate).lower(*inputs)  # lm learn's own donates
     lowered_at = time.perf_counter()
     row: dict[str, Any] = _sizes(lowered.compile())
     row["compile_seconds"] = time.perf_counter() - lowered_at

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import pathlib
 import time
 from collections.abc import Callable
@@ -34,10 +33,10 @@ from ftw_jax.algos.ftw import FTWConfig, FTWLearnerState
 from ftw_jax.checks import check_seed
 from ftw_jax.episodes import Episode, EpisodeFeed, EpisodeTail, check_versions, to_trajectories
 from ftw_jax.learner_settings import LearnerSettings, make_optimizer
-from ftw_jax.lm.config import LMConfig
+from ftw_jax.lm.config import LMConfig, read_json
 from ftw_jax.policies.lm import LMPolicy, logits_chunk_for
 from ftw_jax.pool import Trajectory
-from ftw_jax.runner import check_state_memory, host_array, raise_if_stopped, state_bytes
+from ftw_jax.runner import check_state_memory, check_working_memory, host_array, raise_if_stopped, state_bytes
 from ftw_jax.settings import check_settings, setting
 
 if TYPE_CHECKING:
@@ -106,18 +105,23 @@ class LearnConfig(LearnerSettings):
 
 
 def example_trajectory(num_steps: int) -> Trajectory:
-    """An all-zero token trajectory [T]: the shapes the pool stores."""
-    zeros = lambda dtype: jnp.zeros((num_steps,), dtype)  # noqa: E731
-    return Trajectory(
-        observation=zeros(jnp.int32),
-        action=zeros(jnp.int32),
-        mask=zeros(bool),
-        behaviour_logp=zeros(jnp.float32),
-        behaviour_version=zeros(jnp.int32),
-        episode_return=jnp.zeros((), jnp.float32),
-        reward=zeros(jnp.float32),
-        alive=zeros(bool),
-    )
+    """A token trajectory's shapes and dtypes [T], the pool's entries (`jax.ShapeDtypeStruct`s: nothing allocated
+    before the memory check, however long T)."""
+
+    def zeros() -> Trajectory:
+        steps = lambda dtype: jnp.zeros((num_steps,), dtype)  # noqa: E731
+        return Trajectory(
+            observation=steps(jnp.int32),
+            action=steps(jnp.int32),
+            mask=steps(bool),
+            behaviour_logp=steps(jnp.float32),
+            behaviour_version=steps(jnp.int32),
+            episode_return=jnp.zeros((), jnp.float32),
+            reward=steps(jnp.float32),
+            alive=steps(bool),
+        )
+
+    return jax.eval_shape(zeros)
 
 
 def policy_params(model_params: dict) -> dict:
@@ -133,7 +137,9 @@ class EpisodeLearner:
     model_config: LMConfig
     policy: LMPolicy
     learner: Learner
-    learn: Any  # the learner's `learn`, jitted
+    learn: Callable[[FTWLearnerState, Trajectory, Any], tuple[FTWLearnerState, dict]]  # (state, batch, iteration)
+    # `learn` compiled per batch size (a short last batch is another program), each checked before it first runs.
+    programs: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(cls, config: LearnConfig, model_config: LMConfig) -> EpisodeLearner:
@@ -151,9 +157,7 @@ class EpisodeLearner:
             key = jax.random.fold_in(jax.random.key(seed), iteration)  # processes, every input must be global
             return learner.learn(state, batch, key, hyperparameters())
 
-        # The state is donated: its buffers take the next one, or a step would hold two copies of the weights,
-        # the reference and Adam's moments (3B on one device: 98.6 -> 85.5 GiB, experiments/lm_compiled_memory.py).
-        return cls(config, model_config, policy, learner, jax.jit(learn, donate_argnums=0))
+        return cls(config, model_config, policy, learner, learn)
 
     def init(self, model_params: dict) -> FTWLearnerState:
         """The learner state starting from (and KL-anchored to) these CausalLM params: an empty pool, version 0.
@@ -183,8 +187,29 @@ class EpisodeLearner:
 
     def step(self, state: FTWLearnerState, batch: Trajectory, iteration: int) -> tuple[FTWLearnerState, dict]:
         """(state, metrics with leaves [U]) after adding the batch [B, T] (numpy, or global arrays) to the pool and
-        running U updates, with iteration `iteration`'s key (the same on a resumed run as on one never stopped)."""
-        return self.learn(state, batch, np.int32(iteration))
+        running U updates, with iteration `iteration`'s key (the same on a resumed run as on one never stopped).
+        Its first call with a batch size compiles the program and refuses it, before it runs, where its working
+        memory (XLA's count: J minibatches, the elites' logits, U updates' metrics) would not fit here."""
+        size = batch.action.shape[0]
+        if size not in self.programs:
+            program = self.jitted(state).lower(state, batch, np.int32(iteration)).compile()
+            check_working_memory(
+                program.memory_analysis(),
+                "one iteration of the learner",
+                "use a smaller --num-batches, --num-elites, --updates-per-iteration or --max-length",
+                holds="the state, the batch, J minibatches of C episodes, the elites' logits, U updates' metrics",
+                devices=len(jax.tree.leaves(state)[0].sharding.device_set),  # the weights' mesh, or one device
+            )
+            self.programs[size] = program
+        return self.programs[size](state, batch, np.int32(iteration))
+
+    def jitted(self, state: Any, donate: bool = True) -> Any:
+        """`learn` jitted for a state laid out as `state` is (arrays, or ShapeDtypeStructs to lower it), which the new
+        state keeps: left to XLA, a mesh's norm weights came out sharded over "data" and the second step compiled
+        again. The state is donated: its buffers take the next one, or a step would hold two copies of the weights,
+        the reference and Adam's moments (3B on one device: 98.6 -> 85.5 GiB, experiments/lm_compiled_memory.py)."""
+        layout = jax.tree.map(lambda leaf: getattr(leaf, "sharding", None), state)
+        return jax.jit(self.learn, donate_argnums=0 if donate else (), out_shardings=(layout, None))
 
     @staticmethod
     def model_params(state: FTWLearnerState) -> dict:
@@ -269,7 +294,7 @@ def save_weights(
                 folder,
                 learner.model_config,
                 params,
-                config_json=json.loads((model_path / "config.json").read_text()),
+                config_json=read_json(model_path / "config.json"),
                 copy_files=[model_path / name for name in TOKENIZER_FILES if (model_path / name).is_file()],
                 dtype=learner.model_config.dtype,
             )

@@ -196,11 +196,13 @@ def _discard_if_refused(folder: pathlib.Path, created: bool, error_type, error, 
         return False
     entries = {path.name: path for path in folder.iterdir()}
     checkpoints = entries.get("checkpoints")
-    if set(entries) - _UNSTARTED or (checkpoints is not None and any(checkpoints.iterdir())):
+    # compare makes a folder per algorithm and phase below checkpoints/: empty ones hold nothing learnt.
+    below = sorted(checkpoints.rglob("*"), reverse=True) if checkpoints is not None else []  # deepest first
+    if set(entries) - _UNSTARTED or any(not path.is_dir() for path in below):
         return False  # something was learnt or written: keep it for --resume
     with contextlib.suppress(OSError):  # a file appearing meanwhile keeps the folder; the error still gets reported
-        if checkpoints is not None:
-            checkpoints.rmdir()
+        for empty in [*below, checkpoints] if checkpoints is not None else []:
+            empty.rmdir()
         (folder / "config.json").unlink(missing_ok=True)
         if created:
             folder.rmdir()
@@ -230,7 +232,9 @@ def open_run(
         folder, created = resume, False  # never discarded: it holds a run
         if not (folder / "config.json").exists():
             raise ValueError(f"--resume {folder}: no run there (config.json is missing).")
-        check_same_config(json.loads((folder / "config.json").read_text()), fingerprint, f"the run in {folder}")
+        from ftw_jax.lm.config import read_json  # names the file where it is not JSON (a damaged config.json)
+
+        check_same_config(read_json(folder / "config.json"), fingerprint, f"the run in {folder}")
     elif name:
         folder = out / check_run_name(name)
         if writer and (folder / "config.json").exists():

@@ -120,21 +120,29 @@ def check_memory(trainer: Trainer, num_members: int, share: float = 0.5) -> None
     )
 
 
-def check_working_memory(stats: Any, what: str = "one evaluation period", share: float = 0.8) -> None:
+def check_working_memory(
+    stats: Any,
+    what: str = "one evaluation period",
+    remedy: str = "use smaller J, K, B or fewer seeds or grid points",
+    *,
+    holds: str = "the members' state, the episodes played, the elites gathered per update",
+    devices: int = 1,
+    share: float = 0.8,
+) -> None:
     """Refuses, before running it, a compiled program (`what` it does) whose arguments, outputs and temporaries
     (XLA's own count; a donated argument counted once) exceed `share` of the memory here: large J·K, B or T make
-    the update's working arrays big, and many members a state that is held twice while a new one is made."""
+    the update's working arrays big, and many members a state that is held twice while a new one is made.
+    `devices`: how many devices run the program (XLA counts one device's share), against the memory of all."""
     if stats is None:
         return
-    needed = (
+    per_device = (
         stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes + stats.temp_size_in_bytes
     )
-    available = memory_available()
+    needed, available = per_device * devices, memory_available()
     if needed > share * available:
         raise ValueError(
-            f"{what} needs {needed / 2**30:,.1f} GiB of working memory (XLA's count: the members' state, the "
-            f"episodes played, the elites gathered per update), more than {share:.0%} of the "
-            f"{available / 2**30:,.1f} GiB here; use smaller J, K, B or fewer seeds or grid points."
+            f"{what} needs {needed / 2**30:,.1f} GiB of working memory (XLA's count: {holds}), more than "
+            f"{share:.0%} of the {available / 2**30:,.1f} GiB here; {remedy}."
         )
 
 
@@ -250,7 +258,12 @@ class MemberRun:
         )
         arguments = (to_devices(key_data), jax.tree.map(to_devices, hyperparameters), self.trainer.start_params)
         compiled = init.lower(*arguments).compile()
-        check_working_memory(compiled.memory_analysis(), "making the members' initial state")
+        check_working_memory(
+            compiled.memory_analysis(),
+            "making the members' initial state",
+            "use fewer --warm-start-demonstrations, a smaller pool (N) or fewer seeds or grid points",
+            holds="the members' state and the warm start's demonstrations",
+        )
         return compiled(*arguments)
 
     def env_steps(self) -> np.ndarray:

@@ -25,7 +25,10 @@ import numpy as np
 # those of them after the iteration's last applied update, which a run of skipped updates goes on from.
 COUNTS = ("applied_count", "skipped_count", "nonfinite_count", "skipped_trailing", "nonfinite_trailing")
 
-NONFINITE_ADVICE = "try a lower --learning-rate, --max-grad-norm 1 or --optimizer sgd"
+NONFINITE_ADVICE = (
+    "try a lower --learning-rate, --max-grad-norm 1 or --optimizer sgd (unless metrics.jsonl's "
+    "observation_nonfinite is true: then the episodes hold NaN or infinite observations)"
+)
 NOTHING_KEPT_ADVICE = (
     "try --elite-rule top_k (beat_minimum keeps nothing from a minibatch of tied returns) or episodes whose "
     "returns differ"

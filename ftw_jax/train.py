@@ -29,6 +29,7 @@ from ftw_jax.learner_settings import LearnerSettings, make_optimizer
 from ftw_jax.policies import ARCHITECTURES, FROM_CHECKPOINT
 from ftw_jax.policies.base import Policy
 from ftw_jax.rollout import Player, rollout, rollouts
+from ftw_jax.runner import check_state_memory, state_bytes
 from ftw_jax.settings import check_settings, describe, setting
 
 if TYPE_CHECKING:
@@ -326,6 +327,14 @@ def make_init_params(
         raise ValueError(f"warm_start_demonstrations needs an environment with a demonstrator; {config.env} has none.")
     settings = warm_start.WarmStart(
         config.warm_start_demonstrations, steps=config.warm_start_steps, learning_rate=config.warm_start_learning_rate
+    )
+    demonstrations = jax.eval_shape(  # shapes only: D trajectories are refused before they are played
+        lambda key: warm_start.demonstrations(key, env, env_params, settings.demonstrations), jax.random.key(0)
+    )
+    check_state_memory(
+        state_bytes(demonstrations),
+        f"the warm start's {settings.demonstrations:,} demonstrations, for each seed",
+        "use fewer --warm-start-demonstrations",
     )
 
     def init_params(key, observation, start):

@@ -233,7 +233,21 @@ def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: ja
         / jnp.maximum(jnp.sum(weights), 1),
         # Behaviour log-probs that are not finite make the two above NaN; the step itself does not use them.
         "behaviour_logp_nonfinite": jnp.any((weights > 0) & ~jnp.isfinite(log_weights)),
+        # An observation the loss reads that is not finite makes the gradient NaN: the step is skipped (nonfinite).
+        "observation_nonfinite": nonfinite_observations(selection.trajectories, weights),
     }
+
+
+def nonfinite_observations(trajectories: pool_lib.Trajectory, weights: jax.Array) -> jax.Array:
+    """Whether a float observation the loss reads is NaN or infinite: a step of an entry of weight > 0 before its
+    episode's end (`elite_loss.without_unused_observations` zeroes the others)."""
+    used = (weights > 0)[:, None] & trajectories.alive  # [M, T]
+    flags = [
+        jnp.any(used & ~jnp.all(jnp.isfinite(leaf).reshape(*used.shape, -1), axis=-1))
+        for leaf in jax.tree.leaves(trajectories.observation)
+        if jnp.issubdtype(leaf.dtype, jnp.inexact)
+    ]
+    return jnp.any(jnp.stack(flags)) if flags else jnp.zeros((), bool)
 
 
 def _check_pool(config: UpdateConfig, pool: pool_lib.Pool) -> None:

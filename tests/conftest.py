@@ -82,7 +82,8 @@ def unchecked_key_reuse():
 
     jax's experimental checker rejects any scan over split keys inside vmap, a false positive:
     `vmap(lambda k: scan(f, 0, split(k, 5)))` alone trips it. Tests of vmapped programs use this;
-    `tests/test_bandit.py::test_one_seed_reuses_no_key` checks the same kind of program without vmap.
+    `tests/test_bandit.py::test_one_seed_reuses_no_key` checks the same kind of program without vmap. It also
+    keeps a bool per key element of every split: a program drawing a billion keys needs gigabytes to be traced.
     """
     with jax.debug_key_reuse(False):
         yield

@@ -33,6 +33,10 @@ CASES = [
         "of working memory",  # XLA's count
         marks=pytest.mark.slow,
     ),
+    (  # was a RESOURCE_EXHAUSTED traceback (2.1 TB; issue 35)
+        ["train", "--env", "text-search", "--warm-start-demonstrations", "1000000000"],
+        "use fewer --warm-start-demonstrations",
+    ),
     (["train", "--env", "bandit", "--seeds", "99999999999999999999"], "seeds must be integers in [0, 2147483647]"),
     (["train", "--env", "bandit", "--seeds", "0,0"], "seeds must be distinct"),
     (["train", "--env", "bandit", "--seeds", "1,,2"], "expected comma-separated integers"),
@@ -89,6 +93,7 @@ CASES = [
     (["train", "--env", "bandit", "--name", "/absolute/path"], "--name must be a plain folder name"),
     (["train", "--env", "bandit", "--resume", "{out}/x", "--no-checkpoint"], "--resume needs the checkpoints"),
     (["train", "--env", "bandit", "--resume", "{out}/nothing"], "no run there"),
+    (["train", "--env", "bandit", "--resume", "{out}/torn"], "torn/config.json:1: not JSON (Unterminated string"),
     (["train", "--env", "bandit", "--out", "{file}"], "cannot use"),
     (["sweep", "--env", "bandit", "--grid", "C=4", "--out", "{file}"], "cannot use"),
     (["compare", "--env", "bandit", "--algos", "ftw", "--out", "{file}"], "cannot use"),
@@ -105,6 +110,8 @@ def test_bad_input_gets_one_line_and_exit_2(argv, message, tmp_path, capsys):
     file.write_text("not a folder")
     (tmp_path / "not-a-run").mkdir()
     (tmp_path / "not-a-run" / "notes.txt").write_text("mine")
+    (tmp_path / "torn").mkdir()
+    (tmp_path / "torn" / "config.json").write_text('{"env": "ban')  # a run's config.json damaged by hand
     values = {"out": tmp_path, "file": file, "not_a_run": "not-a-run"}
     argv = [part.format(**values) for part in argv]
     if "--out" not in argv and argv[0] != "bandit":
@@ -137,6 +144,22 @@ def test_a_sweep_too_big_for_memory_is_refused_before_it_runs_and_leaves_nothing
     err = capsys.readouterr().err
     assert "one evaluation period needs" in err and "of working memory" in err and "Traceback" not in err
     assert not (tmp_path / "big").exists()  # the corrected command may take the same name
+
+
+@pytest.mark.parametrize("command", ["compare", "sweep"])
+def test_a_refused_compare_or_sweep_leaves_nothing_that_blocks_the_corrected_command(
+    command, monkeypatch, tmp_path, capsys
+):
+    """Issue 35: compare's refusal left config.json and its empty per-algorithm checkpoint folders, and the
+    corrected command under the same --name was told the folder already held a run."""
+    from ftw_jax import runner
+
+    monkeypatch.setattr(runner, "memory_available", lambda: 16 * 2**30)  # the same refusal on any machine
+    what = ["--algos", "ftw"] if command == "compare" else ["--grid", "C=4,5"]
+    argv = [command, "--env", "bandit", *what, "--out", str(tmp_path), "--name", "r"]
+    assert cli.main([*argv, "--pool-capacity", "1000000000"]) == 2
+    assert "the run's state needs" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_run_folder_name_must_stay_inside_out(tmp_path, capsys):

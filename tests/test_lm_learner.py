@@ -15,7 +15,7 @@ import optax
 import pytest
 from conftest import with_cpu_devices
 
-from ftw_jax import checkpoints, cli, diagnostics
+from ftw_jax import checkpoints, cli, diagnostics, runner
 from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.elite_loss import make_loss
 from ftw_jax.envs.text_search import TextSearchTask
@@ -434,15 +434,27 @@ def test_lm_learn_refuses_a_seed_out_of_range_in_one_line(model_folder, tmp_path
     assert not (tmp_path / "run").exists()
 
 
-def test_lm_learn_refuses_a_state_larger_than_the_memory_before_allocating_it(model_folder, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "flag, refusal",
+    [  # each was a RESOURCE_EXHAUSTED traceback, an allocation failure after 100 s or the OOM killer (issue 35)
+        ("--pool-capacity", "error: the run's state needs "),
+        ("--max-length", "error: the run's state needs "),
+        ("--num-batches", "error: one iteration of the learner needs "),
+        ("--updates-per-iteration", "error: one iteration of the learner needs "),
+    ],
+)
+@pytest.mark.usefixtures("unchecked_key_reuse")  # J = 10^9 minibatch keys: the checker's own arrays would not fit
+def test_lm_learn_refuses_what_would_not_fit_in_memory_before_allocating_it(
+    model_folder, tmp_path, capsys, monkeypatch, flag, refusal
+):
+    monkeypatch.setattr(runner, "memory_available", lambda: 16 * 2**30)  # the same refusal on any machine
     episodes = tmp_path / "episodes.jsonl"
-    episodes.write_text(json.dumps(GOOD) + "\n")
-    assert lm_learn(model_folder, episodes, tmp_path, "--pool-capacity", "1000000000") == 2  # once a traceback
+    episodes.write_text(json.dumps({**GOOD, "spans": [{**GOOD["spans"][0], "version": 0}]}) + "\n")
+    argv = ("--episodes-per-iteration", "1", "--batch-size", "1", flag, "1000000000")
+    assert lm_learn(model_folder, episodes, tmp_path, *argv) == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert (
-        error.startswith("error: the run's state needs ") and "use a smaller --pool-capacity or --max-length" in error
-    )
-    assert not (tmp_path / "run").exists()
+    assert error.startswith(refusal) and "GiB here; use a smaller " in error and flag in error, error
+    assert not (tmp_path / "run").exists()  # nothing that blocks the corrected command under the same --name
 
 
 MESH_SCRIPT = """
@@ -692,7 +704,10 @@ def chunk_case(vocab_size: int, num_steps: int, num_trajectories: int, chunk: in
     params, reference = (dense.init(jax.random.key(seed), jnp.zeros((num_steps,), jnp.int32)) for seed in (0, 1))
     keys = jax.random.split(jax.random.key(2), 3)
     shape = (num_trajectories, num_steps)
-    trajectories = jax.vmap(lambda _: example_trajectory(num_steps))(jnp.arange(num_trajectories)).replace(
+    zeros = jax.tree.map(
+        lambda spec: jnp.zeros((num_trajectories, *spec.shape), spec.dtype), example_trajectory(num_steps)
+    )
+    trajectories = zeros.replace(
         observation=jax.random.randint(keys[0], shape, 0, vocab_size),
         action=jax.random.randint(keys[1], shape, 0, vocab_size),
         mask=jax.random.bernoulli(keys[2], 0.7, shape),

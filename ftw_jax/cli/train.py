@@ -118,7 +118,9 @@ def _starting_evaluation(trainer, run, seeds: list[int], folder: pathlib.Path, l
 
     path = folder / "start.json"
     if run.periods_done_before and path.exists():
-        return json.loads(path.read_text())
+        from ftw_jax.lm.config import read_json  # names the file where it is not JSON
+
+        return read_json(path)
     if run.periods_done_before:  # a run started before start.json was written: its start is gone
         return {}
     keys = jax.vmap(lambda key: jax.random.fold_in(key, 1))(seed_keys(seeds))  # not a key the run itself draws

@@ -222,9 +222,23 @@ def tiny_config(vocabulary_size: int) -> LMConfig:
     )
 
 
+def read_json(path: pathlib.Path) -> Any:
+    """A JSON file's value; ValueError naming the file, line and column where it is not JSON."""
+    try:
+        return json.loads(path.read_bytes())
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{path}:{error.lineno}: not JSON ({error.msg.removesuffix(' at')} at column {error.colno})."
+        ) from None
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start})."
+        ) from None
+
+
 def pretrained_config(path: str) -> LMConfig:
     """The shape of the checkpoint in a Hugging Face folder (its config.json)."""
     folder = pathlib.Path(path)
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} is not a Hugging Face model folder: no config.json in it.")
-    return LMConfig.from_hf(json.loads((folder / "config.json").read_text()))
+    return LMConfig.from_hf(read_json(folder / "config.json"))

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ftw_jax.lm.config import LMConfig, pretrained_config
+from ftw_jax.lm.config import LMConfig, pretrained_config, read_json
 from ftw_jax.lm.model import CausalLM
 from ftw_jax.lm.tokenizer import Tokenizer, load_tokenizer
 
@@ -59,20 +59,6 @@ def hf_names(config: LMConfig) -> dict[str, tuple[tuple[str, ...], bool]]:
     for norm in ("input_layernorm", "post_attention_layernorm"):
         names[_LAYER + norm + ".weight"] = (("layers", norm, "weight"), False)
     return names
-
-
-def read_json(path: pathlib.Path) -> Any:
-    """A JSON file's value; ValueError naming the file, line and column where it is not JSON."""
-    try:
-        return json.loads(path.read_bytes())
-    except json.JSONDecodeError as error:
-        raise ValueError(
-            f"{path}:{error.lineno}: not JSON ({error.msg.removesuffix(' at')} at column {error.colno})."
-        ) from None
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"{path}: not UTF-8 text (byte {error.object[error.start]:#04x} at offset {error.start})."
-        ) from None
 
 
 @contextlib.contextmanager

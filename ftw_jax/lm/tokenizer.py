@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ftw_jax.lm.config import read_json
+
 if TYPE_CHECKING:  # imported where a tokenizer is read, so that importing this module costs nothing
     import jax
     import tokenizers
@@ -105,7 +107,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
         raise ValueError(f"no tokenizer.json in {folder} (only the `tokenizers` format is read).")
     backend = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
     config_file = folder / "tokenizer_config.json"
-    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    config = read_json(config_file) if config_file.is_file() else {}
     template = config.get("chat_template")
     if (folder / "chat_template.jinja").is_file():
         template = (folder / "chat_template.jinja").read_text()
