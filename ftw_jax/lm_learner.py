@@ -37,7 +37,7 @@ from ftw_jax.lm.config import LMConfig, read_json
 from ftw_jax.policies.lm import LMPolicy, logits_chunk_for
 from ftw_jax.pool import Trajectory
 from ftw_jax.runner import check_state_memory, check_working_memory, host_array, raise_if_stopped, state_bytes
-from ftw_jax.settings import check_settings, setting
+from ftw_jax.settings import check_settings, check_takes_effect, setting
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
@@ -94,6 +94,8 @@ class LearnConfig(LearnerSettings):
             raise ValueError(f"idle_timeout must be None or > 0 seconds, got {self.idle_timeout!r}.")
         if not self.poll_seconds > 0:
             raise ValueError(f"poll_seconds must be > 0, got {self.poll_seconds!r}.")
+        for name in ("idle_timeout", "poll_seconds"):
+            check_takes_effect(self, name, self.follow, "follow (--follow true)")
         if not (isinstance(self.save_every, int) and self.save_every >= 1):
             raise ValueError(f"save_every must be an int >= 1, got {self.save_every!r}.")
         algos.get("ftw").check(self.algorithm_config, self.episodes_per_iteration)

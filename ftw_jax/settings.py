@@ -123,3 +123,12 @@ def check_settings(instance: Any) -> None:
         for number in numbers:
             if isinstance(number, (int, float)) and not isinstance(number, bool) and not math.isfinite(number):
                 raise ValueError(f"{item.name} must be finite, got {value!r}.")
+
+
+def check_takes_effect(instance: Any, name: str, effective: bool, needs: str) -> None:
+    """Refuses a setting moved from its default where it would be ignored (`effective` False), naming what it
+    needs: a run that silently dropped a flag would look like one that used it."""
+    value = getattr(instance, name)
+    default = next(field.default for field in dataclasses.fields(instance) if field.name == name)
+    if not effective and value != default:
+        raise ValueError(f"{name}={value!r} takes effect only with {needs}; set that too, or leave {name} out.")

@@ -30,7 +30,7 @@ from ftw_jax.policies import ARCHITECTURES, FROM_CHECKPOINT
 from ftw_jax.policies.base import Policy
 from ftw_jax.rollout import Player, rollout, rollouts
 from ftw_jax.runner import check_state_memory, state_bytes
-from ftw_jax.settings import check_settings, describe, setting
+from ftw_jax.settings import check_settings, check_takes_effect, describe, setting
 
 if TYPE_CHECKING:
     from ftw_jax.lm.load import Pretrained
@@ -156,6 +156,9 @@ class TrainConfig(LearnerSettings):
         check_positive_int("warm_start_steps", self.warm_start_steps)
         if not self.warm_start_learning_rate > 0:
             raise ValueError(f"warm_start_learning_rate must be > 0, got {self.warm_start_learning_rate!r}.")
+        for name in ("warm_start_steps", "warm_start_learning_rate"):
+            check_takes_effect(self, name, self.warm_start_demonstrations > 0, "warm_start_demonstrations > 0")
+        check_takes_effect(self, "probes_per_task", self.probe_tasks > 0, "probe_tasks > 0")
         algorithm.check(self.algorithm_config, self.episodes_per_iteration)
 
     @property

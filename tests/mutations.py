@@ -736,8 +736,8 @@ MUTATIONS = (
         "learner-state-not-donated",
         "lm learn's update keeps its input state beside the new one",
         "ftw_jax/lm_learner.py",
-        "jax.jit(learn, donate_argnums=0)",
-        "jax.jit(learn)",
+        "donate_argnums=0 if donate else ()",
+        "donate_argnums=()",
         ("tests/test_lm_memory.py::test_a_donated_state_or_a_bfloat16_reference_shrink_the_compiled_update",),
     ),
     # Issue 32: the learner following an engine's file.
@@ -821,6 +821,31 @@ MUTATIONS = (
         'raw.decode("utf-8")',
         'raw.decode("utf-8", "replace")',
         ("tests/test_lm_learner.py", "-k", "not_utf8_or_json"),
+    ),
+    # Memory refused before it is allocated, nothing left behind, the skip's cause named (issue 35).
+    Mutation(
+        "lm-step-memory-unchecked",
+        "lm learn --num-batches 1e9 is not refused before it allocates",
+        "ftw_jax/lm_learner.py",
+        "            check_working_memory(\n                program.memory_analysis(),",
+        "            (lambda *_, **__: None)(\n                program.memory_analysis(),",
+        ("tests/test_lm_learner.py", "-k", "would_not_fit_in_memory and num-batches"),
+    ),
+    Mutation(
+        "empty-checkpoint-folders-kept",
+        "a refused compare leaves its empty checkpoint folders and blocks the corrected command",
+        "ftw_jax/run_files.py",
+        "any(not path.is_dir() for path in below)",
+        "bool(below)",
+        ("tests/test_bad_input.py", "-k", "refused_compare_or_sweep"),
+    ),
+    Mutation(
+        "observation-nonfinite-unflagged",
+        "a NaN observation the loss reads skips the step without naming the cause",
+        "ftw_jax/update.py",
+        "    return jnp.any(jnp.stack(flags)) if flags else jnp.zeros((), bool)",
+        "    return jnp.zeros((), bool)",
+        ("tests/test_update.py", "-k", "non_finite_steps_never_reach or cannot_reach_the_loss"),
     ),
 )
 

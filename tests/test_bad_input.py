@@ -87,6 +87,11 @@ CASES = [
     (["compare", "--env", "bandit", "--algos", "ftw", "--search-seed=-1"], "expected an integer in [0, 2147483647]"),
     (["compare", "--env", "bandit", "--algos", "ftw", "--metric", "success"], "metric 'success' is not defined"),
     (["sweep", "--env", "bandit", "--grid", "C=4,5", "--metric", "success"], "--metric success is not defined"),
+    (
+        ["train", "--env", "bandit", "--warm-start-steps", "10"],
+        "warm_start_steps=10 takes effect only with warm_start_",
+    ),
+    (["train", "--env", "sokoban", "--probes-per-task", "8"], "probes_per_task=8 takes effect only with probe_tasks"),
     (["train", "--env", "bandit", "--name="], "expected a folder name, got an empty one"),
     # Run folders.
     (["train", "--env", "bandit", "--name", "../escape"], "--name must be a plain folder name"),

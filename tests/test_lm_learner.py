@@ -434,6 +434,20 @@ def test_lm_learn_refuses_a_seed_out_of_range_in_one_line(model_folder, tmp_path
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("flag", [("--idle-timeout", "5"), ("--poll-seconds", "2")])
+def test_lm_learn_refuses_a_flag_that_takes_effect_only_when_following(model_folder, tmp_path, capsys, flag):
+    episodes = tmp_path / "episodes.jsonl"
+    episodes.write_text(json.dumps(GOOD) + "\n")
+    assert lm_learn(model_folder, episodes, tmp_path, *flag) == 2  # was ignored without a word (issue 35)
+    error = capsys.readouterr().err.strip()
+    assert error.endswith(
+        "takes effect only with follow (--follow true); set that too, or leave "
+        + flag[0][2:].replace("-", "_")
+        + " out."
+    )
+    assert error.count("\n") == 0 and not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize(
     "flag, refusal",
     [  # each was a RESOURCE_EXHAUSTED traceback, an allocation failure after 100 s or the OOM killer (issue 35)
