@@ -99,6 +99,41 @@ def test_kept_sets_by_hand():
     assert np.asarray(sampling_log_probs(logits, SamplingConfig(1, temperature=0))).tolist() == [0] + [-np.inf] * 3
 
 
+def sorted_log_probs(logits, config):
+    """The cut distribution by sorting the whole vocabulary, as the sampler made it before issue 36."""
+    scaled = logits / config.temperature
+    order = jnp.argsort(-scaled, axis=-1)  # stable: ties keep the lower token id first
+    ranked = jnp.take_along_axis(scaled, order, axis=-1)
+    keep = jnp.broadcast_to(jnp.arange(ranked.shape[-1]) < (config.top_k or ranked.shape[-1]), ranked.shape)
+    if config.top_p < 1:
+        probabilities = jax.nn.softmax(jnp.where(keep, ranked, -jnp.inf), axis=-1)
+        keep = keep & (jnp.cumsum(probabilities, axis=-1) - probabilities < config.top_p)
+    kept = jnp.put_along_axis(jnp.zeros(keep.shape, bool), order, keep, axis=-1, inplace=False)
+    return jax.nn.log_softmax(jnp.where(kept, scaled, -jnp.inf), axis=-1)
+
+
+@pytest.mark.parametrize("top_k", [0, 1, 7, 50])
+@pytest.mark.parametrize("top_p", [1.0, 0.9, 0.3])
+def test_the_cut_distribution_is_the_one_a_whole_sort_gives(top_k, top_p):
+    """Issue 36: no sort when nothing is cut, `lax.top_k` for top-k, a sort of the candidates only for top-p; the
+    same kept sets (ties included: logits rounded to a tenth) and log-probs."""
+    logits = jnp.round(jax.random.normal(jax.random.key(0), (16, 50)) * 20) / 10
+    config = SamplingConfig(1, temperature=0.7, top_k=top_k, top_p=top_p)
+    got, expected = np.asarray(sampling_log_probs(logits, config)), np.asarray(sorted_log_probs(logits, config))
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(expected))
+    np.testing.assert_allclose(got[np.isfinite(got)], expected[np.isfinite(expected)], rtol=1e-6, atol=1e-6)
+
+
+def test_one_new_token_needs_no_decode_pass(checkpoint):
+    """The last token is drawn without a pass after it: with one new token, the prompt's pass is the only one."""
+    model, params, prompts, mask = checkpoint
+    out = make_sampler(model, SamplingConfig(max_new_tokens=1, temperature=0))(params, jax.random.key(0), prompts, mask)
+    positions = jnp.maximum(jnp.cumsum(mask, axis=1) - 1, 0)
+    last = model.apply(params, jnp.asarray(prompts), positions, jnp.asarray(mask))[:, -1]
+    np.testing.assert_array_equal(out.tokens[:, -1], jnp.argmax(last, axis=-1))
+    assert np.asarray(out.generated[:, -1]).all() and not np.asarray(out.generated[:, :-1]).any()
+
+
 @pytest.mark.slow
 def test_greedy_decoding_and_stop_tokens(checkpoint):
     model, params, prompts, mask = checkpoint

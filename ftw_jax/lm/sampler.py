@@ -66,23 +66,53 @@ class Sample(flax.struct.PyTreeNode):  # frozen
 def sampling_log_probs(logits: jax.Array, config: SamplingConfig) -> jax.Array:
     """log-probabilities [..., V] of the distribution a token is drawn from: logits / temperature, outside
     the top k and the top-p nucleus −inf, renormalised. Greedy (temperature 0): 0 at the argmax, −inf
-    elsewhere. The nucleus is the fewest most likely tokens whose probability reaches top_p (at least one)."""
+    elsewhere. The nucleus is the fewest most likely tokens whose probability reaches top_p (at least one).
+    Nothing is sorted when nothing is cut; top-k takes `lax.top_k`'s k and top-p sorts only those candidates
+    (the whole vocabulary without top-k): sorting B × V logits each step cost twice the decoding (issue 36)."""
     if config.temperature == 0:
         best = jax.nn.one_hot(jnp.argmax(logits, axis=-1), logits.shape[-1], dtype=bool)
         return jnp.where(best, 0.0, -jnp.inf)
     scaled = logits.astype(jnp.float32) / config.temperature
-    order = jnp.argsort(-scaled, axis=-1)  # most likely first
-    ranked = jnp.take_along_axis(scaled, order, axis=-1)
+    if not config.top_k and config.top_p == 1:
+        return jax.nn.log_softmax(scaled, axis=-1)
+    if config.top_k:  # most likely first; ties: the lower token id first, as a stable sort puts them
+        ranked, order = jax.lax.top_k(scaled, config.top_k)
+    else:
+        order = jnp.argsort(-scaled, axis=-1)
+        ranked = jnp.take_along_axis(scaled, order, axis=-1)
     keep = jnp.ones(ranked.shape, bool)
-    if config.top_k:
-        keep = jnp.broadcast_to(jnp.arange(ranked.shape[-1]) < config.top_k, ranked.shape)
     if config.top_p < 1:
-        probabilities = jax.nn.softmax(jnp.where(keep, ranked, -jnp.inf), axis=-1)
+        probabilities = jax.nn.softmax(ranked, axis=-1)
         before = jnp.cumsum(probabilities, axis=-1) - probabilities  # mass of the more likely tokens
-        keep = keep & (before < config.top_p)
-    kept = jnp.zeros(keep.shape, bool)
-    kept = jnp.put_along_axis(kept, order, keep, axis=-1, inplace=False)
+        keep = before < config.top_p
+    kept = jnp.put_along_axis(jnp.zeros(scaled.shape, bool), order, keep, axis=-1, inplace=False)
     return jax.nn.log_softmax(jnp.where(kept, scaled, -jnp.inf), axis=-1)
+
+
+def _write_next(config: SamplingConfig, prompt_length: int, state: dict) -> tuple[dict, jax.Array]:
+    """(state, token [B]): one token for each row still writing, drawn from the sampling distribution of the
+    state's logits and written at column `prompt_length + step` with its log-probabilities (the sampled and the
+    model's own); a stop token ends its row. Rows that are done get the pad token."""
+    key, draw = jax.random.split(state["key"])
+    log_probs = sampling_log_probs(state["logits"], config)  # [B, V]
+    token = jax.random.categorical(draw, log_probs).astype(jnp.int32)
+    active = ~state["done"]
+    token = jnp.where(active, token, config.pad_token)
+    pick = lambda table: jnp.take_along_axis(table, token[:, None], axis=1)[:, 0]  # noqa: E731
+    column = prompt_length + state["step"]
+    write = lambda table, values: jax.lax.dynamic_update_slice(table, values[:, None], (0, column))  # noqa: E731
+    stops = jnp.asarray(config.stop_tokens or (-1,), jnp.int32)
+    written = dict(
+        state,
+        step=state["step"] + 1,
+        key=key,
+        tokens=write(state["tokens"], token),
+        generated=write(state["generated"], active),
+        logp=write(state["logp"], jnp.where(active, pick(log_probs), 0.0)),
+        model_logp=write(state["model_logp"], jnp.where(active, pick(jax.nn.log_softmax(state["logits"])), 0.0)),
+        done=state["done"] | (active & jnp.isin(token, stops)),
+    )
+    return written, token
 
 
 def _decode_step(
@@ -94,37 +124,19 @@ def _decode_step(
     prompt_length: int,
     state: dict,
 ) -> dict:
-    """One token for each row still writing, drawn from the sampling distribution and written at column
-    `prompt_length + step` with its log-probabilities (the sampled and the model's own); a stop token ends its
-    row. `first_position` [B]: each row's position of its first new token."""
-    key, draw = jax.random.split(state["key"])
-    log_probs = sampling_log_probs(state["logits"], config)  # [B, V]
-    token = jax.random.categorical(draw, log_probs).astype(jnp.int32)
-    active = ~state["done"]
-    token = jnp.where(active, token, config.pad_token)
-    pick = lambda table: jnp.take_along_axis(table, token[:, None], axis=1)[:, 0]  # noqa: E731
+    """`_write_next`, then the model's pass over the token written, for the next one's logits.
+    `first_position` [B]: each row's position of its first new token."""
     column = prompt_length + state["step"]
-    write = lambda table, values: jax.lax.dynamic_update_slice(table, values[:, None], (0, column))  # noqa: E731
+    state, token = _write_next(config, prompt_length, state)
     logits, cache = model.apply(
         params,
         token[:, None],
-        (first_position + state["step"])[:, None],
+        (first_position + state["step"] - 1)[:, None],
         key_mask,
         cache=state["cache"],
         cache_index=column,
     )
-    stops = jnp.asarray(config.stop_tokens or (-1,), jnp.int32)
-    return dict(
-        step=state["step"] + 1,
-        key=key,
-        cache=cache,
-        logits=logits[:, -1],
-        tokens=write(state["tokens"], token),
-        generated=write(state["generated"], active),
-        logp=write(state["logp"], jnp.where(active, pick(log_probs), 0.0)),
-        model_logp=write(state["model_logp"], jnp.where(active, pick(jax.nn.log_softmax(state["logits"])), 0.0)),
-        done=state["done"] | (active & jnp.isin(token, stops)),
-    )
+    return dict(state, cache=cache, logits=logits[:, -1])
 
 
 def _check_prompts(prompts: jax.Array, prompt_mask: jax.Array) -> None:
@@ -172,7 +184,8 @@ def make_sampler(model: CausalLM, config: SamplingConfig) -> Callable[..., Sampl
         next_position = prompt_mask.sum(axis=1).astype(jnp.int32)
 
         body = functools.partial(_decode_step, model, config, params, key_mask, next_position, prompt_length)
-        state = jax.lax.while_loop(lambda s: (s["step"] < steps) & ~jnp.all(s["done"]), body, state)
+        state = jax.lax.while_loop(lambda s: (s["step"] < steps - 1) & ~jnp.all(s["done"]), body, state)
+        state, _ = _write_next(config, prompt_length, state)  # the last token needs no pass after it
         mask = jnp.concatenate([prompt_mask, jnp.zeros((batch, steps), bool)], axis=1) | state["generated"]
         return Sample(
             tokens=state["tokens"],
