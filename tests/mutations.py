@@ -317,6 +317,14 @@ MUTATIONS = (
         ("tests/test_lm_sampler.py",),
     ),
     Mutation(
+        "nucleus-from-candidates-any-row",
+        "top-p alone keeps the candidates' nucleus when one row's mass reaches top_p, not every row's",
+        "ftw_jax/lm/sampler.py",
+        "jnp.all(mass[..., -1] >= top_p)",
+        "jnp.any(mass[..., -1] >= top_p)",
+        ("tests/test_lm_sampler.py",),
+    ),
+    Mutation(
         "lm-policy-acts-at-position-zero",
         "the search LM acts with every token at rotary position 0",
         "ftw_jax/policies/lm.py",

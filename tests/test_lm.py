@@ -5,6 +5,7 @@ import json
 import pathlib
 import shutil
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,7 +14,7 @@ from safetensors.numpy import load_file, save_file
 
 from ftw_jax import lm
 from ftw_jax.lm import LMConfig
-from ftw_jax.lm.model import init_cache
+from ftw_jax.lm.model import init_cache, tokens_flat_dot
 
 DATA = pathlib.Path(__file__).parent / "data" / "lm"
 CHECKPOINTS = ["qwen2-untied", "qwen2-tied", "llama3-scaled"]
@@ -203,6 +204,20 @@ def test_remat_changes_neither_logits_nor_gradients():
     loss = lambda m: lambda p: jnp.mean(jax.nn.log_softmax(m.apply(p, tokens))[..., 0])  # noqa: E731
     chex_close = lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)  # noqa: E731
     jax.tree.map(chex_close, jax.grad(loss(remat))(params), jax.grad(loss(model))(params))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_products_over_flattened_tokens_equal_flax_dense(dtype):
+    """`tokens_flat_dot` (the LM's products, flattened for XLA's CPU backward) gives Dense's values and gradients."""
+    x = jax.random.normal(jax.random.key(0), (3, 5, 8))
+    flat, plain = (nn.Dense(6, dtype=dtype, dot_general=dot) for dot in (tokens_flat_dot, jax.lax.dot_general))
+    params = plain.init(jax.random.key(1), x)
+    for inputs in (x, x[0], x[0, 0]):  # [B, L, D], [L, D], [D]
+        loss = lambda m, p, v: jnp.sum(jnp.sin(m.apply(p, v).astype(jnp.float32)))  # noqa: E731
+        assert flat.apply(params, inputs).shape == plain.apply(params, inputs).shape
+        np.testing.assert_array_equal(flat.apply(params, inputs), plain.apply(params, inputs))
+        for a, b in zip(jax.grad(loss, (1, 2))(flat, params, inputs), jax.grad(loss, (1, 2))(plain, params, inputs)):
+            jax.tree.map(lambda u, v: np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-6), a, b)
 
 
 @pytest.mark.slow

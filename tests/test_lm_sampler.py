@@ -124,6 +124,25 @@ def test_the_cut_distribution_is_the_one_a_whole_sort_gives(top_k, top_p):
     np.testing.assert_allclose(got[np.isfinite(got)], expected[np.isfinite(expected)], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "spread, nucleus_sizes",
+    [(12.0, (1, 64)), (3.0, (64, 1024)), (0.3, (1024, 4096)), ("mixed", (1, 4096))],
+)
+def test_top_p_alone_from_the_most_likely_candidates_is_the_whole_sorts_nucleus(spread, nucleus_sizes):
+    """Top-p alone tries the 64, then 1,024 most likely tokens before sorting all 4,096: the same kept sets and
+    log-probs as a whole sort whichever it takes (peaked rows: 64; middling: 1,024; flat, or any flat row in
+    the batch: the sort), ties included (logits rounded to a hundredth)."""
+    normal = jax.random.normal(jax.random.key(3), (6, 4096))
+    scales = jnp.array([12.0, 12.0, 3.0, 3.0, 0.3, 0.3])[:, None] if spread == "mixed" else spread
+    logits = jnp.round(normal * scales * 100) / 100
+    config = SamplingConfig(1, top_p=0.9)
+    got, expected = np.asarray(sampling_log_probs(logits, config)), np.asarray(sorted_log_probs(logits, config))
+    sizes = np.isfinite(expected).sum(axis=1)
+    assert nucleus_sizes[0] <= sizes.min() and sizes.max() < nucleus_sizes[1], sizes  # the regime meant
+    np.testing.assert_array_equal(np.isfinite(got), np.isfinite(expected))
+    np.testing.assert_allclose(got[np.isfinite(got)], expected[np.isfinite(expected)], rtol=1e-6, atol=1e-6)
+
+
 def test_one_new_token_needs_no_decode_pass(checkpoint):
     """The last token is drawn without a pass after it: with one new token, the prompt's pass is the only one."""
     model, params, prompts, mask = checkpoint
