@@ -89,12 +89,18 @@ def sampling_log_probs(logits: jax.Array, config: SamplingConfig) -> jax.Array:
         ranked, order = jax.lax.top_k(scaled, config.top_k)
         keep = jnp.ones(ranked.shape, bool)
         if config.top_p < 1:
-            probabilities = jax.nn.softmax(ranked, axis=-1)
-            keep = jnp.cumsum(probabilities, axis=-1) - probabilities < config.top_p
+            keep = _in_nucleus(jax.nn.softmax(ranked, axis=-1), config.top_p)[0]
         kept = _scatter(keep, order, scaled.shape)
     else:
         kept = _nucleus(scaled, config.top_p, [k for k in NUCLEUS_CANDIDATES if 4 * k <= scaled.shape[-1]])
     return jax.nn.log_softmax(jnp.where(kept, scaled, -jnp.inf), axis=-1)
+
+
+def _in_nucleus(probabilities: jax.Array, top_p: float) -> tuple[jax.Array, jax.Array]:
+    """(in the nucleus [..., k], cumulative mass [..., k]) of probabilities [..., k], most likely first: a token is in
+    while the mass before it is below top_p."""
+    mass = jnp.cumsum(probabilities, axis=-1)
+    return mass - probabilities < top_p, mass
 
 
 def _scatter(keep: jax.Array, order: jax.Array, shape: tuple[int, ...]) -> jax.Array:
@@ -108,8 +114,8 @@ def _nucleus(scaled: jax.Array, top_p: float, candidates: list[int]) -> jax.Arra
     within its k most likely tokens exactly when their mass reaches top_p: the next one has that much before it."""
 
     def kept(probabilities, order):  # probabilities [..., k] of the k most likely, in the whole vocabulary
-        mass = jnp.cumsum(probabilities, axis=-1)
-        return _scatter(mass - probabilities < top_p, order, scaled.shape), jnp.all(mass[..., -1] >= top_p)
+        keep, mass = _in_nucleus(probabilities, top_p)
+        return _scatter(keep, order, scaled.shape), jnp.all(mass[..., -1] >= top_p)
 
     if not candidates:
         order = jnp.argsort(-scaled, axis=-1)  # stable: among equal logits the lower token id first
