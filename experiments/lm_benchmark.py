@@ -68,12 +68,9 @@ def timed(function, *args, repeats: int) -> float:
     return statistics.median(seconds)
 
 
-def measure(config: LMConfig, batch: int, length: int, new_tokens: int, repeats: int) -> dict:
-    model = CausalLM(config)
-    key_params, key_tokens, key_sample = jax.random.split(jax.random.key(0), 3)
-    tokens = jax.random.randint(key_tokens, (batch, length), 0, config.vocab_size)
-    params = jax.jit(model.init)(key_params, tokens)
-    optimizer = optax.adam(1e-4)
+def make_train_step(model: CausalLM, optimizer: optax.GradientTransformation):
+    """The jitted step `(params, opt_state, tokens [B, L]) -> (params, opt_state)`: the gradient of the
+    next-token cross-entropy, then one optimizer step (also what experiments/lm_vs_torch.py times)."""
 
     def loss(params, tokens):
         log_probs = jax.nn.log_softmax(model.apply(params, tokens[:, :-1]))
@@ -85,6 +82,16 @@ def measure(config: LMConfig, batch: int, length: int, new_tokens: int, repeats:
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
+    return step
+
+
+def measure(config: LMConfig, batch: int, length: int, new_tokens: int, repeats: int) -> dict:
+    model = CausalLM(config)
+    key_params, key_tokens, key_sample = jax.random.split(jax.random.key(0), 3)
+    tokens = jax.random.randint(key_tokens, (batch, length), 0, config.vocab_size)
+    params = jax.jit(model.init)(key_params, tokens)
+    optimizer = optax.adam(1e-4)
+    step = make_train_step(model, optimizer)
     sample = make_sampler(model, SamplingConfig(max_new_tokens=new_tokens, top_p=0.95))
     prompts = tokens[:, : length - new_tokens]
     forward = timed(jax.jit(model.apply), params, tokens, repeats=repeats)

@@ -54,6 +54,7 @@ def jax_worker(folder: pathlib.Path, batch: int, length: int, new_tokens: int, r
     import jax
     import jax.numpy as jnp
     import optax
+    from lm_benchmark import make_train_step  # the worker runs from experiments/
 
     from ftw_jax.lm import SamplingConfig, load, make_sampler
 
@@ -62,17 +63,7 @@ def jax_worker(folder: pathlib.Path, batch: int, length: int, new_tokens: int, r
     prompts = tokens[:, : length - new_tokens]
     prompt_mask = jnp.ones(prompts.shape, bool)
     optimizer = optax.adam(1e-4)
-
-    def loss(params, tokens):
-        log_probs = jax.nn.log_softmax(model.apply(params, tokens[:, :-1]))
-        return -jnp.take_along_axis(log_probs, tokens[:, 1:, None], axis=-1).mean()
-
-    @jax.jit
-    def train_step(params, opt_state, tokens):
-        grads = jax.grad(loss)(params, tokens)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state
-
+    train_step = make_train_step(model, optimizer)
     forward = jax.jit(model.apply)
     opt_state = optimizer.init(params)
     samplers = {
