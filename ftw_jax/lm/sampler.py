@@ -117,12 +117,16 @@ def _nucleus(scaled: jax.Array, top_p: float, candidates: list[int]) -> jax.Arra
         keep, mass = _in_nucleus(probabilities, top_p)
         return _scatter(keep, order, scaled.shape), jnp.all(mass[..., -1] >= top_p)
 
-    if not candidates:
-        order = jnp.argsort(-scaled, axis=-1)  # stable: among equal logits the lower token id first
-        return kept(jax.nn.softmax(jnp.take_along_axis(scaled, order, axis=-1), axis=-1), order)[0]
-    ranked, order = jax.lax.top_k(scaled, candidates[0])
-    nucleus, covered = kept(jnp.exp(ranked - jax.nn.logsumexp(scaled, axis=-1, keepdims=True)), order)
-    return jax.lax.cond(covered, lambda: nucleus, lambda: _nucleus(scaled, top_p, candidates[1:]))
+    def from_candidates(counts: list[int]) -> jax.Array:
+        if not counts:
+            order = jnp.argsort(-scaled, axis=-1)  # stable: among equal logits the lower token id first
+            return kept(jax.nn.softmax(jnp.take_along_axis(scaled, order, axis=-1), axis=-1), order)[0]
+        ranked, order = jax.lax.top_k(scaled, counts[0])
+        nucleus, covered = kept(jnp.exp(ranked - log_total), order)
+        return jax.lax.cond(covered, lambda: nucleus, lambda: from_candidates(counts[1:]))
+
+    log_total = jax.nn.logsumexp(scaled, axis=-1, keepdims=True)  # once for every stage; unused without candidates
+    return from_candidates(candidates)
 
 
 def _write_next(config: SamplingConfig, prompt_length: int, state: dict) -> tuple[dict, jax.Array]:
