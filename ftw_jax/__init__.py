@@ -2,7 +2,7 @@
 
 from typing import TYPE_CHECKING
 
-from ftw_jax import losses, pool
+from ftw_jax import losses, pool, threefry
 from ftw_jax.occupancy import (
     expected_failure_share,
     expected_selection_counts,
@@ -14,6 +14,8 @@ from ftw_jax.pool import Pool, Trajectory
 from ftw_jax.selection import select_elites, select_elites_masked
 from ftw_jax.state import PolicyState
 from ftw_jax.update import Sizes, UpdateConfig, make_update
+
+threefry.use_unrolled()  # on import, before any program is lowered: the same random bits, faster on CPU
 
 __version__ = "0.7.0"  # the one place it is declared: pyproject.toml reads it, CHANGELOG.md says what it holds
 

@@ -69,7 +69,7 @@ def test_no_import_cycle():
 LAYERS = {
     "core": (
         "occupancy", "pool", "selection", "losses", "elite_loss", "update", "state", "diagnostics", "settings",
-        "checks", "actions", "skips", "stats",
+        "checks", "actions", "skips", "stats", "threefry",
     ),
     "algorithms": ("algos", "learner_settings"),
     "models": ("policies", "lm"),

@@ -1,0 +1,68 @@
+"""Threefry lowered unrolled on CPU (ftw_jax.threefry): on after importing ftw_jax, the same bits as JAX's rolled
+loop, Random123's known answer, and FTW_JAX_THREEFRY read as documented."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.extend.random import threefry_2x32
+
+from ftw_jax import threefry
+
+# Draws of every kind the project makes (split, fold_in, bits, uniform, normal, randint, categorical), vmapped.
+DRAWS = """
+import json, sys
+import jax, jax.numpy as jnp
+import ftw_jax
+
+def draws(key):
+    a, b = jax.random.split(key)
+    return {
+        "bits": jax.random.bits(jax.random.fold_in(a, 7), (5,)),
+        "normal": jax.random.normal(b, (3,)),
+        "randint": jax.random.randint(a, (4,), 0, 37),
+        "categorical": jax.random.categorical(b, jnp.array([0.1, 0.5, -1.0])),
+    }
+
+out = jax.jit(jax.vmap(draws))(jax.vmap(jax.random.key)(jnp.arange(3, dtype=jnp.uint32)))
+print(json.dumps(jax.tree.map(lambda leaf: leaf.tolist(), out)))
+"""
+
+
+def _draws(environ: dict[str, str]) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", DRAWS], env={**os.environ, **environ}, capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout)
+
+
+def test_importing_ftw_jax_lowers_threefry_without_loops_on_cpu():
+    # The rolled lowering is a while loop; JAX's unrolled one (registered on import) has none.
+    lowered = jax.jit(lambda key: jax.random.bits(key, (4,))).lower(jax.random.key(0)).as_text()
+    assert jax.default_backend() != "cpu" or "stablehlo.while" not in lowered
+
+
+def test_unrolled_threefry_gives_random123s_known_answer():
+    # Random123's known-answer vector for threefry2x32 with 20 rounds (kat_vectors: pi digits in, this out).
+    key = jnp.array([0x13198A2E, 0x03707344], jnp.uint32)
+    count = jnp.array([0x243F6A88, 0x85A308D3], jnp.uint32)
+    hashed = jax.jit(threefry_2x32)(key, count)
+    assert [int(word) for word in hashed] == [0xC4923A9C, 0x483DF7A0]
+
+
+def test_draws_are_bit_identical_to_jaxs_rolled_loop():
+    unrolled, rolled = _draws({}), _draws({threefry.ENVIRONMENT_VARIABLE: "rolled"})
+    for name in unrolled:
+        np.testing.assert_array_equal(np.asarray(unrolled[name]), np.asarray(rolled[name]), err_msg=name)
+
+
+def test_the_environment_variable_chooses_and_a_bad_value_is_named():
+    assert threefry.use_unrolled({}) is True  # this JAX has the lowering to register
+    assert threefry.use_unrolled({threefry.ENVIRONMENT_VARIABLE: "rolled"}) is False
+    with pytest.raises(ValueError, match=r"FTW_JAX_THREEFRY must be one of .*got 'fast'"):
+        threefry.use_unrolled({threefry.ENVIRONMENT_VARIABLE: "fast"})
