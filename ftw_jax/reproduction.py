@@ -24,6 +24,7 @@ import optax
 from ftw_jax import envs
 from ftw_jax import pool as pool_lib
 from ftw_jax.algos.ftw import FTWConfig
+from ftw_jax.compile_cache import cached_export
 from ftw_jax.envs.bandit import GaussianBandit
 from ftw_jax.policies import TabularPolicy
 from ftw_jax.pool import Trajectory
@@ -90,22 +91,21 @@ def make_run(
     program then leaves out the work of the others, e.g. the trust-region monitor's forward passes).
     """
     _check(config, env)
-    env_params = env.default_params()
     policy = TabularPolicy(num_actions=env.num_actions)
     update = make_update(policy.apply, config.algorithm_config)
     optimizer = optax.sgd(config.learning_rate)
-    zero = jnp.zeros(())
-    example = jax.tree.map(lambda leaf: leaf[0], pull_record(zero, zero, zero, zero))  # one trajectory
+    # No array is made out here: each would be a small compile of its own, paid even when the program is cached.
 
     def logits_of(params):
         return params["params"]["logits"]  # [A]
 
-    def summary(params):
+    def summary(params, env_params):
         probs = jax.nn.softmax(logits_of(params))
         return probs[env.best_arm], jnp.dot(probs, env_params.arm_means)
 
     def iteration(carry, key):
         state, pool = carry
+        env_params = env.default_params()
         action_key, reward_key, update_key = jax.random.split(key, 3)
         logits = logits_of(state.params)
         log_probs = jax.nn.log_softmax(logits)
@@ -116,17 +116,19 @@ def make_run(
         state, metrics = update(state, pool, update_key)
         if metric_names is not None:
             metrics = {name: metrics[name] for name in metric_names}
-        best_probability, expected_reward = summary(state.params)
+        best_probability, expected_reward = summary(state.params, env_params)
         return (state, pool), (best_probability, expected_reward, metrics)
 
     def run(key: jax.Array) -> dict:
         # Zero logits, so the frozen initial policy is the uniform reference.
         params = {"params": {"logits": jnp.zeros(env.num_actions, jnp.float32)}}
         state = PolicyState.create(params, optimizer, kl_coef=config.kl_coef)
+        zero = jnp.zeros(())
+        example = jax.tree.map(lambda leaf: leaf[0], pull_record(zero, zero, zero, zero))  # one trajectory
         pool = pool_lib.init(config.algorithm_config.pool_capacity, example)
         keys = jax.random.split(key, config.num_iterations)
         _, (best_probability, expected_reward, metrics) = jax.lax.scan(iteration, (state, pool), keys)
-        initial_best, initial_reward = summary(state.params)
+        initial_best, initial_reward = summary(state.params, env.default_params())
         return {
             "best_arm_probability": jnp.concatenate([initial_best[None], best_probability]),
             "expected_reward": jnp.concatenate([initial_reward[None], expected_reward]),
@@ -142,8 +144,19 @@ def run_seeds(
     env: GaussianBandit = GaussianBandit(),
     metric_names: tuple[str, ...] | None = None,
 ) -> dict:
-    """Runs every seed in one jit(vmap(run)); returns the curves as arrays with a leading [S] axis."""
-    return jax.jit(jax.vmap(make_run(config, env, metric_names)))(seed_keys(seeds))
+    """Runs every seed in one jit(vmap(run)); returns the curves as arrays with a leading [S] axis.
+
+    With a persistent compilation cache on, the traced program is kept there too (`compile_cache.cached_export`):
+    a second process with the same settings and number of seeds skips tracing. The keys are made inside the
+    program, from the seeds as data.
+    """
+
+    def make_program():
+        run = make_run(config, env, metric_names)
+        return jax.jit(lambda seed_array: jax.vmap(run)(seed_keys(seed_array)))
+
+    seed_array = np.asarray(seeds, np.uint32)
+    return cached_export(make_program, (seed_array,), identity=repr((config, env, metric_names)))(seed_array)
 
 
 def winners_only_probability(config: TrainConfig, env: GaussianBandit = GaussianBandit()) -> float:

@@ -75,11 +75,11 @@ def append_lines(path: pathlib.Path, records: list[dict]) -> None:
         os.fsync(file.fileno())
 
 
-def write_atomically(path: pathlib.Path, text: str) -> None:
-    """Writes `text` to a temporary file beside `path`, syncs it and renames it into place: a reader (or a
-    kill) sees the old file or the new one, never half of one."""
+def write_atomically(path: pathlib.Path, text: str | bytes) -> None:
+    """Writes `text` (or bytes) to a temporary file beside `path`, syncs it and renames it into place: a reader
+    (or a kill) sees the old file or the new one, never half of one."""
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with temporary.open("w") as file:
+    with temporary.open("wb" if isinstance(text, bytes) else "w") as file:
         file.write(text)
         file.flush()
         os.fsync(file.fileno())

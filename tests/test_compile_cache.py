@@ -7,6 +7,8 @@ import pathlib
 import subprocess
 import sys
 
+import jax
+import numpy as np
 import pytest
 
 from ftw_jax import compile_cache
@@ -59,10 +61,14 @@ def run(cache, *flags):
 @pytest.mark.slow
 def test_a_second_run_reads_the_program_the_first_wrote_and_gives_the_same_numbers(tmp_path):
     first, written = run(tmp_path / "cache")
-    assert any(name.startswith("jit_run") for name in written)  # the protocol's vmapped program
+    # The protocol's vmapped program, traced (exported/) and compiled (JAX's file).
+    assert "exported" in written and any(name.startswith("jit_call_exported") for name in written)
+    traced = sorted(path.name for path in (tmp_path / "cache" / "exported").iterdir())
     second, after = run(tmp_path / "cache")
-    assert after == written  # read, not written again
+    assert after == written and sorted(path.name for path in (tmp_path / "cache" / "exported").iterdir()) == traced
     assert second["best_arm_probability_final"] == first["best_arm_probability_final"]
+    uncached, _ = run(tmp_path / "other", "--no-compile-cache")  # traced here: the exported program is the same
+    assert uncached["best_arm_probability_final"] == first["best_arm_probability_final"]
 
 
 @pytest.mark.slow
@@ -79,3 +85,67 @@ def test_a_cache_folder_that_cannot_be_made_warns_and_the_run_goes_on(tmp_path):
     done = subprocess.run(BANDIT, env=environ, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "warning: no compilation cache" in done.stderr
     assert len(json.loads(done.stdout)["best_arm_probability_final"]) == 2
+
+
+def doubled_plus_one():
+    return jax.jit(lambda x: 2 * x + 1)
+
+
+def never_built():
+    raise AssertionError("the cached program should have been read, not built")
+
+
+@pytest.fixture
+def cache_folder(tmp_path, monkeypatch):
+    """A persistent cache folder as cached_export sees it (JAX's own cache is left alone)."""
+    monkeypatch.setattr(compile_cache, "_cache_folder", lambda: str(tmp_path))
+    return tmp_path
+
+
+def test_an_exported_program_is_read_back_without_building_or_tracing_it(cache_folder):
+    x = np.arange(4, dtype=np.float32)
+    first = compile_cache.cached_export(doubled_plus_one, (x,), identity="a")(x)
+    (written,) = (cache_folder / compile_cache.EXPORTED_FOLDER).iterdir()
+    again = compile_cache.cached_export(never_built, (x,), identity="a")(x)
+    np.testing.assert_array_equal(np.asarray(again), np.asarray(first))
+    np.testing.assert_array_equal(np.asarray(first), 2 * x + 1)
+    assert list((cache_folder / compile_cache.EXPORTED_FOLDER).iterdir()) == [written]
+
+
+def test_another_identity_or_shape_is_another_program(cache_folder):
+    x = np.arange(4, dtype=np.float32)
+    compile_cache.cached_export(doubled_plus_one, (x,), identity="a")(x)
+    compile_cache.cached_export(doubled_plus_one, (x,), identity="b")(x)
+    longer = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(
+        np.asarray(compile_cache.cached_export(doubled_plus_one, (longer,), identity="a")(longer)), 2 * longer + 1
+    )
+    assert len(list((cache_folder / compile_cache.EXPORTED_FOLDER).iterdir())) == 3
+
+
+def test_a_damaged_exported_program_is_exported_again(cache_folder):
+    x = np.arange(4, dtype=np.float32)
+    compile_cache.cached_export(doubled_plus_one, (x,), identity="a")(x)
+    (written,) = (cache_folder / compile_cache.EXPORTED_FOLDER).iterdir()
+    written.write_bytes(b"not a program")
+    np.testing.assert_array_equal(
+        np.asarray(compile_cache.cached_export(doubled_plus_one, (x,), identity="a")(x)), 2 * x + 1
+    )
+    np.testing.assert_array_equal(  # rewritten: readable again
+        np.asarray(compile_cache.cached_export(never_built, (x,), identity="a")(x)), 2 * x + 1
+    )
+
+
+def test_without_a_persistent_cache_the_function_itself_runs(monkeypatch):
+    monkeypatch.setattr(compile_cache, "_cache_folder", lambda: None)
+    function = doubled_plus_one()
+    assert compile_cache.cached_export(lambda: function, (np.zeros(2),), identity="a") is function
+
+
+def test_only_the_most_recently_used_exported_programs_are_kept(tmp_path):
+    for age in range(5):
+        path = tmp_path / f"{age}.jaxexport"
+        path.write_bytes(b"")
+        os.utime(path, (1000 - age, 1000 - age))  # 0 is the most recent
+    compile_cache._keep_recent(tmp_path, 2)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["0.jaxexport", "1.jaxexport"]
