@@ -2,6 +2,7 @@
 
     python experiments/bench_bandit.py                # 1000 seeds, 5 processes of each
     python experiments/bench_bandit.py --num-seeds 100 --repeats 3 --json
+    git worktree add /tmp/before HEAD~1 && python experiments/bench_bandit.py --baseline /tmp/before   # a change
 
 Each repeat runs, one after another: `ftw-jax bandit --json --no-plot --num-seeds S` twice, cold
 (FTW_JAX_COMPILE_CACHE=off) and with a warm compilation cache (a temporary folder, filled by one untimed run
@@ -11,7 +12,9 @@ process that does what `ftw-jax bandit` does step by step, with no cache, and ti
 first line), import (ftw_jax.cli and ftw_jax.reproduction), trace (the keys made from the seeds and the
 vmapped `make_run(..., ("applied",))`, the one metric the command reports, as `run_seeds`, lowered), compile
 (`.compile()`), run (the compiled call, `block_until_ready`) and the rest of its wall time (copying out,
-exit). --no-plot only skips creating runs/bandit (nothing is drawn under --json). Medians over the repeats.
+exit). --no-plot only skips creating runs/bandit (nothing is drawn under --json). With `--baseline CHECKOUT`,
+the command of that checkout's ftw_jax runs in the same rotation, cold and with a warm cache of its own.
+Medians over the repeats.
 
 The distribution check compares the final best-arm probabilities of the two (their random streams differ):
 mean, quantiles and a two-sample Kolmogorov–Smirnov test. Seeds that keep the best arm in every minibatch end
@@ -68,10 +71,14 @@ def jax_command(num_seeds: int) -> list[str]:
     return entry + ["bandit", "--json", "--no-plot", "--num-seeds", str(num_seeds)]
 
 
-def timed(command: list[str], cache: str = "off") -> tuple[float, dict]:
+def timed(command: list[str], cache: str = "off", checkout: pathlib.Path | None = None) -> tuple[float, dict]:
+    """Seconds of the whole process and its last line as JSON; `checkout`: import ftw_jax from there."""
     started = time.perf_counter()
     environment = {**os.environ, "FTW_JAX_COMPILE_CACHE": cache}
-    done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
+    if checkout is not None:
+        environment["PYTHONPATH"] = str(checkout)  # ahead of this environment's ftw_jax
+    # `python -m` puts the working folder first on the path: the checkout's, for the checkout's ftw_jax.
+    done = subprocess.run(command, capture_output=True, text=True, env=environment, check=False, cwd=checkout)
     seconds = time.perf_counter() - started
     if done.returncode:
         sys.exit(f"{' '.join(command[:3])} ... failed ({done.returncode}):\n{done.stderr[-2000:]}")
@@ -153,26 +160,30 @@ def main() -> None:
     parser.add_argument("--num-seeds", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=5, help="processes of each (default 5)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--baseline", type=pathlib.Path, help="a checkout of another revision, timed alongside")
     args = parser.parse_args()
     winners_only = check_protocol()
     jax_run = jax_command(args.num_seeds)
     numpy_run = [sys.executable, str(HERE / "bandit_numpy.py"), "--num-seeds", str(args.num_seeds), "--json"]
     import_jax = [sys.executable, "-c", "import jax; print('{}')"]
-    seconds = {"jax": [], "jax_cached": [], "numpy": [], "import_jax": []}
     splits, outputs = [], {}
-    with tempfile.TemporaryDirectory() as cache:
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as baseline_cache:
         timed(jax_run, cache)  # fills the cache
         runs = {
-            "jax": (jax_run, "off"),
-            "jax_cached": (jax_run, cache),
-            "numpy": (numpy_run, "off"),
-            "import_jax": (import_jax, "off"),
+            "jax": (jax_run, "off", None),
+            "jax_cached": (jax_run, cache, None),
+            "numpy": (numpy_run, "off", None),
+            "import_jax": (import_jax, "off", None),
         }
-        if not any(pathlib.Path(cache).iterdir()):
-            del runs["jax_cached"], seconds["jax_cached"]  # a version of ftw-jax without a compilation cache
+        if args.baseline is not None:
+            baseline_run = [sys.executable, "-m", "ftw_jax.cli", *jax_run[jax_run.index("bandit") :]]
+            timed(baseline_run, baseline_cache, args.baseline)
+            runs["baseline"] = (baseline_run, "off", args.baseline)
+            runs["baseline_cached"] = (baseline_run, baseline_cache, args.baseline)
+        seconds = {name: [] for name in runs}
         for repeat in range(args.repeats):
-            for name, (command, folder) in runs.items():
-                elapsed, outputs[name] = timed(command, folder)
+            for name, (command, folder, checkout) in runs.items():
+                elapsed, outputs[name] = timed(command, folder, checkout)
                 seconds[name].append(elapsed)
             elapsed, split = timed([sys.executable, "-c", SPLIT, str(args.num_seeds), repr(time.time())])
             splits.append({**split, "rest": elapsed - sum(split.values()), "whole": elapsed})
@@ -208,6 +219,8 @@ def main() -> None:
         ("jax_cached", "JAX, warm compilation cache"),
         ("numpy", "NumPy, bandit_numpy.py"),
         ("import_jax", "python -c 'import jax'"),
+        ("baseline", f"{args.baseline}, no cache"),
+        ("baseline_cached", f"{args.baseline}, warm cache"),
     ):
         if name in median:
             ratio = "" if name == "numpy" else f"   NumPy / this: {summary['ratio_numpy_over_jax'][name]:.2f}x"
