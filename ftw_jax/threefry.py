@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from collections.abc import Mapping
 
 ENVIRONMENT_VARIABLE = "FTW_JAX_THREEFRY"
@@ -27,10 +28,12 @@ JAX_MODULES = ("jax._src.random.threefry2x32", "jax._src.prng")
 
 def use_unrolled(environ: Mapping[str, str] = os.environ) -> bool:
     """Lowers threefry unrolled on CPU from now on in this process; returns whether it does (False where
-    FTW_JAX_THREEFRY=rolled or this JAX has no unrolled lowering to register)."""
+    FTW_JAX_THREEFRY=rolled, or is not a choice (a one-line warning), or this JAX has no unrolled lowering)."""
     choice = environ.get(ENVIRONMENT_VARIABLE, "unrolled")
-    if choice not in CHOICES:
-        raise ValueError(f"{ENVIRONMENT_VARIABLE} must be one of {CHOICES}, got {choice!r}.")
+    if choice not in CHOICES:  # at import, so a warning, not an error: either lowering gives the same bits
+        message = f"{ENVIRONMENT_VARIABLE} must be one of {CHOICES}, got {choice!r}; keeping JAX's rolled loop"
+        print(f"warning: {message}", file=sys.stderr)
+        return False
     if choice == "rolled":
         return False
     from jax.interpreters import mlir
