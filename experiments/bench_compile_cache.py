@@ -43,20 +43,25 @@ CASES = {
 
 
 def run(command: list[str], cache: str, out: str, *flags: str) -> dict:
-    environ = {**os.environ, "FTW_JAX_COMPILE_CACHE": cache}
+    whole, summary = timed_command([*command, *COMMON, "--out", out, *flags], {"FTW_JAX_COMPILE_CACHE": cache})
+    return {"whole": whole, "compile": summary.get("compile_seconds")}
+
+
+def timed_command(arguments: list[str], environ: dict[str, str]) -> tuple[float, dict]:
+    """`ftw-jax ARGUMENTS` (which prints one JSON object) as a process with `environ` added: (its wall seconds,
+    the object)."""
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "ftw_jax.cli", *command, *COMMON, "--out", out, *flags],
-        env=environ,
+        [sys.executable, "-m", "ftw_jax.cli", *arguments],
+        env={**os.environ, **environ},
         capture_output=True,
         text=True,
         check=False,
     )
     whole = time.perf_counter() - started
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-    summary = json.loads(done.stdout)
-    return {"whole": whole, "compile": summary.get("compile_seconds")}
+        raise SystemExit(f"{' '.join(arguments)} failed:\n{done.stderr[-2000:]}")
+    return whole, json.loads(done.stdout)
 
 
 def main() -> None:

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bench_compile_cache import CASES as TRAIN_CASES  # noqa: E402
+from bench_compile_cache import timed_command
 
 CASES = {
     "bandit": ["bandit", "--num-seeds", "1000", "--no-plot"],
@@ -36,20 +34,10 @@ MEASURES = ("whole", "compile", "steps_per_second")
 
 
 def run(command: list[str], lowering: str, out: str) -> dict:
-    environ = {**os.environ, "FTW_JAX_THREEFRY": lowering, "FTW_JAX_COMPILE_CACHE": "off"}
     folder = [] if command[0] == "bandit" else ["--out", out]
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "ftw_jax.cli", *command, "--json", *folder],
-        env=environ,
-        capture_output=True,
-        text=True,
-        check=False,
+    whole, summary = timed_command(
+        [*command, "--json", *folder], {"FTW_JAX_THREEFRY": lowering, "FTW_JAX_COMPILE_CACHE": "off"}
     )
-    whole = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-2000:]}")
-    summary = json.loads(done.stdout)
     return {
         "whole": whole,
         "compile": summary.get("compile_seconds"),

@@ -39,6 +39,20 @@ MEASURES = ("forward", "train", "sample", "sample_top_p")
 TOP_P = 0.95
 
 
+def cpu_description() -> str:
+    """The CPU's model and vector extensions: the two libraries pick their kernels by them, so ratios measured
+    on different hosts differ (2026-12-04's AMD host gave JAX/torch 1.6–3× the ratios of the day before)."""
+    try:
+        info = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "CPU: unknown (no /proc/cpuinfo)"
+    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+    flags = fields.get("flags\t\t", fields.get("flags", "")).split()
+    wanted = [flag for flag in ("avx", "avx2", "fma", "avx512f", "amx_tile") if flag in flags]
+    model = fields.get("model name\t", fields.get("model name", "unknown")).strip()
+    return f"CPU: {model}, {os.cpu_count()} cores, {' '.join(wanted) or 'no AVX'}"
+
+
 def median_seconds(call, repeats: int) -> float:
     """Median seconds of `call()` over `repeats` calls, after one call that compiles or warms up."""
     call()
@@ -222,7 +236,7 @@ def main() -> None:
     print(
         f"JAX {jax.__version__} on {device.device_kind} ({device.platform}) against torch at {args.torch_threads} "
         f"thread(s); float32, batch {args.batch}, length {args.length}, {args.new_tokens} new tokens; median of "
-        f"{args.repeats} calls per process, median of {args.rounds} alternating rounds\n",
+        f"{args.repeats} calls per process, median of {args.rounds} alternating rounds\n{cpu_description()}\n",
         flush=True,
     )
     rows, against_baseline, record = list(TABLE_HEAD), list(BASELINE_HEAD), {}

@@ -2,11 +2,11 @@
 
 Every `jax.random` draw of JAX's default PRNG hashes with threefry2x32. On CPU, JAX lowers the hash to a rolled
 loop (five trips of four rounds); on GPU and TPU, to the twenty rounds written out. On this project's programs
-the rolled loop is the slower of the two on CPU, to compile and to run (issue 36, 2-core CPU): the bandit
-reproduction over 1000 seeds traces in 0.67 s instead of 1.17 s, compiles in 2.0 s instead of 6.0 s and runs
-in 0.52 s instead of 1.2 s, and `ftw-jax train --env sokoban` runs 24% more env steps per second. The hash is
-the same function either way, so every draw is bit-identical: the golden runs pin it, and the tests check
-Random123's known answer.
+the rolled loop is the slower of the two on CPU, to compile and to run, and more so when another process
+shares the cores (issue 36, 2-core CPU, docs/results.md): the bandit reproduction over 1000 seeds compiles in
+1.2 s instead of 2.2 s and runs in 0.55 s instead of 0.77 s, and `ftw-jax train --env cartpole` steps 1.6×
+faster. The hash is the same function either way, so every draw is bit-identical: the golden runs pin it, and
+the tests check Random123's known answer.
 
 `use_unrolled()` registers JAX's own unrolled lowering for the CPU platform; importing ftw_jax calls it. It
 reaches a private JAX name: where a JAX release lacks it, nothing changes (the rolled loop stays, the bits are
