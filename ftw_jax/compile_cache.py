@@ -14,6 +14,7 @@ as well as most of the compile.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -143,9 +144,11 @@ def cached_export(make_function: Callable[[], Wrapped], arguments: tuple, identi
 
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_atomically(path, bytes(exported.serialize()))
-        _keep_recent(path.parent, MAX_EXPORTED)
     except OSError as error:
         print(f"warning: the traced program was not cached ({error})", file=sys.stderr)
+        return exported.call
+    with contextlib.suppress(OSError):  # another process pruning the same folder at the same moment
+        _keep_recent(path.parent, MAX_EXPORTED)
     return exported.call
 
 

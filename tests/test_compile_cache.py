@@ -149,3 +149,12 @@ def test_only_the_most_recently_used_exported_programs_are_kept(tmp_path):
         os.utime(path, (1000 - age, 1000 - age))  # 0 is the most recent
     compile_cache._keep_recent(tmp_path, 2)
     assert sorted(path.name for path in tmp_path.iterdir()) == ["0.jaxexport", "1.jaxexport"]
+
+
+def test_an_unwritable_cache_warns_and_the_program_still_runs(cache_folder, capsys):
+    (cache_folder / compile_cache.EXPORTED_FOLDER).write_text("a file where the folder would go")
+    x = np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(
+        np.asarray(compile_cache.cached_export(doubled_plus_one, (x,), identity="a")(x)), 2 * x + 1
+    )
+    assert "warning: the traced program was not cached" in capsys.readouterr().err
