@@ -13,7 +13,7 @@ from jax.extend.random import threefry_2x32
 
 from ftw_jax import threefry
 
-# Draws of every kind the project makes (split, fold_in, bits, uniform, normal, randint, categorical), vmapped.
+# Draws of the kinds the project makes (split, fold_in, bits, normal, randint, categorical), vmapped.
 DRAWS = """
 import json, sys
 import jax, jax.numpy as jnp
