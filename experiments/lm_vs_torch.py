@@ -46,10 +46,12 @@ def cpu_description() -> str:
         info = pathlib.Path("/proc/cpuinfo").read_text()
     except OSError:
         return "CPU: unknown (no /proc/cpuinfo)"
-    fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
-    flags = fields.get("flags\t\t", fields.get("flags", "")).split()
+    fields = {
+        key.strip(): value.strip() for key, value in (line.split(":", 1) for line in info.splitlines() if ":" in line)
+    }
+    flags = fields.get("flags", "").split()
     wanted = [flag for flag in ("avx", "avx2", "fma", "avx512f", "amx_tile") if flag in flags]
-    model = fields.get("model name\t", fields.get("model name", "unknown")).strip()
+    model = fields.get("model name", "unknown")
     return f"CPU: {model}, {os.cpu_count()} cores, {' '.join(wanted) or 'no AVX'}"
 
 

@@ -134,10 +134,12 @@ def cached_export(make_function: Callable[[], Wrapped], arguments: tuple, identi
     path = pathlib.Path(folder) / EXPORTED_FOLDER / f"{_program_key(identity, arguments)}.jaxexport"
     try:
         exported = export.deserialize(bytearray(path.read_bytes()))
-        os.utime(path)  # recently used
-        return exported.call
     except Exception:  # absent or unreadable: export it again (a cache is a saving, never a reason to stop)
         pass
+    else:
+        with contextlib.suppress(OSError):  # a read-only cache still serves its programs
+            os.utime(path)  # recently used
+        return exported.call
     exported = export.export(make_function())(*(jax.ShapeDtypeStruct(jax.numpy.shape(a), a.dtype) for a in arguments))
     try:
         from ftw_jax.run_files import write_atomically
