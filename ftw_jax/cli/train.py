@@ -110,7 +110,8 @@ def _train(run, config, seeds: list[int], folder: pathlib.Path, log) -> bool:
 
 def _starting_evaluation(trainer, run, seeds: list[int], folder: pathlib.Path, log) -> dict:
     """The evaluation of each seed's starting policy (after its warm start), before any update: computed on a fresh
-    run and kept in start.json for a resumed one. {"return": [S], "success": [S]}."""
+    run and kept in start.json for a resumed one. {"return": [S], "success": [S]}, and with --eval-greedy the
+    most likely actions' "greedy_return" and "greedy_success"."""
     import jax
 
     from ftw_jax import run_files
@@ -125,10 +126,13 @@ def _starting_evaluation(trainer, run, seeds: list[int], folder: pathlib.Path, l
         return {}
     keys = jax.vmap(lambda key: jax.random.fold_in(key, 1))(seed_keys(seeds))  # not a key the run itself draws
     evaluation = jax.jit(jax.vmap(trainer.evaluate))(keys, jax.tree.map(lambda leaf: leaf[: len(seeds)], run.carry))
-    start = {name: host_array(evaluation[name]).tolist() for name in ("return", "success")}
+    names = ("return", "success", "greedy_return", "greedy_success")
+    start = {name: host_array(evaluation[name]).tolist() for name in names if name in evaluation}
     run_files.write_json(path, start)
-    log(
-        f"starting policy (after the warm start): eval return {np.mean(start['return']):.3f}"
-        + (f", success {np.mean(start['success']):.1%}" if trainer.env.has_success else "")
-    )
+    success = ""
+    if trainer.env.has_success:
+        success = f", success {np.mean(start['success']):.1%}"
+        if "greedy_success" in start:
+            success += f" (greedy {np.mean(start['greedy_success']):.1%})"
+    log(f"starting policy (after the warm start): eval return {np.mean(start['return']):.3f}{success}")
     return start
