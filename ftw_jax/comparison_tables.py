@@ -104,6 +104,11 @@ def markdown_table(comparison: Comparison) -> str:
             f"{number(row[f'{name}_ci_high'])}] | {number(row[f'{name}_iqm'])}{unit}"
         )
 
+    def judgement(row, name):
+        # "equivalent" rests on the 90% interval (two one-sided tests), not the 95% one printed beside it.
+        judged = "90% CI inside" if row[f"{name}_verdict"] == "equivalent" else "margin"
+        return f"{row[f'{name}_verdict']} ({judged} ±{number(row[f'{name}_margin'])})"
+
     cut = " in [0, 100]" if unit else ""
     lines = [
         f"| algorithm | learning rate | final {comparison.metric}: mean [95% t-CI{cut}] [95% bootstrap CI] | "
@@ -127,8 +132,7 @@ def markdown_table(comparison: Comparison) -> str:
             cells = [
                 f"{number(row[f'{name}_difference'])} [{number(row[f'{name}_low'])}, "
                 f"{number(row[f'{name}_high'])}], {p_text(row[f'{name}_p_value'])}, "
-                f"{p_text(row[f'{name}_rank_p_value'])} | {row[f'{name}_verdict']} "
-                f"(margin ±{number(row[f'{name}_margin'])})"
+                f"{p_text(row[f'{name}_rank_p_value'])} | {judgement(row, name)}"
                 for name in ("final", "auc")
             ]
             lines.append(f"| {row['algorithm']} | {cells[0]} | {cells[1]} |")

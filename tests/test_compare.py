@@ -91,6 +91,31 @@ def test_welch_difference_and_verdicts_by_hand():
     assert verdict(close, close[::-1] + 0.001, margin=0.001) == "inconclusive"  # too tight a margin to claim
 
 
+def test_the_table_says_equivalence_rests_on_the_90_percent_interval():
+    """A difference whose 95% interval crosses the margin can still be "equivalent" (two one-sided tests at 5%
+    use the 90% interval); the table names the interval it used, so the two read together."""
+    ftw_final = np.array([0.470, 0.457, 0.418, 0.444, 0.392, 0.431, 0.353, 0.457, 0.405, 0.431])
+    ppo_final = np.array([0.399, 0.438, 0.412, 0.373, 0.425, 0.386, 0.451, 0.360, 0.412, 0.386])
+    test, tost = welch(ftw_final, ppo_final), welch(ftw_final, ppo_final, confidence=0.9)
+    assert test["p_value"] > 0.05 and test["high"] > 0.05 > tost["high"]  # the case two-hop search met
+    results = [
+        AlgorithmResult(
+            algorithm=name,
+            learning_rate=1e-3,
+            curves=final[:, None],
+            env_steps=np.ones((10, 1)),
+            seconds=0.0,
+            tuning=[],
+            applied_share=np.ones(10),
+        )
+        for name, final in (("ftw", ftw_final), ("ppo", ppo_final))
+    ]
+    table = markdown_table(
+        Comparison(env="search", metric="success", seeds=list(range(10)), episodes=np.array([10]), results=results)
+    )
+    assert "| equivalent (90% CI inside ±5.0) |" in table and "equivalent (margin" not in table
+
+
 @pytest.mark.slow
 def test_compare_tunes_on_its_own_seeds_and_reports_what_a_plain_run_gives():
     comparison = compare(
