@@ -97,8 +97,9 @@ def compare(
         that are its settings (`log` names the others).
       algorithms: names from `ftw_jax.algos.ALGORITHMS`.
       seeds: the reported seeds.
-      learning_rates: the tuning grid (default: the environment's learning rate alone, no tuning).
-      search: instead of the grid, this many configurations drawn from each algorithm's space
+      learning_rates: the tuning grid (default: the environment's learning rate alone, no tuning); with
+        `search`, the rates the search draws from (default `tuning.LEARNING_RATES`).
+      search: instead of trying every rate, this many configurations drawn from each algorithm's space
         (`ftw_jax.tuning`, numpy seed `search_seed`); the overrides may not set a searched setting.
       tuning_iterations: the tuning runs' iterations (default: the reported runs'); β's decay horizon scales.
       rungs: successive halving of the search's configurations (`tuning.rung_periods`): every one runs the
@@ -123,24 +124,16 @@ def compare(
         if ignored and log:
             log(f"note: {', '.join(sorted(ignored))} do(es) not apply to {algorithm}; ignored for it.")
     base = TrainConfig.for_env(env, **{name: value for name, value in overrides.items() if name in RUN_FIELDS})
-    learning_rates = list(learning_rates or [base.learning_rate])
+    grid = list(learning_rates) if learning_rates else None  # given: the search draws its rates from it
+    learning_rates = grid or [base.learning_rate]
     seeds, tuning_seeds = list(seeds), list(tuning_seeds)
-    if len(set(algorithms)) != len(algorithms) or not algorithms:
-        raise ValueError(f"algorithms must be distinct and at least one, got {algorithms}.")
-    if len(learning_rates) > 1 and not tuning_seeds:
-        raise ValueError(f"a tuning grid of {len(learning_rates)} learning rates needs tuning seeds.")
+    _check_lists(algorithms, learning_rates, seeds, tuning_seeds)
     for name, value, default in (("rungs", rungs, 1), ("tuning_iterations", tuning_iterations, None)):
         if value != default and not search:  # a setting of the random search alone: it would be ignored
             raise ValueError(f"{name}={value} applies to a random search (--search N); there is none here.")
     if search:
         tuning.rung_periods((tuning_iterations or base.num_iterations) // base.eval_every, rungs)  # refuses
-        if len(learning_rates) > 1:
-            raise ValueError("give either a learning-rate grid or a random search, not both.")
-        _check_search(env, env_options, own_settings, search, search_seed, tuning_seeds)
-    if set(seeds) & set(tuning_seeds):
-        raise ValueError(
-            f"tuning seeds {sorted(set(seeds) & set(tuning_seeds))} are also reported seeds; tune on other seeds."
-        )
+        _check_search(env, env_options, own_settings, search, search_seed, tuning_seeds, grid)
     for algorithm in algorithms:  # every algorithm's options are checked before the first one runs
         try:
             make_sweep(env, {"lr": learning_rates}, seeds, env_options, algorithm=algorithm, **own_settings[algorithm])
@@ -150,7 +143,7 @@ def compare(
     phases = _Phases(env, dict(env_options or {}), metric, checkpoint_folder, on_period, log)
     results = [
         phases.search(
-            algorithm, own_settings[algorithm], search, search_seed, tuning_iterations, rungs, seeds, tuning_seeds
+            algorithm, own_settings[algorithm], search, search_seed, grid, tuning_iterations, rungs, seeds, tuning_seeds
         )
         if search
         else phases.compare(algorithm, own_settings[algorithm], learning_rates, seeds, tuning_seeds)
@@ -158,6 +151,21 @@ def compare(
     ]
     episodes = np.arange(1, base.num_periods + 1) * base.eval_every * base.episodes_per_iteration
     return Comparison(env=env, metric=metric, seeds=seeds, episodes=episodes, results=results)
+
+
+def _check_lists(algorithms: list[str], learning_rates: list[float], seeds: list[int], tuning_seeds: list[int]) -> None:
+    """Raises ValueError unless the algorithms and learning rates are distinct, a grid has its tuning seeds, and
+    no tuning seed is reported."""
+    if len(set(algorithms)) != len(algorithms) or not algorithms:
+        raise ValueError(f"algorithms must be distinct and at least one, got {algorithms}.")
+    if len(set(learning_rates)) != len(learning_rates):
+        raise ValueError(f"learning rates must be distinct, got {learning_rates}.")
+    if len(learning_rates) > 1 and not tuning_seeds:
+        raise ValueError(f"a tuning grid of {len(learning_rates)} learning rates needs tuning seeds.")
+    if set(seeds) & set(tuning_seeds):
+        raise ValueError(
+            f"tuning seeds {sorted(set(seeds) & set(tuning_seeds))} are also reported seeds; tune on other seeds."
+        )
 
 
 def _metric_of(env: str, env_options: dict | None, metric: str | None) -> str:
@@ -177,6 +185,7 @@ def _check_search(
     search: int,
     search_seed: int,
     tuning_seeds: list[int],
+    learning_rates: list[float] | None,
 ) -> None:
     """Raises ValueError unless every algorithm's random search can run: tuning seeds given, no searched setting
     among its overrides, and every configuration drawn a run of this environment (e.g. B a multiple of GRPO's G)."""
@@ -186,7 +195,8 @@ def _check_search(
         searched = sorted(set(tuning.space(algorithm)) & set(settings))
         if searched:
             raise ValueError(f"{', '.join(searched)} is/are searched for {algorithm}; leave them out of the overrides.")
-        configurations = tuning.draw_configurations(algorithm, search, search_seed)  # refuses a bad count
+        # Refuses a bad count.
+        configurations = tuning.draw_configurations(algorithm, search, search_seed, learning_rates)
         try:
             tuning.group_sweeps(env, configurations, tuning_seeds, env_options, algorithm=algorithm, **settings)
         except ValueError as error:
@@ -361,17 +371,19 @@ class _Phases:
         settings: dict,
         count: int,
         search_seed: int,
+        learning_rates: list[float] | None,
         tuning_iterations: int | None,
         rungs: int,
         seeds: list[int],
         tuning_seeds: list[int],
     ) -> AlgorithmResult:
-        """`count` configurations from the algorithm's space on the tuning seeds (one sweep per compiled
-        program), narrowed by successive halving over `rungs` rungs (`tuning.rung_periods`; each rung's runs
-        go on from the last one's), the best mean AUC at the full tuning horizon, then the reported seeds
-        with it. Each configuration's row holds its scores at the last rung it ran."""
+        """`count` configurations from the algorithm's space (its rates from `learning_rates`, when given) on
+        the tuning seeds (one sweep per compiled program), narrowed by successive halving over `rungs` rungs
+        (`tuning.rung_periods`; each rung's runs go on from the last one's), the best mean AUC at the full
+        tuning horizon, then the reported seeds with it. Each configuration's row holds its scores at the last
+        rung it ran."""
         seconds, tuning_skipped = 0.0, (0, 0)
-        configurations = tuning.draw_configurations(algorithm, count, search_seed)
+        configurations = tuning.draw_configurations(algorithm, count, search_seed, learning_rates)
         tuning_settings = {**settings, **({"num_iterations": tuning_iterations} if tuning_iterations else {})}
         groups = tuning.group_sweeps(
             self.env, configurations, tuning_seeds, self.env_options, algorithm=algorithm, **tuning_settings

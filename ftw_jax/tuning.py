@@ -20,6 +20,7 @@ every rung shares: a configuration is scored on the start of the very run it wou
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -35,10 +36,12 @@ KL_DECAY_FRACTIONS = (0.25, 0.5, 1.0)  # β reaches 0 after this share of the ru
 SHARED = {"learning_rate": LEARNING_RATES, "kl_coef": KL_COEFS, "kl_decay_fraction": KL_DECAY_FRACTIONS}
 
 
-def space(algorithm: str) -> dict[str, tuple]:
+def space(algorithm: str, learning_rates: Sequence[float] | None = None) -> dict[str, tuple]:
     """Setting -> the values tried: the shared ones, then the algorithm's own (its registry entry's
-    `search_space`, which may replace a shared one's values)."""
-    return {**SHARED, **algos.get(algorithm).search_space}
+    `search_space`, which may replace a shared one's values); `learning_rates` replaces the grid of rates
+    (a task whose choice lands on the grid's edge extends it, for every algorithm alike)."""
+    rates = {"learning_rate": tuple(learning_rates)} if learning_rates else {}
+    return {**SHARED, **algos.get(algorithm).search_space, **rates}
 
 
 def _valid(point: dict) -> bool:
@@ -48,20 +51,24 @@ def _valid(point: dict) -> bool:
     return point["kl_coef"] > 0 or point["kl_decay_fraction"] == KL_DECAY_FRACTIONS[-1]
 
 
-def draw_configurations(algorithm: str, count: int, seed: int) -> list[dict]:
-    """`count` distinct points of the algorithm's space (numpy, seeded: the same seed draws the same ones).
+def draw_configurations(
+    algorithm: str, count: int, seed: int, learning_rates: Sequence[float] | None = None
+) -> list[dict]:
+    """`count` distinct points of the algorithm's space (numpy, seeded: the same seed draws the same ones;
+    `learning_rates`: the grid of rates, default `LEARNING_RATES`).
 
     The learning rate is stratified: the draws walk the grid's rates in a random order (again and again when
     `count` exceeds them), and each draws the rest of its point uniformly among the valid ones with that rate
     not drawn yet.
     """
-    names = list(space(algorithm))
-    points = [dict(zip(names, values)) for values in itertools.product(*space(algorithm).values())]
+    searched = space(algorithm, learning_rates)
+    names = list(searched)
+    points = [dict(zip(names, values)) for values in itertools.product(*searched.values())]
     points = [point for point in points if _valid(point)]
     if not 1 <= count <= len(points):
         raise ValueError(f"count must be in [1, {len(points)}] for {algorithm}'s space, got {count}.")
     rng = np.random.default_rng(seed)
-    rates = space(algorithm)["learning_rate"]
+    rates = searched["learning_rate"]
     order = itertools.cycle([rates[index] for index in rng.permutation(len(rates))])
     chosen: list[int] = []
     while len(chosen) < count:  # ends: count <= len(points)

@@ -61,8 +61,8 @@ CASES = [
         "kl_coef_final must be finite",
     ),
     (
-        ["compare", "--env", "bandit", "--algos", "ftw", "--search", "2", "--learning-rates", "0.1,0.2"],
-        "either a learning-rate grid or a random search",
+        ["compare", "--env", "bandit", "--algos", "ftw", "--search", "2", "--learning-rates", "0.1,0.1"],
+        "learning rates must be distinct, got [0.1, 0.1]",
     ),
     (
         ["compare", "--env", "bandit", "--algos", "ftw", "--search", "2", "--kl-coef", "0.1"],

@@ -48,6 +48,17 @@ def test_the_learning_rate_is_stratified_and_the_spaces_hold_the_references_defa
     assert len({tuple(sorted(point.items())) for point in everything}) == 50
 
 
+def test_a_grid_of_rates_replaces_the_searched_ones_for_every_algorithm_alike():
+    """Issue 33's rule: a choice on the grid's edge extends the grid (`--learning-rates` with `--search`)."""
+    grid = (*tuning.LEARNING_RATES, 0.1)
+    for algorithm in algos.ALGORITHMS:
+        assert tuning.space(algorithm, grid)["learning_rate"] == grid
+        assert tuning.space(algorithm, None) == tuning.space(algorithm)
+        drawn = tuning.draw_configurations(algorithm, 8, seed=5, learning_rates=grid)
+        rates = [point["learning_rate"] for point in drawn]
+        assert sorted(set(rates)) == sorted(grid) and len(rates) == 8  # 8 draws over 7 rates: each at least once
+
+
 def test_rungs_halve_the_horizon_and_promote_the_better_half():
     assert tuning.rung_periods(40, 1) == [40]
     assert tuning.rung_periods(40, 3) == [10, 20, 40]
@@ -85,11 +96,20 @@ def test_configurations_that_differ_only_in_sweep_axes_share_one_program():
 
 @pytest.mark.slow
 def test_compare_search_reports_the_best_configuration_as_a_plain_run_gives_it():
+    grid = [0.03, 0.3]  # the search's rates, in place of the default grid
     comparison = compare(
-        "bandit", ["reinforce"], seeds=[3], search=3, search_seed=1, tuning_seeds=[7, 8], overrides=BUDGET
+        "bandit",
+        ["reinforce"],
+        seeds=[3],
+        search=3,
+        search_seed=1,
+        learning_rates=grid,
+        tuning_seeds=[7, 8],
+        overrides=BUDGET,
     )
     [result] = comparison.results
     assert len(result.tuning) == 3 and all(len(row["auc_per_seed"]) == 2 for row in result.tuning)
+    assert sorted({row["learning_rate"] for row in result.tuning}) == grid  # 3 draws over 2 rates: both
     best = max(result.tuning, key=lambda row: row["auc_mean"])
     assert result.settings == {name: best[name] for name in tuning.space("reinforce")}
     overrides = tuning.as_overrides(result.settings, BUDGET["num_iterations"])
@@ -132,8 +152,8 @@ def test_successive_halving_goes_on_from_the_runs_it_promotes(algorithm, tmp_pat
 
 
 def test_compare_search_refuses_an_unfair_protocol():
-    with pytest.raises(ValueError, match="either a learning-rate grid or a random search"):
-        compare("bandit", ["ftw"], seeds=[0], search=2, learning_rates=[0.01, 0.1], tuning_seeds=[7], overrides=BUDGET)
+    with pytest.raises(ValueError, match=r"learning rates must be distinct, got \[0.01, 0.01\]"):
+        compare("bandit", ["ftw"], seeds=[0], search=2, learning_rates=[0.01, 0.01], tuning_seeds=[7], overrides=BUDGET)
     with pytest.raises(ValueError, match="random search of 2 configurations needs tuning seeds"):
         compare("bandit", ["ftw"], seeds=[0], search=2, overrides=BUDGET)
     with pytest.raises(

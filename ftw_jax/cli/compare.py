@@ -66,7 +66,8 @@ def _add_tuning_arguments(parser) -> None:
         "--learning-rates",
         type=float_list,
         default=None,
-        help="the tuning grid (default: the environment's learning rate alone, no tuning)",
+        help="the tuning grid (default: the environment's learning rate alone, no tuning); with --search, the "
+        "rates it draws from (default: ftw_jax.tuning.LEARNING_RATES, the half-decades 1e-4...3e-2)",
     )
     parser.add_argument(
         "--search",
