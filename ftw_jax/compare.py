@@ -195,7 +195,7 @@ def _check_search(
         searched = sorted(set(tuning.space(algorithm)) & set(settings))
         if searched:
             raise ValueError(f"{', '.join(searched)} is/are searched for {algorithm}; leave them out of the overrides.")
-        # Refuses a bad count.
+        # draw_configurations refuses a bad count.
         configurations = tuning.draw_configurations(algorithm, search, search_seed, learning_rates)
         try:
             tuning.group_sweeps(env, configurations, tuning_seeds, env_options, algorithm=algorithm, **settings)
