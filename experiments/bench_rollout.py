@@ -25,8 +25,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 MEASURE = r"""
 import json
 import numpy as np
-from ftw_jax.runner import MemberRun, seed_keys
+from ftw_jax.running.loop import MemberRun, seed_keys
 from ftw_jax.train import TrainConfig, make_train
+from ftw_jax.running import threefry
+
+threefry.use_unrolled()  # opt in, as the command line does: the same random bits, compiled and run faster on CPU
 trainer = make_train(TrainConfig.for_env("cartpole"))
 run = MemberRun(trainer, seed_keys([0]))
 rows, before = [], (0.0, 0)

@@ -1,5 +1,5 @@
 """S seeds in one vmapped program, in one program that loops over them (`lax.map`, the CPU default of the CLI:
-`ftw_jax.runner.member_loop`), and run one after another: throughput ratios, memory per member.
+`ftw_jax.running.loop.member_loop`), and run one after another: throughput ratios, memory per member.
 
 Both sides run the same training program (the environment's defaults, a few iterations, one evaluation at
 the end), compiled ahead of time; each compiled program runs once untimed first, so the timings exclude
@@ -18,9 +18,12 @@ import time
 import jax
 import numpy as np
 
-from ftw_jax.checkpoints import with_raw_keys
-from ftw_jax.runner import over_members, seed_keys
+from ftw_jax.running import threefry
+from ftw_jax.running.checkpoints import with_raw_keys
+from ftw_jax.running.loop import over_members, seed_keys
 from ftw_jax.train import TrainConfig, make_train
+
+threefry.use_unrolled()  # opt in, as the command line does: the same random bits, compiled and run faster on CPU
 
 
 def program_bytes(compiled) -> int:

@@ -1,4 +1,4 @@
-"""Threefry lowered unrolled (ftw_jax.threefry, the default) against JAX's rolled CPU loop, whole commands.
+"""Threefry lowered unrolled (ftw_jax.running.threefry, the default) against JAX's rolled CPU loop, whole commands.
 
     python experiments/bench_threefry.py                       # bandit, cartpole, sokoban, search; 3 rounds
     python experiments/bench_threefry.py --cases sokoban --rounds 5 --json

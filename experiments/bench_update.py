@@ -12,9 +12,12 @@ import numpy as np
 import optax
 
 import ftw_jax
-from ftw_jax import losses
-from ftw_jax import pool as pool_lib
+from ftw_jax.core import losses
+from ftw_jax.core import pool as pool_lib
 from ftw_jax.policies import MLPPolicy
+from ftw_jax.running import threefry
+
+threefry.use_unrolled()  # opt in, as the command line does: the same random bits, compiled and run faster on CPU
 
 OBS_DIM = 16
 NUM_ACTIONS = 4

@@ -55,11 +55,11 @@ import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ftw_jax.algos.ftw import FTWConfig
+from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, example_trajectory
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.memory import QWEN2_5, memory_estimate, parameter_count
 from ftw_jax.lm.model import CausalLM
 from ftw_jax.lm.sharding import make_mesh, param_specs
-from ftw_jax.lm_learner import EpisodeLearner, LearnConfig, example_trajectory
 
 GIB = 2**30
 DEVICE_MEMORY = 80 * GIB  # the goal: one 80 GiB GPU (an A100/H100 80GB) per device

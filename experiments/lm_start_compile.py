@@ -27,7 +27,7 @@ from conftest import write_tiny_bpe_checkpoint  # noqa: E402
 from ftw_jax.lm.config import pretrained_config  # noqa: E402
 from ftw_jax.lm.load import save  # noqa: E402
 from ftw_jax.lm.model import CausalLM  # noqa: E402
-from ftw_jax.runner import seed_keys  # noqa: E402
+from ftw_jax.running.loop import seed_keys
 from ftw_jax.train import TrainConfig, make_train  # noqa: E402
 
 

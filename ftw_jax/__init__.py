@@ -2,20 +2,18 @@
 
 from typing import TYPE_CHECKING
 
-from ftw_jax import losses, pool, threefry
-from ftw_jax.occupancy import (
+from ftw_jax.core import losses, pool
+from ftw_jax.core.occupancy import (
     expected_failure_share,
     expected_selection_counts,
     rank_occupancy,
     rank_occupancy_jax,
     tied_occupancy,
 )
-from ftw_jax.pool import Pool, Trajectory
-from ftw_jax.selection import select_elites, select_elites_masked
-from ftw_jax.state import PolicyState
-from ftw_jax.update import Sizes, UpdateConfig, make_update
-
-threefry.use_unrolled()  # on import, before any program is lowered: the same random bits, faster on CPU
+from ftw_jax.core.pool import Pool, Trajectory
+from ftw_jax.core.selection import select_elites, select_elites_masked
+from ftw_jax.core.state import PolicyState
+from ftw_jax.core.update import Sizes, UpdateConfig, make_update
 
 __version__ = "0.7.0"  # the one place it is declared: pyproject.toml reads it, CHANGELOG.md says what it holds
 

@@ -26,9 +26,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ftw_jax import envs, run_files, tuning
-from ftw_jax.checkpoints import Checkpointer, check_same_config, rows_from_record, rows_record
-from ftw_jax.runner import MemberRun, history_arrays
+from ftw_jax import envs, tuning
+from ftw_jax.running import run_files
+from ftw_jax.running.checkpoints import Checkpointer, check_same_config, rows_from_record, rows_record
+from ftw_jax.running.loop import MemberRun, history_arrays
 from ftw_jax.sweep import Sweep, make_sweep
 from ftw_jax.train import RUN_FIELDS, TrainConfig, make_train, split_overrides
 
@@ -46,7 +47,7 @@ class AlgorithmResult:
     applied_share: np.ndarray  # [S] the share of its optimizer steps each reported seed applied
     updates: np.ndarray | None = None  # [S, periods] optimizer steps applied by each evaluation
     settings: dict = dataclasses.field(default_factory=dict)  # the chosen configuration (searched settings)
-    skipped: np.ndarray | None = None  # [S] ready optimizer steps each reported seed skipped (`ftw_jax.skips`)
+    skipped: np.ndarray | None = None  # [S] ready optimizer steps each reported seed skipped (`ftw_jax.running.skips`)
     nonfinite: np.ndarray | None = None  # [S] those of them skipped for a non-finite loss, gradient or update
     tuning_skipped: tuple[int, int] = (0, 0)  # (skipped, of them non-finite) over every tuning run
     # [S, iterations] per name of `DIAGNOSTICS` the reported runs kept (groups_tied: grouped methods only)
@@ -113,7 +114,7 @@ def compare(
         skipped, updates tried) in the period by all members) after every evaluation period; phase is "tune"
         (or "tuneN" with `search`) or "report".
 
-    A reported run that stops applying updates stops the comparison (`ftw_jax.skips.SkippedUpdates`, as
+    A reported run that stops applying updates stops the comparison (`ftw_jax.running.skips.SkippedUpdates`, as
     `ftw-jax train`); a tuning run never does: a configuration that diverges is a finding of the tuning (it
     scores low and is not chosen), and its skipped updates are counted (`AlgorithmResult.tuning_skipped`).
     """

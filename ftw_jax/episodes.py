@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ftw_jax.pool import Trajectory
+from ftw_jax.core.pool import Trajectory
 
 if TYPE_CHECKING:
     import numpy.typing as npt

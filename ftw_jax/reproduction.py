@@ -22,16 +22,16 @@ import numpy as np
 import optax
 
 from ftw_jax import envs
-from ftw_jax import pool as pool_lib
 from ftw_jax.algos.ftw import FTWConfig
-from ftw_jax.compile_cache import cached_export
+from ftw_jax.core import pool as pool_lib
+from ftw_jax.core.pool import Trajectory
+from ftw_jax.core.state import PolicyState
+from ftw_jax.core.update import make_update
 from ftw_jax.envs.bandit import GaussianBandit
 from ftw_jax.policies import TabularPolicy
-from ftw_jax.pool import Trajectory
-from ftw_jax.runner import seed_keys
-from ftw_jax.state import PolicyState
+from ftw_jax.running.compile_cache import cached_export
+from ftw_jax.running.loop import seed_keys
 from ftw_jax.train import TrainConfig
-from ftw_jax.update import make_update
 
 # The training settings the protocol reads (`ftw-jax bandit` takes a flag for each).
 PROTOCOL_SETTINGS = (

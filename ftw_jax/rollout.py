@@ -21,9 +21,9 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from ftw_jax.core.pool import Trajectory
 from ftw_jax.envs.base import Environment
 from ftw_jax.policies.base import Policy
-from ftw_jax.pool import Trajectory
 
 # Steps per chunk of an episode's loop: it stops after the chunk in which the episode ends.
 CHUNK_STEPS = 32

@@ -22,20 +22,21 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from ftw_jax import algos, envs, probes, skips, warm_start
+from ftw_jax import algos, envs, probes, warm_start
 from ftw_jax.algos.base import Context, Hyperparameters, Learner, with_learning_rate
-from ftw_jax.checks import check_positive_int
-from ftw_jax.learner_settings import LearnerSettings, make_optimizer
+from ftw_jax.algos.learner_settings import LearnerSettings, make_optimizer
+from ftw_jax.core.checks import check_positive_int
+from ftw_jax.core.settings import check_settings, check_takes_effect, describe, setting
 from ftw_jax.policies import ARCHITECTURES, FROM_CHECKPOINT
 from ftw_jax.policies.base import Policy
 from ftw_jax.rollout import Player, rollout, rollouts
-from ftw_jax.runner import check_state_memory, state_bytes
-from ftw_jax.settings import check_settings, check_takes_effect, describe, setting
+from ftw_jax.running import skips
+from ftw_jax.running.memory import check_state_memory, state_bytes
 
 if TYPE_CHECKING:
+    from ftw_jax.core.pool import Trajectory
     from ftw_jax.lm.load import Pretrained
     from ftw_jax.policies.lm import LMPolicy
-    from ftw_jax.pool import Trajectory
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,13 +20,13 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ftw_jax import losses
 from ftw_jax.algos.base import Policy
+from ftw_jax.core import losses
 from ftw_jax.envs.base import Environment
 from ftw_jax.rollout import demonstration
 
 if TYPE_CHECKING:
-    from ftw_jax.pool import Trajectory
+    from ftw_jax.core.pool import Trajectory
 
 
 @dataclasses.dataclass(frozen=True)

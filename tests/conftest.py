@@ -40,9 +40,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from ftw_jax import Trajectory, compile_cache
+from ftw_jax import Trajectory
+from ftw_jax.running import compile_cache, threefry
 
 jax.config.update("jax_debug_key_reuse", True)
+threefry.use_unrolled()  # the suite opts in as the command line does: the same bits, its programs compile faster
 
 # The tests (in process, and the commands they start as processes) share one compilation cache, not the user's:
 # a program compiled twice in the suite (a run and its resumed run, a member and its standalone run) is read

@@ -73,13 +73,8 @@ _YIELD = (
     "            yield metrics, evaluation  # the caller writes the period's logs before the checkpoint counts it\n"
 )
 _SAVE = (
-    "            if self.checkpointer:\n"
-    "                self.checkpointer.save(\n"
-    "                    period + 1,\n"
-    "                    self.carry,\n"
-    '                    {"history": rows_record(self.history), "seconds": self.seconds},\n'
-    "                    final=period + 1 == until or bool(stuck.any()),  # a stopped run resumes from here\n"
-    "                )\n"
+    '            record = {"history": rows_record(self.history), "seconds": self.seconds}\n'
+    "            save_then_stop(self.checkpointer, period + 1, self.carry, record, last=period + 1 == last, stop=stop)\n"
 )
 YIELD_THEN_SAVE, SAVE_THEN_YIELD = _YIELD + _SAVE, _SAVE + _YIELD
 
@@ -88,7 +83,7 @@ MUTATIONS = (
     Mutation(
         "finite-checks-loss-only",
         "a NaN gradient with a finite loss is applied",
-        "ftw_jax/state.py",
+        "ftw_jax/core/state.py",
         "finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(updates)",
         "finite = jnp.isfinite(loss)",
         (*UPDATE_TESTS, *BASELINE_TESTS[:1]),
@@ -96,7 +91,7 @@ MUTATIONS = (
     Mutation(
         "finite-ignores-updates",
         "a non-finite optimizer update from finite gradients is applied",
-        "ftw_jax/state.py",
+        "ftw_jax/core/state.py",
         "finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(updates)",
         "finite = jnp.isfinite(loss) & all_finite(grads)",
         UPDATE_TESTS,
@@ -104,7 +99,7 @@ MUTATIONS = (
     Mutation(
         "skipped-step-advances-optimizer",
         "the optimizer state moves on a skipped step",
-        "ftw_jax/state.py",
+        "ftw_jax/core/state.py",
         "select_tree(applied, new_opt_state, opt_state)",
         "new_opt_state",
         UPDATE_TESTS,
@@ -112,7 +107,7 @@ MUTATIONS = (
     Mutation(
         "skipped-step-counts-a-version",
         "a skipped step counts as a policy version",
-        "ftw_jax/state.py",
+        "ftw_jax/core/state.py",
         "version=self.version + applied.astype(jnp.int32)",
         "version=self.version + 1",
         UPDATE_TESTS,
@@ -138,7 +133,7 @@ MUTATIONS = (
     Mutation(
         "skips-count-not-ready",
         "updates before the pool is ready count as skipped (and stop a run at its start)",
-        "ftw_jax/skips.py",
+        "ftw_jax/running/skips.py",
         "    skipped = ready & ~applied",
         "    skipped = ~applied",
         SKIP_TESTS,
@@ -146,7 +141,7 @@ MUTATIONS = (
     Mutation(
         "skips-run-not-carried",
         "skipped updates in a row start again at every iteration",
-        "ftw_jax/skips.py",
+        "ftw_jax/running/skips.py",
         "+ np.where(np.asarray(applied)[..., index] == 0, in_a_row, 0)",
         "+ 0",
         SKIP_TESTS,
@@ -154,23 +149,23 @@ MUTATIONS = (
     Mutation(
         "skips-never-stop",
         "a run that applies no update goes on and exits 0",
-        "ftw_jax/runner.py",
-        "            if stuck.any():",
-        "            if False:",
+        "ftw_jax/running/checkpoints.py",
+        "    if stop is not None:\n        raise stop",
+        "    if False:\n        raise stop",
         SKIP_TESTS,
     ),
     Mutation(
         "skips-stop-unsaved",
         "a stop between --checkpoint-every periods leaves no checkpoint of where it stopped",
-        "ftw_jax/runner.py",
-        "final=period + 1 == until or bool(stuck.any()),",
-        "final=period + 1 == until,",
+        "ftw_jax/running/checkpoints.py",
+        "final=last or stop is not None)",
+        "final=last)",
         SKIP_TESTS,
     ),
     Mutation(
         "checkpoint-before-rows",
         "a period is checkpointed before its rows are written: a kill in between loses them for good",
-        "ftw_jax/runner.py",
+        "ftw_jax/running/loop.py",
         YIELD_THEN_SAVE,
         SAVE_THEN_YIELD,
         ("tests/test_faults.py", "-k", "checkpointed_only"),
@@ -178,7 +173,7 @@ MUTATIONS = (
     Mutation(
         "rows-lost-on-resume",
         "a resume from a checkpoint whose rows were cut since goes on without them",
-        "ftw_jax/run_files.py",
+        "ftw_jax/running/run_files.py",
         "    if missing:",
         "    if False:",
         ("tests/test_faults.py", "-k", "cut_behind"),
@@ -186,7 +181,7 @@ MUTATIONS = (
     Mutation(
         "skips-run-lost-on-resume",
         "a resumed run forgets the updates it skipped before",
-        "ftw_jax/runner.py",
+        "ftw_jax/running/loop.py",
         "{**skips.no_skips(self.num_members), **row}",
         "{**row, **skips.no_skips(self.num_members)}",
         SKIP_TESTS,
@@ -194,7 +189,7 @@ MUTATIONS = (
     Mutation(
         "skips-uncounted",
         "the summary and progress lines count no skipped update",
-        "ftw_jax/skips.py",
+        "ftw_jax/running/skips.py",
         '"updates_skipped": before["updates_skipped"] + counts["skipped_count"].sum(axis=-1),',
         '"updates_skipped": before["updates_skipped"],',
         SKIP_TESTS,
@@ -202,7 +197,7 @@ MUTATIONS = (
     Mutation(
         "skips-limit-fingerprinted",
         "a stopped run cannot be resumed with --stop-after-skipped 0",
-        "ftw_jax/checkpoints.py",
+        "ftw_jax/running/checkpoints.py",
         'CHANGEABLE_ON_RESUME = frozenset({"stop_after_skipped", "follow", "idle_timeout", "poll_seconds"})',
         'CHANGEABLE_ON_RESUME = frozenset({"follow", "idle_timeout", "poll_seconds"})',
         SKIP_TESTS,
@@ -226,15 +221,15 @@ MUTATIONS = (
     Mutation(
         "skips-lm-learn-never-stops",
         "lm learn goes on when an iteration applies no update",
-        "ftw_jax/lm_learner.py",
-        "        if stuck:",
-        "        if False:",
+        "ftw_jax/episode_learner.py",
+        "save_then_stop(checkpointer, iteration, state, record, last=last, stop=stop)",
+        "save_then_stop(checkpointer, iteration, state, record, last=last, stop=None)",
         ("tests/test_lm_learner.py", "-k", "non_finite_stops"),
     ),
     Mutation(
         "skips-lm-learn-run-lost-on-resume",
         "lm learn forgets on resume the updates it skipped",
-        "ftw_jax/lm_learner.py",
+        "ftw_jax/episode_learner.py",
         '**record.get("skipped", {})}',
         "}",
         ("tests/test_lm_learner.py", "-k", "non_finite_stops"),
@@ -243,7 +238,7 @@ MUTATIONS = (
     Mutation(
         "resume-restarts",
         "--resume silently starts again from iteration 0 (train, sweep, compare)",
-        "ftw_jax/runner.py",
+        "ftw_jax/running/loop.py",
         "restored = checkpointer.restore(self.carry) if checkpointer else None",
         "restored = None",
         (*RESUME_TESTS, *SWEEP_TESTS),
@@ -251,7 +246,7 @@ MUTATIONS = (
     Mutation(
         "resume-fresh-optimizer",
         "the optimizer state is not restored",
-        "ftw_jax/checkpoints.py",
+        "ftw_jax/running/checkpoints.py",
         "            return step, with_keys_like(template, stored), record",
         "            carry = with_keys_like(template, stored)\n"
         "            policy = carry.learner.policy.replace(opt_state=template.learner.policy.opt_state)\n"
@@ -278,7 +273,7 @@ MUTATIONS = (
     Mutation(
         "resume-forgets-seconds",
         "a resumed run reports only this process's seconds",
-        "ftw_jax/runner.py",
+        "ftw_jax/running/loop.py",
         'self.seconds_before = float(record.get("seconds", 0.0))',
         "self.seconds_before = 0.0",
         ("tests/test_checkpoints.py", "-k", "restored_finished"),
@@ -286,8 +281,8 @@ MUTATIONS = (
     Mutation(
         "finished-run-compiles",
         "a run restored finished compiles its program again",
-        "ftw_jax/runner.py",
-        "if len(self.history) >= until:  # restored finished",
+        "ftw_jax/running/loop.py",
+        "if len(self.history) >= last:  # restored finished",
         "if False:  # restored finished",
         ("tests/test_checkpoints.py", "-k", "restored_finished"),
     ),
@@ -332,7 +327,7 @@ MUTATIONS = (
         "positions = jnp.zeros((1, 1), jnp.int32)",
         ("tests/test_search.py", "-k", "cache"),
     ),
-    # The LLM-agent learner (ftw_jax.episodes, ftw_jax.lm_learner) and the text search agent.
+    # The LLM-agent learner (ftw_jax.episodes, ftw_jax.episode_learner) and the text search agent.
     Mutation(
         "episode-mask-all-tokens",
         "JSONL episodes train on the environment's tokens too",
@@ -360,7 +355,7 @@ MUTATIONS = (
     Mutation(
         "learn-resume-rereads",
         "lm learn --resume learns from the episodes it already used again",
-        "ftw_jax/lm_learner.py",
+        "ftw_jax/episode_learner.py",
         'used = record["episodes_used"]',
         "used = 0",
         ("tests/test_lm_learner.py", "-k", "resume"),
@@ -376,7 +371,7 @@ MUTATIONS = (
     Mutation(
         "start-weights-compiled-in",
         "the members start from weights compiled in, not the ones given",
-        "ftw_jax/runner.py",
+        "ftw_jax/running/loop.py",
         "self.trainer.init(jax.random.wrap_key_data(data), h, start)",
         "self.trainer.init(jax.random.wrap_key_data(data), h)",
         ("tests/test_text_search.py", "-k", "argument_of_the_compiled_init"),
@@ -385,7 +380,7 @@ MUTATIONS = (
     Mutation(
         "stepwise-token-weights-only",
         "the stepwise loss averages per token under every normalisation",
-        "ftw_jax/elite_loss.py",
+        "ftw_jax/core/elite_loss.py",
         "coefficients = flat(step_coefficients(config, step_weights))",
         "coefficients = flat(step_weights / jnp.maximum(jnp.sum(step_weights), 1e-12))",
         ("tests/test_update.py", "-k", "stepwise"),
@@ -393,7 +388,7 @@ MUTATIONS = (
     Mutation(
         "stepwise-first-chunk-only",
         "the stepwise loss stops after its first chunk",
-        "ftw_jax/elite_loss.py",
+        "ftw_jax/core/elite_loss.py",
         "lambda carry: carry[0] * chunk < num_kept",
         "lambda carry: carry[0] < 1",
         ("tests/test_update.py", "-k", "stepwise"),
@@ -401,7 +396,7 @@ MUTATIONS = (
     Mutation(
         "stepwise-unused-inputs-reach-the-gradient",
         "NaN inputs of never-kept entries and padding reach the stepwise loss",
-        "ftw_jax/elite_loss.py",
+        "ftw_jax/core/elite_loss.py",
         "        trajectories = without_unused_observations(trajectories, weights)\n"
         "        num_trajectories, num_steps",
         "        num_trajectories, num_steps",
@@ -410,7 +405,7 @@ MUTATIONS = (
     Mutation(
         "stepwise-ignores-mask",
         "the stepwise loss weighs every step, the policy's or not",
-        "ftw_jax/elite_loss.py",
+        "ftw_jax/core/elite_loss.py",
         "step_weights = weights[:, None] * trajectories.mask  # [M, T]",
         "step_weights = weights[:, None] * jnp.ones_like(trajectories.mask)  # [M, T]",
         ("tests/test_update.py", "-k", "stepwise"),
@@ -454,7 +449,7 @@ MUTATIONS = (
     Mutation(
         "kl-swapped",
         "FTW's KL(π ‖ π_ref) computed as KL(π_ref ‖ π)",
-        "ftw_jax/elite_loss.py",
+        "ftw_jax/core/elite_loss.py",
         "kl = losses.categorical_kl(logits, reference_logits, mask)",
         "kl = losses.categorical_kl(reference_logits, logits, mask)",
         UPDATE_TESTS,
@@ -462,7 +457,7 @@ MUTATIONS = (
     Mutation(
         "kl-directions-exchanged",
         "each KL direction option computes the other one",
-        "ftw_jax/elite_loss.py",
+        "ftw_jax/core/elite_loss.py",
         'if config.kl_direction == "policy_to_reference":',
         'if config.kl_direction == "reference_to_policy":',
         UPDATE_TESTS,
@@ -470,7 +465,7 @@ MUTATIONS = (
     Mutation(
         "kl-dropped",
         "FTW's loss without its KL term",
-        "ftw_jax/elite_loss.py",
+        "ftw_jax/core/elite_loss.py",
         'return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, log_weights, kept_steps)',
         'return terms["cross_entropy"], (terms, log_weights, kept_steps)',
         UPDATE_TESTS,
@@ -548,7 +543,7 @@ MUTATIONS = (
     Mutation(
         "floyd-with-replacement",
         "minibatches drawn with replacement (Floyd's path)",
-        "ftw_jax/selection.py",
+        "ftw_jax/core/selection.py",
         "position = jnp.where(jnp.any(kept == draws[i]), tops[i], draws[i])",
         "position = draws[i]",
         ("tests/test_selection.py",),
@@ -556,7 +551,7 @@ MUTATIONS = (
     Mutation(
         "keys-with-replacement",
         "minibatches drawn with replacement (random-keys path)",
-        "ftw_jax/selection.py",
+        "ftw_jax/core/selection.py",
         "_, candidates = jax.lax.top_k(draw, max_batch_size)",
         "candidates = jax.random.randint(key, (max_batch_size,), 0, valid.shape[0])",
         ("tests/test_selection.py",),
@@ -564,7 +559,7 @@ MUTATIONS = (
     Mutation(
         "selection-keeps-worst",
         "the K worst of a minibatch kept",
-        "ftw_jax/selection.py",
+        "ftw_jax/core/selection.py",
         "-jnp.where(is_nan, 0.0, candidate_returns)",
         "jnp.where(is_nan, 0.0, candidate_returns)",
         ("tests/test_selection.py",),
@@ -572,7 +567,7 @@ MUTATIONS = (
     Mutation(
         "masked-k-off-by-one",
         "K + 1 elites kept below the maxima",
-        "ftw_jax/selection.py",
+        "ftw_jax/core/selection.py",
         "(jnp.arange(max_elites) >= num_elites)",
         "(jnp.arange(max_elites) > num_elites)",
         ("tests/test_selection.py",),
@@ -580,7 +575,7 @@ MUTATIONS = (
     Mutation(
         "occupancy-rank-off-by-one",
         "Eq. 5 with binom(r, k − 1) for binom(r − 1, k − 1)",
-        "ftw_jax/occupancy.py",
+        "ftw_jax/core/occupancy.py",
         "_log_binomial(ranks - 1, ks - 1, xp)",
         "_log_binomial(ranks, ks - 1, xp)",
         ("tests/test_occupancy.py",),
@@ -588,7 +583,7 @@ MUTATIONS = (
     Mutation(
         "log-likelihood-ignores-mask",
         "padding steps enter the cross-entropy",
-        "ftw_jax/losses.py",
+        "ftw_jax/core/losses.py",
         "return jnp.where(mask, jnp.where(in_range, chosen, jnp.nan), 0.0)",
         "return jnp.where(in_range, chosen, jnp.nan)",
         ("tests/test_losses.py", *UPDATE_TESTS),
@@ -596,7 +591,7 @@ MUTATIONS = (
     Mutation(
         "unused-inputs-reach-the-gradient",
         "NaN inputs of never-kept entries and padding skip the update",
-        "ftw_jax/elite_loss.py",
+        "ftw_jax/core/elite_loss.py",
         "        trajectories = without_unused_observations(trajectories, weights)\n        per_step = jax.vmap(",
         "        per_step = jax.vmap(",
         UPDATE_TESTS,
@@ -604,7 +599,7 @@ MUTATIONS = (
     Mutation(
         "empty-elites-applied",
         "elites without a step of the policy's own count as an update",
-        "ftw_jax/update.py",
+        "ftw_jax/core/update.py",
         "ready & (kept_steps > 0))",
         "ready & jnp.any(selection.filled))",
         UPDATE_TESTS,
@@ -612,7 +607,7 @@ MUTATIONS = (
     Mutation(
         "bad-action-wraps",
         "action −1 is trained as action A − 1",
-        "ftw_jax/losses.py",
+        "ftw_jax/core/losses.py",
         "jnp.where(in_range, chosen, jnp.nan)",
         "chosen",
         ("tests/test_losses.py", *UPDATE_TESTS),
@@ -620,7 +615,7 @@ MUTATIONS = (
     Mutation(
         "update-ignores-mask",
         "the update weighs every step, the policy's or not",
-        "ftw_jax/elite_loss.py",
+        "ftw_jax/core/elite_loss.py",
         "step_weights = weights[:, None] * trajectories.mask\n        terms =",
         "step_weights = weights[:, None] * jnp.ones_like(trajectories.mask)\n        terms =",
         UPDATE_TESTS,
@@ -628,7 +623,7 @@ MUTATIONS = (
     Mutation(
         "pool-overwrites-newest",
         "the pool overwrites its newest entries, not its oldest",
-        "ftw_jax/pool.py",
+        "ftw_jax/core/pool.py",
         "insert_index=(pool.insert_index + batch_size) % ring,",
         "insert_index=pool.insert_index,",
         ("tests/test_pool.py",),
@@ -669,7 +664,7 @@ MUTATIONS = (
     Mutation(
         "clip-after-optimizer",
         "the gradient is clipped after Adam, not before",
-        "ftw_jax/learner_settings.py",
+        "ftw_jax/algos/learner_settings.py",
         "optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optimizer)",
         "optax.chain(optimizer, optax.clip_by_global_norm(config.max_grad_norm))",
         (REFERENCE_TESTS,),
@@ -695,7 +690,7 @@ MUTATIONS = (
     Mutation(
         "hyperparameters-in-parameter-dtype",
         "Adam's b2 = 0.999 rounds to 1.0 in bfloat16 and every step is skipped",
-        "ftw_jax/learner_settings.py",
+        "ftw_jax/algos/learner_settings.py",
         "optax.inject_hyperparams(getattr(optax, config.optimizer), hyperparam_dtype=jnp.float32)",
         "optax.inject_hyperparams(getattr(optax, config.optimizer))",
         (REFERENCE_TESTS + "::test_bfloat16_parameters_take_the_steps_float32_hyperparameters_give",),
@@ -719,7 +714,7 @@ MUTATIONS = (
     Mutation(
         "chunked-reference-with-policy-params",
         "the chunked loss's reference logits come from the policy's params",
-        "ftw_jax/elite_loss.py",
+        "ftw_jax/core/elite_loss.py",
         "terms(head(params, features), head(reference_params, reference_features), action, mask)",
         "terms(head(params, features), head(params, reference_features), action, mask)",
         ("tests/test_lm_learner.py::test_logits_in_chunks_give_the_dense_loss_and_gradient",),
@@ -727,7 +722,7 @@ MUTATIONS = (
     Mutation(
         "chunks-not-recomputed",
         "each chunk's logits are kept for the backward pass instead of recomputed",
-        "ftw_jax/losses.py",
+        "ftw_jax/core/losses.py",
         "jax.lax.map(lambda chunks: jax.checkpoint(fn)(*chunks),",
         "jax.lax.map(lambda chunks: fn(*chunks),",
         ("tests/test_lm_learner.py::test_logits_in_chunks_hold_one_chunk_in_memory",),
@@ -735,7 +730,7 @@ MUTATIONS = (
     Mutation(
         "learner-state-laid-out-by-xla",
         "lm learn's init leaves the reference and Adam's moments whole on every device of a mesh",
-        "ftw_jax/lm_learner.py",
+        "ftw_jax/episode_learner.py",
         "out_shardings=_state_shardings(init, model_params)",
         "out_shardings=None",
         ("tests/test_lm_learner.py::test_lm_learn_on_a_data_by_model_mesh_learns_what_one_device_does",),
@@ -743,7 +738,7 @@ MUTATIONS = (
     Mutation(
         "learner-state-not-donated",
         "lm learn's update keeps its input state beside the new one",
-        "ftw_jax/lm_learner.py",
+        "ftw_jax/episode_learner.py",
         "donate_argnums=0 if donate else ()",
         "donate_argnums=()",
         ("tests/test_lm_memory.py::test_a_donated_state_or_a_bfloat16_reference_shrink_the_compiled_update",),
@@ -769,7 +764,7 @@ MUTATIONS = (
     Mutation(
         "resume-compares-path-strings",
         "a resume naming the same episodes file relative, then absolute, is refused",
-        "ftw_jax/checkpoints.py",
+        "ftw_jax/running/checkpoints.py",
         "return str(pathlib.Path(path).resolve()) if path else path",
         "return path",
         ("tests/test_lm_learner.py::test_a_resume_compares_the_files_paths_resolve_to",),
@@ -777,7 +772,7 @@ MUTATIONS = (
     Mutation(
         "refused-run-folder-kept",
         "a run refused for bad input leaves a folder that refuses the retry",
-        "ftw_jax/run_files.py",
+        "ftw_jax/running/run_files.py",
         "                cleanup.push(functools.partial(_discard_if_refused, folder, created))",
         "                pass",
         ("tests/test_bad_input.py::test_a_run_refused_before_its_first_checkpoint_leaves_nothing_that_blocks_a_retry",),
@@ -785,7 +780,7 @@ MUTATIONS = (
     Mutation(
         "refused-run-removes-users-folder",
         "a refused run removes the empty folder the user made for it",
-        "ftw_jax/run_files.py",
+        "ftw_jax/running/run_files.py",
         "        created = not folder.exists()  # an empty folder of the user's stays",
         "        created = True",
         ("tests/test_bad_input.py::test_a_run_refused_before_its_first_checkpoint_leaves_nothing_that_blocks_a_retry",),
@@ -834,7 +829,7 @@ MUTATIONS = (
     Mutation(
         "lm-step-memory-unchecked",
         "lm learn --num-batches 1e9 is not refused before it allocates",
-        "ftw_jax/lm_learner.py",
+        "ftw_jax/episode_learner.py",
         "            check_working_memory(\n                program.memory_analysis(),",
         "            (lambda *_, **__: None)(\n                program.memory_analysis(),",
         ("tests/test_lm_learner.py", "-k", "would_not_fit_in_memory and num-batches"),
@@ -842,7 +837,7 @@ MUTATIONS = (
     Mutation(
         "empty-checkpoint-folders-kept",
         "a refused compare leaves its empty checkpoint folders and blocks the corrected command",
-        "ftw_jax/run_files.py",
+        "ftw_jax/running/run_files.py",
         "any(not path.is_dir() for path in below)",
         "bool(below)",
         ("tests/test_bad_input.py", "-k", "refused_compare_or_sweep"),
@@ -850,7 +845,7 @@ MUTATIONS = (
     Mutation(
         "observation-nonfinite-unflagged",
         "a NaN observation the loss reads skips the step without naming the cause",
-        "ftw_jax/update.py",
+        "ftw_jax/core/update.py",
         "    return jnp.any(jnp.stack(flags)) if flags else jnp.zeros((), bool)",
         "    return jnp.zeros((), bool)",
         ("tests/test_update.py", "-k", "non_finite_steps_never_reach or cannot_reach_the_loss"),

@@ -8,7 +8,8 @@ import pathlib
 import jax
 import pytest
 
-from ftw_jax import cli, run_files
+from ftw_jax import cli
+from ftw_jax.running import run_files
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")  # the checker's false positive on vmapped scans
 # (argv, a piece of the message). Every one of them once ran, crashed with a traceback, hung or trained nothing.
@@ -138,12 +139,13 @@ def test_a_sweep_too_big_for_memory_is_refused_before_it_runs_and_leaves_nothing
     half the memory here, but a period holds the state twice (in and out, ~2.4 states with its outputs, where
     its outputs and temporaries alone are ~1.6): XLA's count of the compiled period, arguments included, refuses
     it. Memory is set small so that the check is the same on any machine."""
-    from ftw_jax import runner, sweep
+    from ftw_jax import sweep
+    from ftw_jax.running import memory
     from ftw_jax.train import make_train
 
     members = sweep.make_sweep("bandit", {"C": [4, 5]}, list(range(100)))
-    state = runner.state_bytes(jax.eval_shape(make_train(members.config).init, jax.random.key(0)))
-    monkeypatch.setattr(runner, "memory_available", lambda: int(3.2 * state * len(members.members)))
+    state = memory.state_bytes(jax.eval_shape(make_train(members.config).init, jax.random.key(0)))
+    monkeypatch.setattr(memory, "memory_available", lambda: int(3.2 * state * len(members.members)))
     argv = ["sweep", "--env", "bandit", "--grid", "C=4,5", "--num-seeds", "100", "--out", str(tmp_path)]
     assert cli.main([*argv, "--name", "big"]) == 2
     err = capsys.readouterr().err
@@ -157,9 +159,9 @@ def test_a_refused_compare_or_sweep_leaves_nothing_that_blocks_the_corrected_com
 ):
     """Issue 35: compare's refusal left config.json and its empty per-algorithm checkpoint folders, and the
     corrected command under the same --name was told the folder already held a run."""
-    from ftw_jax import runner
+    from ftw_jax.running import memory
 
-    monkeypatch.setattr(runner, "memory_available", lambda: 16 * 2**30)  # the same refusal on any machine
+    monkeypatch.setattr(memory, "memory_available", lambda: 16 * 2**30)  # the same refusal on any machine
     what = ["--algos", "ftw"] if command == "compare" else ["--grid", "C=4,5"]
     argv = [command, "--env", "bandit", *what, "--out", str(tmp_path), "--name", "r"]
     assert cli.main([*argv, "--pool-capacity", "1000000000"]) == 2

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from ftw_jax import compile_cache
+from ftw_jax.running import compile_cache
 
 BANDIT = [
     sys.executable,

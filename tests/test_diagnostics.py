@@ -4,7 +4,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ftw_jax.diagnostics import effective_sample_size, log_importance_ratio, staleness, total_variation, trpo_penalty
+from ftw_jax.core.diagnostics import (
+    effective_sample_size,
+    log_importance_ratio,
+    staleness,
+    total_variation,
+    trpo_penalty,
+)
 
 
 def test_staleness_counts_from_the_oldest_policy_step():

@@ -15,10 +15,12 @@ import optax
 import pytest
 from conftest import with_cpu_devices
 
-from ftw_jax import checkpoints, cli, diagnostics, runner
+from ftw_jax import cli
 from ftw_jax.algos.ftw import FTWConfig
-from ftw_jax.elite_loss import make_loss
+from ftw_jax.core import diagnostics
+from ftw_jax.core.elite_loss import make_loss
 from ftw_jax.envs.text_search import TextSearchTask
+from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
 from ftw_jax.episodes import (
     check_versions,
     episode_records,
@@ -30,8 +32,8 @@ from ftw_jax.episodes import (
 from ftw_jax.lm import load
 from ftw_jax.lm.config import tiny_config
 from ftw_jax.lm.load import save
-from ftw_jax.lm_learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
 from ftw_jax.rollout import Player, rollouts
+from ftw_jax.running import checkpoints, memory
 
 ENV = TextSearchTask(step_limit=48)
 MAX_LENGTH = ENV.max_steps + 1
@@ -461,7 +463,7 @@ def test_lm_learn_refuses_a_flag_that_takes_effect_only_when_following(model_fol
 def test_lm_learn_refuses_what_would_not_fit_in_memory_before_allocating_it(
     model_folder, tmp_path, capsys, monkeypatch, flag, refusal
 ):
-    monkeypatch.setattr(runner, "memory_available", lambda: 16 * 2**30)  # the same refusal on any machine
+    monkeypatch.setattr(memory, "memory_available", lambda: 16 * 2**30)  # the same refusal on any machine
     episodes = tmp_path / "episodes.jsonl"
     episodes.write_text(json.dumps({**GOOD, "spans": [{**GOOD["spans"][0], "version": 0}]}) + "\n")
     argv = ("--episodes-per-iteration", "1", "--batch-size", "1", flag, "1000000000")
@@ -493,7 +495,7 @@ for name, extra in (("one", []), ("mesh", ["--mesh", "2x2"])):
             "--learning-rate", "0.5", *extra]  # SGD: Adam turns rounding in near-zero gradients into lr-sized steps
     assert cli.main(argv) == 0
     weights[name] = lm.load(out / name / "weights" / "version-000002")[1]
-from ftw_jax.lm_learner import EpisodeLearner, LearnConfig
+from ftw_jax.episode_learner import EpisodeLearner, LearnConfig
 from ftw_jax.lm.sharding import make_mesh, shard_params
 model, params = lm.load(folder)
 state = EpisodeLearner.build(LearnConfig(max_length=12), model.config).init(shard_params(params, make_mesh(2, 2)))
@@ -750,8 +752,8 @@ def test_logits_in_chunks_give_the_dense_loss_and_gradient(kl_direction, normali
 
 
 def test_the_monitor_in_chunks_measures_what_the_dense_one_does():
-    from ftw_jax import pool as pool_lib
-    from ftw_jax.diagnostics import make_trust_region
+    from ftw_jax.core import pool as pool_lib
+    from ftw_jax.core.diagnostics import make_trust_region
 
     dense, chunked, params, reference, trajectories, _ = chunk_case(50, 13, 4, chunk=5)
     pool = pool_lib.add(pool_lib.init(8, example_trajectory(13)), trajectories)
@@ -804,7 +806,7 @@ def test_lm_learn_whose_updates_are_all_non_finite_stops_in_one_line_and_resumes
 ):
     """Issue 31: a learner that applies none of an iteration's ready updates stops (exit 3) after that iteration,
     checkpointed, saying why and what to try; resumed with --stop-after-skipped 0 it goes on and counts them."""
-    from ftw_jax import lm_learner as learner_module
+    from ftw_jax import episode_learner as learner_module
 
     original = learner_module.make_optimizer  # every update NaN, from finite losses and gradients
     nan_updates = lambda config: optax.chain(original(config), optax.scale(jnp.nan))  # noqa: E731
@@ -904,8 +906,8 @@ def test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file(tmp_path)
 
 
 def test_stale_episodes_are_counted_against_the_bound():
+    from ftw_jax.episode_learner import stale_episodes
     from ftw_jax.episodes import parse_episode
-    from ftw_jax.lm_learner import stale_episodes
 
     episode = parse_episode(json.dumps(GOOD), vocab_size=64, max_length=16)  # written by version 2
     two, one = to_trajectories([episode, episode], 16), to_trajectories([episode], 16)

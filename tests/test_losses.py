@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-from ftw_jax import losses
+from ftw_jax.core import losses
 
 LOGITS = jnp.array([[0.0, 1.0, -1.0], [2.0, 0.0, 0.0], [0.5, 0.5, 0.5]])
 OTHER = jnp.array([[1.0, 0.0, 0.0], [0.0, 0.0, 3.0], [0.0, -1.0, 2.0]])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ftw_jax
-from ftw_jax.occupancy import _log_binomial
+from ftw_jax.core.occupancy import _log_binomial
 
 
 def exact_occupancy(pool_size, batch_size, num_elites, rank):

@@ -11,14 +11,15 @@ import optax
 import pytest
 from conftest import make_trajectories
 
-from ftw_jax import envs, losses
+from ftw_jax import envs
 from ftw_jax.algos import ALGORITHMS, grpo, ppo, reinforce
 from ftw_jax.algos.grpo import group_advantages
 from ftw_jax.algos.policy_gradient import clipped_surrogate, k3_kl, mean_baseline_advantages
 from ftw_jax.algos.ppo import Critic, gae_advantages, make_critic_update
+from ftw_jax.core import losses
+from ftw_jax.core.state import PolicyState
 from ftw_jax.policies import MLPPolicy
 from ftw_jax.rollout import Player, rollouts
-from ftw_jax.state import PolicyState
 from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")

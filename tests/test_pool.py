@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import make_trajectories
 
-from ftw_jax import pool as pool_lib
+from ftw_jax.core import pool as pool_lib
 
 
 def one(trajectories):

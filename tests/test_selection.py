@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ftw_jax
-from ftw_jax.selection import uses_floyd
+from ftw_jax.core.selection import uses_floyd
 
 
 def select(key, returns, valid, *, jit=True, **sizes):

@@ -10,7 +10,8 @@ import numpy as np
 import optax
 import pytest
 
-from ftw_jax import checkpoints, cli, skips, train
+from ftw_jax import cli, train
+from ftw_jax.running import checkpoints, skips
 
 # ------------------------------------------------------------------------------------------ counts, by hand
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import with_cpu_devices
 
 from ftw_jax import cli
-from ftw_jax.checkpoints import Checkpointer
+from ftw_jax.running.checkpoints import Checkpointer
 from ftw_jax.sweep import make_sweep, parse_grid, run_sweep
 from ftw_jax.train import TrainConfig, make_train
 

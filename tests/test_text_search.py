@@ -210,7 +210,7 @@ def test_a_checkpoint_too_long_for_the_step_limit_is_refused_before_its_weights_
 def test_a_checkpoints_weights_are_an_argument_of_the_compiled_init(chat_model):
     import dataclasses
 
-    from ftw_jax.runner import MemberRun, seed_keys
+    from ftw_jax.running.loop import MemberRun, seed_keys
 
     trainer = make_train(
         TrainConfig.for_env("text-search", warm_start_demonstrations=0, model=str(chat_model)), step_limit=240

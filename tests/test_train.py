@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from test_golden import SMALL
 
-from ftw_jax import cli, runner
+from ftw_jax import cli
 from ftw_jax.rollout import Player, rollout
+from ftw_jax.running import loop as run_loop
 from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
@@ -54,7 +55,8 @@ def test_looped_members_equal_the_vmapped_ones(cartpole):
     """One program that loops over its members (the CPU default) gives the same runs as the vmapped one."""
     carries = jax.jit(jax.vmap(cartpole.init))(jnp.stack([jax.random.key(1), jax.random.key(2)]))
     results = {
-        loop: jax.jit(runner.over_members(cartpole.run, loop), static_argnums=1)(carries, 2) for loop in ("vmap", "map")
+        loop: jax.jit(run_loop.over_members(cartpole.run, loop), static_argnums=1)(carries, 2)
+        for loop in ("vmap", "map")
     }
     (vmapped, (_, vmapped_evaluation)), (looped, (_, looped_evaluation)) = results["vmap"], results["map"]
     np.testing.assert_array_equal(looped.env_steps, vmapped.env_steps)
@@ -63,12 +65,12 @@ def test_looped_members_equal_the_vmapped_ones(cartpole):
 
 def test_the_member_loop_is_map_on_one_cpu_and_can_be_chosen(monkeypatch):
     monkeypatch.delenv("FTW_JAX_MEMBER_LOOP", raising=False)
-    assert runner.member_loop() == ("map" if jax.default_backend() == "cpu" and jax.device_count() == 1 else "vmap")
+    assert run_loop.member_loop() == ("map" if jax.default_backend() == "cpu" and jax.device_count() == 1 else "vmap")
     monkeypatch.setenv("FTW_JAX_MEMBER_LOOP", "vmap")
-    assert runner.member_loop() == "vmap"
+    assert run_loop.member_loop() == "vmap"
     monkeypatch.setenv("FTW_JAX_MEMBER_LOOP", "batched")
     with pytest.raises(ValueError, match="FTW_JAX_MEMBER_LOOP must be one of .* got 'batched'"):
-        runner.member_loop()
+        run_loop.member_loop()
 
 
 @pytest.mark.slow

@@ -165,7 +165,7 @@ def test_compare_search_refuses_an_unfair_protocol():
 
 
 def test_tuning_rows_of_several_algorithms_make_one_csv(tmp_path):
-    from ftw_jax.run_files import write_csv
+    from ftw_jax.running.run_files import write_csv
 
     rows = [
         {"algorithm": "ftw", "learning_rate": 0.003, "batch_size": 16, "auc_mean": 0.5},

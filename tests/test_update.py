@@ -12,8 +12,8 @@ import pytest
 from conftest import make_trajectories
 
 import ftw_jax
-from ftw_jax import losses
-from ftw_jax import pool as pool_lib
+from ftw_jax.core import losses
+from ftw_jax.core import pool as pool_lib
 from ftw_jax.policies.base import Policy
 
 N, T, D, A = 8, 3, 3, 2
@@ -397,7 +397,7 @@ def test_the_stepwise_loss_of_a_markov_policy_takes_the_same_step(elite_path, no
 def test_the_stepwise_loss_stops_after_the_last_kept_step():
     """Three kept steps among N·T = 24: chunks of ⌈24 / 16⌉ = 2 steps, so 2 chunks run, each applying the policy
     and the reference once, and the other 14 chunks not at all."""
-    from ftw_jax import elite_loss
+    from ftw_jax.core import elite_loss
 
     calls = []
 

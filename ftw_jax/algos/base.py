@@ -1,6 +1,6 @@
 """What an algorithm is to the training program: its settings, its learner state and its `learn` step.
 
-An algorithm module declares its config (a frozen dataclass of `ftw_jax.settings.setting` fields) and
+An algorithm module declares its config (a frozen dataclass of `ftw_jax.core.settings.setting` fields) and
 `make_learner(config, context) -> Learner`, and is one line of the registry (`ftw_jax.algos.ALGORITHMS`).
 The training program plays episodes with `state.policy` and hands every batch to `learn`; it never asks
 which algorithm it runs.
@@ -17,10 +17,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ftw_jax.losses import ChunkedLogits
-from ftw_jax.pool import Trajectory
-from ftw_jax.settings import setting
-from ftw_jax.state import PolicyState
+from ftw_jax.core.losses import ChunkedLogits
+from ftw_jax.core.pool import Trajectory
+from ftw_jax.core.settings import setting
+from ftw_jax.core.state import PolicyState
 
 
 class Policy(Protocol):

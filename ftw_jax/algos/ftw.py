@@ -1,6 +1,6 @@
 """FTW (Algorithm 2) as the training program runs it: every batch goes into the pool, then U updates.
 
-Each update selects from the whole pool (`ftw_jax.update.make_update`), so the learner state is the policy
+Each update selects from the whole pool (`ftw_jax.core.update.make_update`), so the learner state is the policy
 and the pool; the sweepable sizes N, J, C, K arrive as `Hyperparameters.algorithm` (a `Sizes`). Of the U
 updates' metrics, only the last carries the pool-wide diagnostics (staleness, the monitor); the others hold NaN
 (-1) there.
@@ -14,11 +14,11 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from ftw_jax import pool as pool_lib
 from ftw_jax.algos.base import Algorithm, Context, Hyperparameters, Learner, updates_per_iteration_setting
-from ftw_jax.checks import check_positive_int
-from ftw_jax.state import PolicyState
-from ftw_jax.update import Sizes, UpdateConfig, make_update
+from ftw_jax.core import pool as pool_lib
+from ftw_jax.core.checks import check_positive_int
+from ftw_jax.core.state import PolicyState
+from ftw_jax.core.update import Sizes, UpdateConfig, make_update
 
 
 @dataclasses.dataclass(frozen=True)

@@ -26,10 +26,10 @@ from ftw_jax.algos.policy_gradient import (
     make_policy_gradient_update,
     repeated_steps_learner,
 )
-from ftw_jax.checks import check_non_negative, check_positive_int
-from ftw_jax.pool import Trajectory
-from ftw_jax.settings import check_settings, setting
-from ftw_jax.state import PolicyState
+from ftw_jax.core.checks import check_non_negative, check_positive_int
+from ftw_jax.core.pool import Trajectory
+from ftw_jax.core.settings import check_settings, setting
+from ftw_jax.core.state import PolicyState
 
 
 def group_advantages(returns: jax.Array, group_size: int, *, normalise: bool = True) -> jax.Array:

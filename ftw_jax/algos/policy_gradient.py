@@ -16,11 +16,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ftw_jax import losses
 from ftw_jax.algos.base import Context, Learner
-from ftw_jax.pool import Trajectory
-from ftw_jax.settings import setting
-from ftw_jax.state import PolicyState
+from ftw_jax.core import losses
+from ftw_jax.core.pool import Trajectory
+from ftw_jax.core.settings import setting
+from ftw_jax.core.state import PolicyState
 
 # The entropy bonuses `compare --search` tries for each of them (0: none, as REINFORCE and TRL's GRPO run).
 ENTROPY_COEFS = (0.0, 0.01)

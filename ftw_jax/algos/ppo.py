@@ -20,7 +20,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from ftw_jax.actions import split_legal_actions
 from ftw_jax.algos.base import Algorithm, Context, Learner, updates_per_iteration_setting, with_learning_rate
 from ftw_jax.algos.policy_gradient import (
     ADVANTAGE_EPSILON,
@@ -29,10 +28,11 @@ from ftw_jax.algos.policy_gradient import (
     entropy_coef_setting,
     make_policy_gradient_update,
 )
-from ftw_jax.checks import check_non_negative, check_positive_int
-from ftw_jax.pool import Trajectory
-from ftw_jax.settings import check_settings, setting
-from ftw_jax.state import PolicyState, apply_if_finite
+from ftw_jax.core.actions import split_legal_actions
+from ftw_jax.core.checks import check_non_negative, check_positive_int
+from ftw_jax.core.pool import Trajectory
+from ftw_jax.core.settings import check_settings, setting
+from ftw_jax.core.state import PolicyState, apply_if_finite
 
 
 def gae_advantages(

@@ -21,10 +21,10 @@ from ftw_jax.algos.policy_gradient import (
     mean_baseline_advantages,
     repeated_steps_learner,
 )
-from ftw_jax.checks import check_non_negative, check_positive_int
-from ftw_jax.pool import Trajectory
-from ftw_jax.settings import check_settings
-from ftw_jax.state import PolicyState
+from ftw_jax.core.checks import check_non_negative, check_positive_int
+from ftw_jax.core.pool import Trajectory
+from ftw_jax.core.settings import check_settings
+from ftw_jax.core.state import PolicyState
 
 
 @dataclasses.dataclass(frozen=True)

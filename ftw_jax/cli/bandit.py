@@ -28,8 +28,8 @@ def _protocol_settings():
 def add_bandit_arguments(parser: argparse.ArgumentParser) -> None:
     """The bandit protocol's options: its seeds, the bandit's and the training settings it reads (experiments/bandit.py
     takes them too)."""
+    from ftw_jax.core.settings import describe
     from ftw_jax.envs import GaussianBandit
-    from ftw_jax.settings import describe
 
     add_seeds(parser)
     add_settings(parser, describe(GaussianBandit))
@@ -38,9 +38,9 @@ def add_bandit_arguments(parser: argparse.ArgumentParser) -> None:
 
 def bandit_protocol(args: argparse.Namespace) -> tuple[TrainConfig, GaussianBandit]:
     """(TrainConfig, GaussianBandit) of the bandit command's flags."""
+    from ftw_jax.core.settings import describe
     from ftw_jax.envs import GaussianBandit
     from ftw_jax.reproduction import protocol_config
-    from ftw_jax.settings import describe
 
     env = GaussianBandit(**given_settings(args, describe(GaussianBandit)))
     return protocol_config(**given_settings(args, _protocol_settings())), env
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     seeds = seeds_of(args)
     config, env = bandit_protocol(args)
     if not args.no_plot:  # before the work, not after it
-        from ftw_jax.run_files import make_folder
+        from ftw_jax.running.run_files import make_folder
 
         make_folder(args.out)
     print(f"running {len(seeds)} seed(s) x {config.num_iterations} iterations in one jit...", file=sys.stderr)

@@ -101,8 +101,8 @@ def _add_tuning_arguments(parser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ftw_jax import run_files
     from ftw_jax.compare import compare
+    from ftw_jax.running import run_files
 
     seeds = seeds_of(args)
     search = {

@@ -1,6 +1,6 @@
 """The flags every command shares: value types, settings turned into flags, seeds, the environment, the run folder.
 
-Every setting is declared once, as a `ftw_jax.settings.setting` field of `TrainConfig`, of an algorithm's config
+Every setting is declared once, as a `ftw_jax.core.settings.setting` field of `TrainConfig`, of an algorithm's config
 (`ftw_jax.algos`) or of the bandit (`GaussianBandit`); its flag, type, choices, help and default come from there.
 """
 
@@ -12,12 +12,12 @@ import sys
 import typing
 from collections.abc import Callable, Iterable
 
-from ftw_jax.checks import MAX_SEED, check_seed
+from ftw_jax.core.checks import MAX_SEED, check_seed
 
 if typing.TYPE_CHECKING:  # imported where they are used, so that `ftw-jax --help` stays fast
-    from ftw_jax.checkpoints import Checkpointer
+    from ftw_jax.core.settings import Setting
     from ftw_jax.envs.base import Environment
-    from ftw_jax.settings import Setting
+    from ftw_jax.running.checkpoints import Checkpointer
 
 # Every subcommand's default seeds (the bandit protocol's); `--num-seeds N` runs 42, 43, ..., 42 + N - 1.
 FIRST_SEED = 42
@@ -168,7 +168,7 @@ def given_settings(args: argparse.Namespace, settings: Iterable[Setting]) -> dic
 def training_settings() -> list[Setting]:
     """The settings of a training run: the run's own, then every algorithm's."""
     from ftw_jax import algos
-    from ftw_jax.settings import describe
+    from ftw_jax.core.settings import describe
     from ftw_jax.train import TrainConfig
 
     return [*describe(TrainConfig), *(item for entry in algos.ALGORITHMS.values() for item in describe(entry.config))]
@@ -247,7 +247,7 @@ def add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
 def open_run(
     args: argparse.Namespace, default_name: str, fingerprint: dict, *, writer: bool = True
 ) -> tuple[pathlib.Path, Checkpointer | None]:
-    from ftw_jax import run_files
+    from ftw_jax.running import run_files
 
     folder, checkpointer = run_files.open_run(
         args.out,

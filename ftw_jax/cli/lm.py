@@ -39,8 +39,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _add_learn_parser(commands) -> None:
     from ftw_jax.algos.ftw import FTWConfig
-    from ftw_jax.lm_learner import LearnConfig
-    from ftw_jax.settings import describe
+    from ftw_jax.core.settings import describe
+    from ftw_jax.episode_learner import LearnConfig
 
     learn = commands.add_parser(
         "learn",
@@ -113,8 +113,8 @@ def _mesh(text: str) -> tuple[int, int]:
 
 def run_learn(args: argparse.Namespace) -> int:
     from ftw_jax.algos.ftw import FTWConfig
-    from ftw_jax.lm_learner import LearnConfig, learn_from_file
-    from ftw_jax.settings import describe
+    from ftw_jax.core.settings import describe
+    from ftw_jax.episode_learner import LearnConfig, learn_from_file
 
     own = given_settings(args, describe(LearnConfig))
     config = LearnConfig(**own, algorithm_config=FTWConfig(**given_settings(args, describe(FTWConfig))))

@@ -1,7 +1,7 @@
 """What the commands write and print: summaries, tables, per-iteration logs, CSVs, arrays and plots.
 
-Files go through `ftw_jax.run_files` (atomic JSON, CSV, JSON lines); plots through `ftw_jax.plots`, imported when
-drawn so that a command that draws nothing never loads matplotlib.
+Files go through `ftw_jax.running.run_files` (atomic JSON, CSV, JSON lines); plots through
+`ftw_jax.running.plots`, imported when drawn so that a command that draws nothing never loads matplotlib.
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ import typing
 
 import numpy as np
 
-from ftw_jax import run_files
+from ftw_jax.running import run_files
 
 if typing.TYPE_CHECKING:
     from ftw_jax.compare import Comparison
     from ftw_jax.envs import GaussianBandit
-    from ftw_jax.runner import MemberRun
+    from ftw_jax.running.loop import MemberRun
     from ftw_jax.sweep import Sweep
     from ftw_jax.train import TrainConfig
 
@@ -80,7 +80,7 @@ def print_bandit_table(seeds: list[int], best: np.ndarray, reward: np.ndarray, m
 
 
 def save_bandit_curve(folder: pathlib.Path, config: TrainConfig, seeds: list[int], best: np.ndarray) -> pathlib.Path:
-    from ftw_jax.plots import save_learning_curves
+    from ftw_jax.running.plots import save_learning_curves
 
     ftw = config.algorithm_config
     return save_learning_curves(
@@ -114,6 +114,7 @@ def train_summary(
     run: MemberRun,
     folder: pathlib.Path,
     seconds: float,
+    has_success: bool,
 ) -> dict:
     """The train command's summary.json (and JSON): each seed's final evaluation, steps and updates."""
     final = run.history[-1]
@@ -125,7 +126,7 @@ def train_summary(
         "env": env,
         "seeds": seeds,
         "return": final["return"].tolist(),
-        **({"success": final["success"].tolist()} if run.trainer.env.has_success else {}),
+        **({"success": final["success"].tolist()} if has_success else {}),
         "env_steps": run.env_steps().tolist(),
         "iterations": config.num_iterations,
         "seconds": seconds,  # all of it: init, compile, training, evaluations
@@ -158,7 +159,7 @@ def print_train_table(summary: dict, seeds: list[int]) -> None:
 def save_train_curve(folder: pathlib.Path, title: str, seeds: list[int], run: MemberRun, start: dict | None) -> None:
     """learning_curve.png: each seed's evaluation return against env steps, from the warm-started policy's when
     there is one."""
-    from ftw_jax.plots import save_learning_curves
+    from ftw_jax.running.plots import save_learning_curves
 
     results = run.results()
     curves, steps = results["return"], results["env_steps"]
@@ -183,7 +184,7 @@ def save_sweep(
     env: str, sweep: Sweep, seeds: list[int], results: dict, folder: pathlib.Path, metric: str, heatmap_axes: list[str]
 ) -> dict:
     """results.csv, curves.npz and heatmap.png in the run folder; returns the summary of the grid points."""
-    from ftw_jax.plots import save_heatmap
+    from ftw_jax.running.plots import save_heatmap
     from ftw_jax.sweep import heatmap_cells, summarise_points, tidy_rows
 
     run_files.write_csv(folder / "results.csv", tidy_rows(sweep, results))
@@ -287,7 +288,7 @@ def _save_comparison_plots(folder: pathlib.Path, comparison: Comparison, title: 
     """The curves with 95% bootstrap bands against training episodes (curves.png), and against the mean over
     seeds of env steps and of gradient steps applied (curves_env_steps.png, curves_updates.png); the policy's
     entropy and the share of tied groups per iteration where recorded."""
-    from ftw_jax.plots import save_banded_curves
+    from ftw_jax.running.plots import save_banded_curves
     from ftw_jax.stats import bootstrap_interval
 
     bands = {r.algorithm: (r.curves.mean(axis=0), *bootstrap_interval(r.curves)) for r in comparison.results}
@@ -327,7 +328,7 @@ def print_comparison(table: str, summary: dict) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class LearnOutputs:
-    """What `lm learn` writes and prints (`ftw_jax.lm_learner.LearnReport`): a metrics.jsonl row and a log line per
+    """What `lm learn` writes and prints (`ftw_jax.episode_learner.LearnReport`): a metrics.jsonl row and a log line per
     iteration, and summary.json; only the process that writes (the main one) touches the files."""
 
     folder: pathlib.Path

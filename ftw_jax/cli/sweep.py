@@ -58,7 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import jax
 
-    from ftw_jax import run_files
+    from ftw_jax.running import run_files
     from ftw_jax.sweep import make_sweep, parse_grid
 
     grid = parse_grid(args.grid)
@@ -103,7 +103,7 @@ def _run_members(args, sweep, seeds: list[int]):
     clock's start: after the processes joined and the folder opened, before the members' state is made)."""
     import jax
 
-    from ftw_jax.runner import MemberRun
+    from ftw_jax.running.loop import MemberRun
     from ftw_jax.train import make_train
 
     trainer = make_train(sweep.config, **sweep.env_options)

@@ -40,8 +40,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ftw_jax import run_files
-    from ftw_jax.runner import MemberRun, seed_keys
+    from ftw_jax.running import run_files
+    from ftw_jax.running.loop import MemberRun, seed_keys
     from ftw_jax.train import TrainConfig, make_train
 
     log = logger(args)
@@ -62,13 +62,15 @@ def run(args: argparse.Namespace) -> int:
             # rows written after that checkpoint come again; those it counts must all be there
             run_files.keep_rows_up_to(folder / log_file, done, list(range(every, done + 1, every)), seeds)
         start = _starting_evaluation(trainer, run, seeds, folder, log) if config.warm_start_demonstrations else None
-        if not _train(run, config, seeds, folder, log):
+        if not _train(run, config, seeds, folder, log, trainer.env.has_success):
             return 1
     finally:  # waits for the checkpoint writes in flight
         if checkpointer:
             checkpointer.close()
     seconds = time.perf_counter() - started
-    summary = outputs.train_summary(args.env, args.env_options, config, seeds, run, folder, seconds)
+    summary = outputs.train_summary(
+        args.env, args.env_options, config, seeds, run, folder, seconds, trainer.env.has_success
+    )
     if start is not None:
         summary["start"] = start
     run_files.write_json(folder / "summary.json", summary)
@@ -89,13 +91,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train(run, config, seeds: list[int], folder: pathlib.Path, log) -> bool:
+def _train(run, config, seeds: list[int], folder: pathlib.Path, log, has_success: bool) -> bool:
     """Runs the periods left, logging each; False when an evaluation return is not finite."""
     for metrics, evaluation in run.periods():
         if len(run.clock) == 1:
             log(f"compiled in {run.compile_seconds:.1f} s")
         outputs.write_period_logs(folder, metrics, evaluation, seeds, config.eval_every)
-        success = f"  eval success {evaluation['success'].mean():6.1%}" if run.trainer.env.has_success else ""
+        success = f"  eval success {evaluation['success'].mean():6.1%}" if has_success else ""
         log(
             f"iteration {evaluation['iteration'][0]:>5}/{config.num_iterations}  env steps {run.clock[-1][1]:>10,}"
             f"  train return {metrics['return_mean'][:, -1].mean():9.3f}"
@@ -114,8 +116,9 @@ def _starting_evaluation(trainer, run, seeds: list[int], folder: pathlib.Path, l
     most likely actions' "greedy_return" and "greedy_success"."""
     import jax
 
-    from ftw_jax import run_files
-    from ftw_jax.runner import host_array, seed_keys
+    from ftw_jax.running import run_files
+    from ftw_jax.running.host import host_array
+    from ftw_jax.running.loop import seed_keys
 
     path = folder / "start.json"
     if run.periods_done_before and path.exists():

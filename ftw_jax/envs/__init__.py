@@ -13,13 +13,13 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ftw_jax.core.settings import check_field_types, check_option_types
 from ftw_jax.envs.bandit import GaussianBandit
 from ftw_jax.envs.base import Environment
 from ftw_jax.envs.gymnax_adapter import GymnaxEnvironment
 from ftw_jax.envs.search import SearchTask
 from ftw_jax.envs.sokoban import Sokoban
 from ftw_jax.envs.text_search import TextSearchTask
-from ftw_jax.settings import check_field_types, check_option_types
 
 
 @dataclasses.dataclass(frozen=True)

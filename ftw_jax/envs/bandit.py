@@ -12,8 +12,8 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
+from ftw_jax.core.settings import check_settings, setting
 from ftw_jax.envs.base import Environment
-from ftw_jax.settings import check_settings, setting
 
 
 class BanditParams(flax.struct.PyTreeNode):

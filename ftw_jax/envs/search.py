@@ -32,7 +32,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from ftw_jax.actions import WithLegalActions
+from ftw_jax.core.actions import WithLegalActions
 from ftw_jax.envs.base import Environment
 
 NONE, BOS, QUESTION_ONE_HOP, QUESTION_TWO_HOP, SEARCH, ANSWER, RESULT = range(7)

@@ -9,7 +9,7 @@
 
 Modules: `config` (LMConfig from config.json; `tiny_config`, a fresh model a CPU trains), `model` (CausalLM),
 `load`, `sampler`, `sharding` (a data × model mesh), `memory` (what a step needs), `tokenizer`. A model library
-only: the LM as a policy is `ftw_jax.policies.lm`, the learner from an engine's episodes `ftw_jax.lm_learner` and
+only: the LM as a policy is `ftw_jax.policies.lm`, the learner from an engine's episodes `ftw_jax.episode_learner` and
 their schema `ftw_jax.episodes`.
 """
 

@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ftw_jax.actions import WithLegalActions, mask_illegal, split_legal_actions
+from ftw_jax.core.actions import WithLegalActions, mask_illegal, split_legal_actions
 from ftw_jax.policies.base import Policy
 
 

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import flax.linen as nn
 
-from ftw_jax.losses import ChunkedLogits
+from ftw_jax.core.losses import ChunkedLogits
 
 
 class Policy(nn.Module):

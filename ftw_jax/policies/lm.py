@@ -19,11 +19,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from ftw_jax.actions import WithLegalActions, mask_illegal, split_legal_actions
+from ftw_jax.core.actions import WithLegalActions, mask_illegal, split_legal_actions
+from ftw_jax.core.losses import ChunkedLogits
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.load import Pretrained
 from ftw_jax.lm.model import CausalLM, head_logits, init_cache
-from ftw_jax.losses import ChunkedLogits
 from ftw_jax.policies.base import Policy
 
 # From this vocabulary size up, the update makes the logits a chunk of steps at a time (`LMPolicy.logits_chunk`):

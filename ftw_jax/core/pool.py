@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ftw_jax.checks import check_positive_int
+from ftw_jax.core.checks import check_positive_int
 
 
 class Trajectory(flax.struct.PyTreeNode):

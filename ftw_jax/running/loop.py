@@ -16,97 +16,47 @@ from __future__ import annotations
 
 import os
 import time
-import types
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeAlias
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import multihost_utils
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from ftw_jax import skips
 from ftw_jax.algos.base import Hyperparameters
-from ftw_jax.checkpoints import Checkpointer, rows_from_record, rows_record
-
-if TYPE_CHECKING:  # the run loop runs a training program; it needs none of its code
-    from ftw_jax.train import TrainCarry, Trainer
-
-
-class Interrupted(Exception):
-    """A stop was asked for (SIGINT, SIGTERM): raised between two periods, once the last one is checkpointed."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
+from ftw_jax.running import skips
+from ftw_jax.running.checkpoints import Checkpointer, rows_from_record, rows_record, save_then_stop
+from ftw_jax.running.host import host_array, member_sharding
+from ftw_jax.running.memory import check_state_memory, check_working_memory, state_bytes
+from ftw_jax.running.signals import raise_if_stopped
 
 
-_stop_signal: list[int] = []  # the signal that asked this process to stop, if one did
+class Program(Protocol):
+    """What the loop runs of a training program (`ftw_jax.train.Trainer` is one); it needs none of its code.
+
+    `init(key, hyperparameters, start) -> carry` and `run(carry, num_periods) -> (carry, (metrics, evaluation))`,
+    the carry holding `env_steps`, `iteration` and `learner.policy.version` ([] each); `evaluate(key, carry)`;
+    `config`: `num_periods`, `eval_every`, `stop_after_skipped` and `hyperparameters()`; `learner.steps_per_batch`.
+    """
+
+    @property
+    def config(self) -> Any: ...
+    @property
+    def learner(self) -> Any: ...
+    @property
+    def init(self) -> Callable[..., Any]: ...
+    @property
+    def run(self) -> Callable[[Any, int], tuple[Any, tuple[dict, dict]]]: ...
+    @property
+    def evaluate(self) -> Callable[[jax.Array, Any], dict]: ...
+    @property
+    def start_params(self) -> Any: ...
 
 
-def request_stop(signum: int, frame: types.FrameType | None = None) -> None:
-    """A signal handler: the run stops after the period in progress (asked twice, at once)."""
-    if _stop_signal:
-        raise KeyboardInterrupt
-    _stop_signal.append(signum)
+Carry: TypeAlias = Any  # a `Program`'s carry: one member's, or the members' stacked
 
 
-def clear_stop() -> None:
-    _stop_signal.clear()
-
-
-def raise_if_stopped() -> None:
-    """Raises `Interrupted` if a stop was asked for: call it between two units of work that are checkpointed."""
-    if _stop_signal:
-        raise Interrupted(_stop_signal[0])
-
-
-def member_sharding(num_members: int) -> tuple[NamedSharding, int]:
-    """A sharding of the member axis over every visible device, and the member count padded to fit it."""
-    devices = np.array(jax.devices())
-    padded = -(-num_members // len(devices)) * len(devices)
-    return NamedSharding(Mesh(devices, ("members",)), PartitionSpec("members")), padded
-
-
-def host_array(array: jax.Array) -> np.ndarray:
-    """The whole of a member-sharded array on this host (gathered from the other processes if there are any)."""
-    if array.is_fully_addressable:
-        return np.asarray(array)
-    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
-
-
-def memory_available() -> int:
-    """Bytes this process's share of the members may take: its devices' memory where JAX reports it (GPUs),
-    else the host's RAM."""
-    limits = [(device.memory_stats() or {}).get("bytes_limit") for device in jax.local_devices()]
-    known = [limit for limit in limits if limit]
-    if len(known) == len(limits):
-        return int(sum(known))
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def state_bytes(spec: Any) -> int:
-    """Bytes of a state's arrays, from its shapes (`jax.eval_shape`: nothing allocated); keys not counted."""
-    return sum(
-        leaf.size * np.dtype(leaf.dtype).itemsize
-        for leaf in jax.tree.leaves(spec)
-        if not jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
-    )
-
-
-def check_state_memory(needed: int, what: str, remedy: str, share: float = 0.5) -> None:
-    """Refuses, before allocating anything, a state of `needed` bytes (`what` it holds) above `share` of the memory
-    here (the program needs room for its temporaries too), naming the flags that would shrink it."""
-    available = memory_available()
-    if needed > share * available:
-        raise ValueError(
-            f"the run's state needs {needed / 2**30:,.1f} GiB ({what}), more than {share:.0%} of the "
-            f"{available / 2**30:,.1f} GiB here; {remedy}."
-        )
-
-
-def check_memory(trainer: Trainer, num_members: int, share: float = 0.5) -> None:
+def check_memory(trainer: Program, num_members: int, share: float = 0.5) -> None:
     """Refuses, before allocating anything, a run whose members' state (params, optimizer, pool, ...) alone would
     take more than `share` of the memory available."""
     per_member = state_bytes(jax.eval_shape(trainer.init, jax.random.key(0)))
@@ -118,32 +68,6 @@ def check_memory(trainer: Trainer, num_members: int, share: float = 0.5) -> None
         "use a smaller pool (N) or fewer seeds or grid points",
         share,
     )
-
-
-def check_working_memory(
-    stats: Any,
-    what: str = "one evaluation period",
-    remedy: str = "use smaller J, K, B or fewer seeds or grid points",
-    *,
-    holds: str = "the members' state, the episodes played, the elites gathered per update",
-    devices: int = 1,
-    share: float = 0.8,
-) -> None:
-    """Refuses, before running it, a compiled program (`what` it does) whose arguments, outputs and temporaries
-    (XLA's own count; a donated argument counted once) exceed `share` of the memory here: large J·K, B or T make
-    the update's working arrays big, and many members a state that is held twice while a new one is made.
-    `devices`: how many devices run the program (XLA counts one device's share), against the memory of all."""
-    if stats is None:
-        return
-    per_device = (
-        stats.argument_size_in_bytes + stats.output_size_in_bytes - stats.alias_size_in_bytes + stats.temp_size_in_bytes
-    )
-    needed, available = per_device * devices, memory_available()
-    if needed > share * available:
-        raise ValueError(
-            f"{what} needs {needed / 2**30:,.1f} GiB of working memory (XLA's count: {holds}), more than "
-            f"{share:.0%} of the {available / 2**30:,.1f} GiB here; {remedy}."
-        )
 
 
 def history_arrays(history: list[dict]) -> dict[str, np.ndarray]:
@@ -174,8 +98,8 @@ def member_loop() -> str:
 
 
 def over_members(
-    run: Callable[[TrainCarry, int], tuple[TrainCarry, tuple[dict, dict]]], loop: str | None = None
-) -> Callable[[TrainCarry, int], tuple[TrainCarry, tuple[dict, dict]]]:
+    run: Callable[[Carry, int], tuple[Carry, tuple[dict, dict]]], loop: str | None = None
+) -> Callable[[Carry, int], tuple[Carry, tuple[dict, dict]]]:
     """`run(carry, num_periods)` (a `Trainer.run`) over the leading member axis of `carry`, by `member_loop()`."""
     if (loop or member_loop()) == "vmap":
         return jax.vmap(run, in_axes=(0, None))
@@ -200,7 +124,7 @@ class MemberRun:
 
     def __init__(
         self,
-        trainer: Trainer,
+        trainer: Program,
         keys: jax.Array,
         hyperparameters: Hyperparameters | None = None,
         checkpointer: Checkpointer | None = None,
@@ -290,8 +214,8 @@ class MemberRun:
         """Runs the periods left (those before period `until`, default the config's last), yielding each one's
         (metrics {name: [M, eval_every]}, evaluation {name: [M]})."""
         config = self.trainer.config
-        until = config.num_periods if until is None else until
-        if len(self.history) >= until:  # restored finished: nothing to compile
+        last: int = config.num_periods if until is None else until
+        if len(self.history) >= last:  # restored finished: nothing to compile
             return
         started = time.perf_counter()
         # Compiled ahead of time, so that throughput is reported without the compile.
@@ -301,7 +225,7 @@ class MemberRun:
         self.compile_seconds = time.perf_counter() - started
         started = time.perf_counter()
         limit = skips.limit_of(config.stop_after_skipped, self.updates_per_period) if self.stops else None
-        for period in range(len(self.history), until):  # one period per call: same result as one scan
+        for period in range(len(self.history), last):  # one period per call: same result as one scan
             raise_if_stopped()
             self.carry, (metrics, evaluation) = run_period(self.carry)
             metrics = {name: host_array(value)[: self.num_members, 0] for name, value in metrics.items()}
@@ -316,26 +240,11 @@ class MemberRun:
                 }
             )
             self.clock.append((time.perf_counter() - started, int(self.env_steps().sum())))
-            stuck = skips.stuck(self.history[-1]["skipped_in_a_row"], limit)
+            whole = "a whole period" if config.stop_after_skipped is None else ""
+            stop = skips.stop_for_skips(self.labels, self.history[-1], limit, whole=whole)
             yield metrics, evaluation  # the caller writes the period's logs before the checkpoint counts it
-            if self.checkpointer:
-                self.checkpointer.save(
-                    period + 1,
-                    self.carry,
-                    {"history": rows_record(self.history), "seconds": self.seconds},
-                    final=period + 1 == until or bool(stuck.any()),  # a stopped run resumes from here
-                )
-            if stuck.any():
-                assert limit is not None  # nothing is stuck without a limit
-                raise skips.SkippedUpdates(
-                    skips.stop_message(
-                        [label for label, member_stuck in zip(self.labels, stuck) if member_stuck],
-                        self.history[-1]["skipped_in_a_row"][stuck],
-                        self.history[-1]["nonfinite_in_a_row"][stuck],
-                        limit,
-                        whole="a whole period" if config.stop_after_skipped is None else "",
-                    )
-                )
+            record = {"history": rows_record(self.history), "seconds": self.seconds}
+            save_then_stop(self.checkpointer, period + 1, self.carry, record, last=period + 1 == last, stop=stop)
 
     def results(self) -> dict:
         """The history as arrays: evaluation values [M, periods], "metrics/NAME" [M, iterations]."""

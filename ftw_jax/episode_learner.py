@@ -27,22 +27,25 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ftw_jax import algos, diagnostics, run_files, skips
+from ftw_jax import algos
 from ftw_jax.algos.base import Context, Learner
 from ftw_jax.algos.ftw import FTWConfig, FTWLearnerState
-from ftw_jax.checks import check_seed
+from ftw_jax.algos.learner_settings import LearnerSettings, make_optimizer
+from ftw_jax.core import diagnostics
+from ftw_jax.core.checks import check_seed
+from ftw_jax.core.pool import Trajectory
+from ftw_jax.core.settings import check_settings, check_takes_effect, setting
 from ftw_jax.episodes import Episode, EpisodeFeed, EpisodeTail, check_versions, to_trajectories
-from ftw_jax.learner_settings import LearnerSettings, make_optimizer
 from ftw_jax.lm.config import LMConfig, read_json
 from ftw_jax.policies.lm import LMPolicy, logits_chunk_for
-from ftw_jax.pool import Trajectory
-from ftw_jax.runner import check_state_memory, check_working_memory, host_array, raise_if_stopped, state_bytes
-from ftw_jax.settings import check_settings, check_takes_effect, setting
+from ftw_jax.running import run_files, skips
+from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
+from ftw_jax.running.host import host_array
+from ftw_jax.running.memory import check_state_memory, check_working_memory, state_bytes
+from ftw_jax.running.signals import raise_if_stopped
 
 if TYPE_CHECKING:
     from jax.sharding import Mesh
-
-    from ftw_jax.checkpoints import Checkpointer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,6 +327,10 @@ def stale_episodes(batch: Trajectory, version: int, max_staleness: int | None) -
     return int(np.sum(np.asarray(staleness) > max_staleness))
 
 
+# What a learner that stops applying updates for non-finite values should try first: the model's dtypes.
+NONFINITE_ADVICE = "try --param-dtype float32 or --dtype float32, " + skips.NONFINITE_ADVICE.removeprefix("try ")
+
+
 class LearnReport(Protocol):
     """Where `learn_from_file` tells what it does: the command line's (`ftw_jax.cli.outputs.LearnOutputs`) logs it
     and writes metrics.jsonl."""
@@ -397,24 +404,6 @@ def _placed_model(model_path: pathlib.Path, config: LearnConfig, mesh: tuple[int
     return model, shard_params(params, device_mesh), lambda tree: replicated(tree, device_mesh)
 
 
-def _stuck(config: LearnConfig, skipped: dict, limit: int | None) -> skips.SkippedUpdates | None:
-    """The error that stops a learner whose last `limit` ready updates were all skipped; None while it is not."""
-    if not skips.stuck(np.asarray(skipped["skipped_in_a_row"]), limit):
-        return None
-    assert limit is not None  # nothing is stuck without a limit
-    return skips.SkippedUpdates(
-        skips.stop_message(
-            ["the learner"],
-            np.asarray([skipped["skipped_in_a_row"]]),
-            np.asarray([skipped["nonfinite_in_a_row"]]),
-            limit,
-            whole="a whole iteration" if config.stop_after_skipped is None else "",
-            nonfinite_advice="try --param-dtype float32 or --dtype float32, "
-            + skips.NONFINITE_ADVICE.removeprefix("try "),
-        )
-    )
-
-
 def learn_from_file(
     config: LearnConfig,
     episodes_path: pathlib.Path,
@@ -449,17 +438,17 @@ def learn_from_file(
     report.log(f"{plan}; run folder {run_folder}")
     weights, iteration = None, done
     limit = skips.limit_of(config.stop_after_skipped, config.algorithm_config.updates_per_iteration)
+    whole = "a whole iteration" if config.stop_after_skipped is None else ""
     for chunk in feed.batches(before_each=raise_if_stopped):
         state, row, skipped = learn_batch(learner, state, place, chunk, iteration, episodes_path, skipped)
         used, iteration = used + len(chunk), iteration + 1
         report.iteration({"iteration": iteration, "episodes": used, **row}, total)
-        last, stuck = iteration == total, _stuck(config, skipped, limit)
+        last = iteration == total
+        stop = skips.stop_for_skips(["the learner"], skipped, limit, whole=whole, nonfinite_advice=NONFINITE_ADVICE)
         if iteration % config.save_every == 0 or last:
             weights = save_weights(run_folder, learner, state, model_path)
-        if checkpointer:  # a stopped run resumes from this iteration
-            checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped}, final=last or bool(stuck))
-        if stuck:
-            raise stuck
+        record = {"episodes_used": used, "skipped": skipped}
+        save_then_stop(checkpointer, iteration, state, record, last=last, stop=stop)
     if config.follow and checkpointer and iteration > done and iteration % checkpointer.every:
         checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped}, final=True)
     version = int(host_array(state.policy.version))

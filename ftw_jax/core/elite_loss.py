@@ -1,4 +1,4 @@
-"""The FTW update's loss on the kept trajectories (phase 2 of `ftw_jax.update`): cross-entropy on their actions
+"""The FTW update's loss on the kept trajectories (phase 2 of `ftw_jax.core.update`): cross-entropy on their actions
 plus β·KL to the reference, averaged over their steps as `UpdateConfig` says, and its gradient.
 
     loss_and_grad = make_loss_and_grad(policy.apply, config, markov=policy.markov, chunked=policy.chunked_logits())
@@ -13,17 +13,15 @@ a Markov policy).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import chex
 import jax
 import jax.numpy as jnp
 
-from ftw_jax import diagnostics, losses
-from ftw_jax import pool as pool_lib
-
-if TYPE_CHECKING:
-    from ftw_jax.update import UpdateConfig
+from ftw_jax.core import diagnostics, losses
+from ftw_jax.core import pool as pool_lib
+from ftw_jax.core.update_config import UpdateConfig
 
 # apply_fn(params, observation) -> [T, A] logits for one trajectory's observation pytree (leaves [T, ...]).
 ApplyFn = Callable[[Any, Any], Any]

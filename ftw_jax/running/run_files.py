@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ftw_jax.checkpoints import Checkpointer
+    from ftw_jax.running.checkpoints import Checkpointer
 
 
 def make_folder(path: pathlib.Path) -> pathlib.Path:
@@ -224,7 +224,7 @@ def open_run(
     config.json, or the `resume` folder after checking that it was started with the same configuration.
     `checkpoint_every=None` writes no checkpoints (refused with `resume`: it would start again and overwrite the
     logs); only the `writer` process writes files, and it holds the folder's lock until `cleanup` closes."""
-    from ftw_jax.checkpoints import Checkpointer, check_same_config
+    from ftw_jax.running.checkpoints import Checkpointer, check_same_config
 
     if resume:
         if checkpoint_every is None:

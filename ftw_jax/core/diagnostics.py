@@ -22,8 +22,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from ftw_jax import losses
-from ftw_jax import pool as pool_lib
+from ftw_jax.core import losses
+from ftw_jax.core import pool as pool_lib
 
 # The behaviour version of a step that is not the policy's own (padding, environment tokens) is ignored.
 _NO_VERSION = jnp.iinfo(jnp.int32).max

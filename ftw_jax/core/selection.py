@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ftw_jax.checks import check_positive_int, check_sizes
+from ftw_jax.core.checks import check_positive_int, check_sizes
 
 # "top_k": the K best of each minibatch; "beat_minimum": those of them above the minibatch's lowest return.
 ELITE_RULES = ("top_k", "beat_minimum")

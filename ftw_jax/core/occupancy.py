@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from ftw_jax.checks import check_positive_int, check_sizes
+from ftw_jax.core.checks import check_positive_int, check_sizes
 
 if TYPE_CHECKING:
     import jax

@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from ftw_jax import threefry
+from ftw_jax.running import threefry
 
 if TYPE_CHECKING:
     from jax.stages import Wrapped
@@ -142,7 +142,7 @@ def cached_export(make_function: Callable[[], Wrapped], arguments: tuple, identi
         return exported.call
     exported = export.export(make_function())(*(jax.ShapeDtypeStruct(jax.numpy.shape(a), a.dtype) for a in arguments))
     try:
-        from ftw_jax.run_files import write_atomically
+        from ftw_jax.running.run_files import write_atomically
 
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_atomically(path, bytes(exported.serialize()))
@@ -163,7 +163,7 @@ def _program_key(identity: str, arguments: tuple) -> str:
         *(f"{name}=={_version(name)}" for name in TRACING_LIBRARIES),
         jax.default_backend(),
         jax.devices()[0].device_kind,
-        os.environ.get(threefry.ENVIRONMENT_VARIABLE, ""),
+        f"threefry unrolled: {threefry.in_use()}",
         *(f"{a.dtype}{jax.numpy.shape(a)}" for a in arguments),
     ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]

@@ -4,6 +4,7 @@
     restored = checkpointer.restore(carry)          # None, or (periods done, carry, record)
     checkpointer.save(periods_done, carry, {"history": ...})
     checkpointer.close()                            # waits for the last write
+    save_then_stop(checkpointer, step, carry, record, last=..., stop=...)   # what both host loops do per step
 
 The carry holds everything a run needs to go on exactly as if never stopped: parameters, optimizer state, the
 pool, the PRNG keys, the iteration and the hyperparameters. The record holds the fingerprint (the config that
@@ -202,3 +203,15 @@ class Checkpointer:
         """Waits for writes in flight, then releases Orbax's threads."""
         self._manager.wait_until_finished()
         self._manager.close()
+
+
+def save_then_stop(
+    checkpointer: Checkpointer | None, step: int, carry: Any, record: dict, *, last: bool, stop: Exception | None
+) -> None:
+    """What a run does after each period (`MemberRun`) or iteration (the LM learner), once its rows are written:
+    checkpoints `step` at the checkpointer's cadence, and always at the `last` step and where the run stops, so
+    that a stopped run resumes from where it stopped; then raises `stop` (a run that applies no update), if any."""
+    if checkpointer:
+        checkpointer.save(step, carry, record, final=last or stop is not None)
+    if stop is not None:
+        raise stop

@@ -3,7 +3,7 @@ run that no longer applies any.
 
     counts = update_counts(metrics)          # in the program: an iteration's U updates' metrics -> its counts
     totals = totals_after(totals, counts)    # on the host, after some iterations: skipped so far, and in a row
-    if stuck(totals["skipped_in_a_row"], limit).any(): raise SkippedUpdates(stop_message(...))
+    stop = stop_for_skips(labels, totals, limit)   # the error that stops the run, or None
 
 An update is tried and not applied (`PolicyState.apply_if_finite`) before FTW's pool holds C entries
 (`ready` False: expected at a run's start, never a problem), and once ready when the loss, a gradient or an
@@ -107,6 +107,34 @@ def stuck(in_a_row: np.ndarray, limit: int | None) -> np.ndarray:
     """[M] bool: the members whose last `limit` ready updates were all skipped (none with no limit)."""
     in_a_row = np.asarray(in_a_row)
     return np.zeros(in_a_row.shape, bool) if limit is None else in_a_row >= limit
+
+
+def stop_for_skips(
+    labels: Sequence[str],
+    totals: dict,
+    limit: int | None,
+    *,
+    whole: str = "",
+    nonfinite_advice: str = NONFINITE_ADVICE,
+) -> SkippedUpdates | None:
+    """The error that stops a run whose members (`labels`; `totals` as `totals_after` gives them, leaves [M])
+    applied none of their last `limit` ready updates, naming those members (`stop_message`); None while none has
+    (and always without a limit)."""
+    in_a_row = np.atleast_1d(np.asarray(totals["skipped_in_a_row"]))
+    members = stuck(in_a_row, limit)
+    if limit is None or not members.any():
+        return None
+    nonfinite = np.atleast_1d(np.asarray(totals["nonfinite_in_a_row"]))
+    return SkippedUpdates(
+        stop_message(
+            [label for label, member_stuck in zip(labels, members) if member_stuck],
+            in_a_row[members],
+            nonfinite[members],
+            limit,
+            whole=whole,
+            nonfinite_advice=nonfinite_advice,
+        )
+    )
 
 
 def _reason(skipped: int, nonfinite: int) -> str:
