@@ -28,7 +28,7 @@ import numpy as np
 
 from ftw_jax import envs, tuning
 from ftw_jax.running import run_files
-from ftw_jax.running.checkpoints import Checkpointer, check_same_config, rows_from_record, rows_record
+from ftw_jax.running.checkpoints import CheckpointSettings, check_same_config, rows_from_record, rows_record
 from ftw_jax.running.loop import MemberRun, history_arrays
 from ftw_jax.sweep import Sweep, make_sweep
 from ftw_jax.train import RUN_FIELDS, TrainConfig, make_train, split_overrides
@@ -88,6 +88,7 @@ def compare(
     overrides: dict | None = None,
     metric: str | None = None,
     checkpoint_folder: pathlib.Path | None = None,
+    checkpoints: CheckpointSettings | None = None,
     on_period: Callable[[str, str, int, np.ndarray, tuple[int, int]], None] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Comparison:
@@ -109,7 +110,8 @@ def compare(
       tuning_seeds: seeds for choosing the settings; must not overlap `seeds` and are needed when the grid
         has more than one value or `search` is on.
       metric: "success" or "return" (default: success where the environment has it).
-      checkpoint_folder: each (algorithm, phase) checkpoints under it and resumes from it.
+      checkpoint_folder: each (algorithm, phase) checkpoints under it and resumes from it, at the cadence of
+        `checkpoints` (default: every period; none where they are off).
       on_period: progress, called as (algorithm, phase, period, metric of every member [M], (ready updates
         skipped, updates tried) in the period by all members) after every evaluation period; phase is "tune"
         (or "tuneN" with `search`) or "report".
@@ -123,7 +125,8 @@ def compare(
     for algorithm in algorithms:
         own_settings[algorithm], ignored = split_overrides(algorithm, overrides)
         if ignored and log:
-            log(f"note: {', '.join(sorted(ignored))} do(es) not apply to {algorithm}; ignored for it.")
+            names = ", ".join(f"`{name}`" for name in sorted(ignored))
+            log(f"note: {names} do(es) not apply to {algorithm}; ignored for it.")
     base = TrainConfig.for_env(env, **{name: value for name, value in overrides.items() if name in RUN_FIELDS})
     grid = list(learning_rates) if learning_rates else None  # given: the search draws its rates from it
     learning_rates = grid or [base.learning_rate]
@@ -131,7 +134,7 @@ def compare(
     _check_lists(algorithms, learning_rates, seeds, tuning_seeds)
     for name, value, default in (("rungs", rungs, 1), ("tuning_iterations", tuning_iterations, None)):
         if value != default and not search:  # a setting of the random search alone: it would be ignored
-            raise ValueError(f"{name}={value} applies to a random search (--search N); there is none here.")
+            raise ValueError(f"{name}={value} applies to a random search (`search` N); there is none here.")
     if search:
         tuning.rung_periods((tuning_iterations or base.num_iterations) // base.eval_every, rungs)  # refuses
         _check_search(env, env_options, own_settings, search, search_seed, tuning_seeds, grid)
@@ -141,7 +144,9 @@ def compare(
         except ValueError as error:
             raise ValueError(f"{algorithm}: {error} (change its settings, or leave it out of the algorithms)") from None
     metric = _metric_of(env, env_options, metric)
-    phases = _Phases(env, dict(env_options or {}), metric, checkpoint_folder, on_period, log)
+    checkpoints = checkpoints or CheckpointSettings()
+    folder = None if checkpoints.off else checkpoint_folder
+    phases = _Phases(env, dict(env_options or {}), metric, folder, checkpoints, on_period, log)
     results = [
         phases.search(
             algorithm, own_settings[algorithm], search, search_seed, grid, tuning_iterations, rungs, seeds, tuning_seeds
@@ -212,6 +217,7 @@ class _Phases:
     env_options: dict
     metric: str
     checkpoint_folder: pathlib.Path | None
+    checkpoints: CheckpointSettings
     on_period: Callable[[str, str, int, np.ndarray, tuple[int, int]], None] | None
     log: Callable[[str], None] | None = None
 
@@ -273,7 +279,7 @@ class _Phases:
         """The phase's checkpointer (None without a checkpoint folder), closed with `stack`."""
         if not self.checkpoint_folder:
             return None
-        checkpointer = Checkpointer(
+        checkpointer = self.checkpoints.checkpointer(
             self.checkpoint_folder / f"{algorithm}-{phase}",
             {
                 "algorithm": algorithm,
@@ -282,7 +288,8 @@ class _Phases:
                 "config": dataclasses.asdict(sweep.config),
             },
         )
-        stack.callback(checkpointer.close)
+        if checkpointer:
+            stack.callback(checkpointer.close)
         return checkpointer
 
     def started(

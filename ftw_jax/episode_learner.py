@@ -73,10 +73,10 @@ class LearnConfig(LearnerSettings):
     follow: bool = setting(
         False,
         "keep the learner running: after the file's episodes, learn from the lines an engine appends, a batch of B "
-        "as soon as B are there (stop with Ctrl-C or SIGTERM, resumable, or --idle-timeout)",
+        "as soon as B are there (stop with Ctrl-C or SIGTERM, resumable, or `idle_timeout`)",
     )
-    idle_timeout: float | None = setting(None, "with --follow: stop after this many seconds without a new line")
-    poll_seconds: float = setting(0.5, "with --follow: how often to look for new lines")
+    idle_timeout: float | None = setting(None, "with `follow`: stop after this many seconds without a new line")
+    poll_seconds: float = setting(0.5, "with `follow`: how often to look for new lines")
     algorithm_config: Any = None
 
     def __post_init__(self):
@@ -98,7 +98,7 @@ class LearnConfig(LearnerSettings):
         if not self.poll_seconds > 0:
             raise ValueError(f"poll_seconds must be > 0, got {self.poll_seconds!r}.")
         for name in ("idle_timeout", "poll_seconds"):
-            check_takes_effect(self, name, self.follow, "follow (--follow true)")
+            check_takes_effect(self, name, self.follow, "`follow`")
         if not (isinstance(self.save_every, int) and self.save_every >= 1):
             raise ValueError(f"save_every must be an int >= 1, got {self.save_every!r}.")
         algos.get("ftw").check(self.algorithm_config, self.episodes_per_iteration)
@@ -172,8 +172,8 @@ class EpisodeLearner:
         init = self.init_program(model_params)
         check_state_memory(  # before anything is allocated: a pool of N sequences of max_length tokens, ...
             state_bytes(jax.eval_shape(init, model_params)) // max(jax.process_count(), 1),
-            "the reference weights, Adam's moments and the pool of N sequences of --max-length tokens",
-            "use a smaller --pool-capacity or --max-length",
+            "the reference weights, Adam's moments and the pool of N sequences of `max_length` tokens",
+            "use a smaller `pool_capacity` or `max_length`",
         )
         return init(model_params)
 
@@ -201,7 +201,7 @@ class EpisodeLearner:
             check_working_memory(
                 program.memory_analysis(),
                 "one iteration of the learner",
-                "use a smaller --num-batches, --num-elites, --updates-per-iteration or --max-length",
+                "use a smaller `num_batches`, `num_elites`, `updates_per_iteration` or `max_length`",
                 holds="the state, the batch, J minibatches of C episodes, the elites' logits, U updates' metrics",
                 devices=len(jax.tree.leaves(state)[0].sharding.device_set),  # the weights' mesh, or one device
             )
@@ -328,7 +328,7 @@ def stale_episodes(batch: Trajectory, version: int, max_staleness: int | None) -
 
 
 # What a learner that stops applying updates for non-finite values should try first: the model's dtypes.
-NONFINITE_ADVICE = "try --param-dtype float32 or --dtype float32, " + skips.NONFINITE_ADVICE.removeprefix("try ")
+NONFINITE_ADVICE = "try `param_dtype` float32 or `dtype` float32, " + skips.NONFINITE_ADVICE.removeprefix("try ")
 
 
 class LearnReport(Protocol):
@@ -394,7 +394,7 @@ def _placed_model(model_path: pathlib.Path, config: LearnConfig, mesh: tuple[int
     model, params = load(model_path, dtype=config.dtype, param_dtype=config.param_dtype)
     if jax.process_count() > 1 and mesh is None:
         raise ValueError(
-            f"{jax.process_count()} processes need --mesh DATAxMODEL over all {jax.device_count()} devices."
+            f"{jax.process_count()} processes need `mesh` DATAxMODEL over all {jax.device_count()} devices."
         )
     if mesh is None:
         return model, params, lambda tree: tree  # one process: numpy batches go to the step as they are
@@ -412,7 +412,7 @@ def learn_from_file(
     checkpointer: Checkpointer | None,
     report: LearnReport,
     *,
-    skip_bad: bool = False,
+    skip_bad_lines: bool = False,
     mesh: tuple[int, int] | None = None,
 ) -> dict:
     """`ftw-jax lm learn`: the episodes of a JSONL file, B at a time in file order, each batch into the pool and
@@ -425,7 +425,7 @@ def learn_from_file(
     started = time.perf_counter()
     model, params, place = _placed_model(model_path, config, mesh)
     tail = EpisodeTail(
-        episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length, skip_bad=skip_bad
+        episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length, skip_bad_lines=skip_bad_lines
     )
     feed = EpisodeFeed(
         tail, config.episodes_per_iteration, config.follow, config.idle_timeout, config.poll_seconds, report.log

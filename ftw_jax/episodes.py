@@ -162,12 +162,12 @@ def _decoded(raw: bytes) -> str:
 
 
 def read_episodes(
-    path: str | os.PathLike[str], *, vocab_size: int, max_length: int, skip_bad: bool = False
+    path: str | os.PathLike[str], *, vocab_size: int, max_length: int, skip_bad_lines: bool = False
 ) -> tuple[list[Episode], ReadReport]:
     """Every episode of a JSONL file, in order. A bad line raises ValueError naming its line and field, before
-    anything is learnt from the file, or with `skip_bad` is left out and listed in the report. Blank lines are
+    anything is learnt from the file, or with `skip_bad_lines` is left out and listed in the report. Blank lines are
     skipped silently."""
-    tail = EpisodeTail(path, vocab_size=vocab_size, max_length=max_length, skip_bad=skip_bad)
+    tail = EpisodeTail(path, vocab_size=vocab_size, max_length=max_length, skip_bad_lines=skip_bad_lines)
     episodes = tail.read(complete=True)
     return episodes, tail.report
 
@@ -177,11 +177,11 @@ class EpisodeTail:
     written since the last one (a line still being written, with no newline yet, waits for the next read). The
     report counts every line read so far; bad lines are refused or skipped as `read_episodes` does."""
 
-    def __init__(self, path: str | os.PathLike[str], *, vocab_size: int, max_length: int, skip_bad: bool = False):
+    def __init__(self, path: str | os.PathLike[str], *, vocab_size: int, max_length: int, skip_bad_lines: bool = False):
         self.path = pathlib.Path(path)
         if not self.path.is_file():
             raise ValueError(f"no episodes file at {self.path}.")
-        self.vocab_size, self.max_length, self.skip_bad = vocab_size, max_length, skip_bad
+        self.vocab_size, self.max_length, self.skip_bad_lines = vocab_size, max_length, skip_bad_lines
         self.offset, self.lines = 0, 0  # bytes and lines read
         self.report = ReadReport()
 
@@ -206,8 +206,8 @@ class EpisodeTail:
                 episodes.append(dataclasses.replace(episode, line=self.lines))
             except BadEpisode as error:
                 problem = f"{self.path}:{self.lines}: {error}"
-                if not self.skip_bad:
-                    raise ValueError(f"{problem} (pass --skip-bad-lines to leave such lines out).") from None
+                if not self.skip_bad_lines:
+                    raise ValueError(f"{problem} (pass `skip_bad_lines` to leave such lines out).") from None
                 self.report.skipped.append(problem)
         self.report.kept += len(episodes)
         return episodes
@@ -353,7 +353,7 @@ class EpisodeFeed:
     def start_after(self, used: int) -> None:
         """Leaves out the first `used` episodes, which the run learnt from before it was resumed."""
         # The run's next episode is the (used + 1)-th: a rewritten file has none (a follower may lack one last
-        # line that a run without --follow learnt before its newline came).
+        # line that a run without `follow` learnt before its newline came).
         if used - len(self.pending) > (1 if self.follow else 0):
             raise ValueError(
                 f"{self.tail.path} now holds {len(self.pending)} usable episodes, fewer than the {used} this run has "

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ftw_jax import envs
+from ftw_jax.algos import defaults
 from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.core import pool as pool_lib
 from ftw_jax.core.pool import Trajectory
@@ -51,7 +51,7 @@ def protocol_config(**settings: Any) -> TrainConfig:
     unknown = sorted(set(settings) - set(PROTOCOL_SETTINGS))
     if unknown:
         raise ValueError(f"the bandit protocol does not take {unknown}; it takes {list(PROTOCOL_SETTINGS)}.")
-    iterations = settings.get("num_iterations", envs.entry("bandit").defaults["num_iterations"])
+    iterations = settings.get("num_iterations", defaults.DEFAULTS["bandit"].run["num_iterations"])
     return TrainConfig.for_env("bandit", **settings, eval_every=iterations)
 
 

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from ftw_jax import algos, envs, probes, warm_start
+from ftw_jax.algos import defaults
 from ftw_jax.algos.base import Context, Hyperparameters, Learner, with_learning_rate
 from ftw_jax.algos.learner_settings import LearnerSettings, make_optimizer
 from ftw_jax.core.checks import check_positive_int
@@ -50,7 +51,7 @@ class TrainConfig(LearnerSettings):
 
     env: str = "cartpole"
     algorithm: str = setting("ftw", "ftw, or a baseline on the same rollouts", choices=lambda: tuple(algos.ALGORITHMS))
-    num_iterations: int = setting(120, "training iterations (a multiple of --eval-every)", flag="iterations")
+    num_iterations: int = setting(120, "training iterations (a multiple of `eval_every`)", flag="iterations")
     kl_coef_final: float | None = setting(None, "beta decays linearly to this by the last iteration (None: constant)")
     kl_decay_iterations: int | None = setting(
         None, "beta reaches kl_coef_final after this many iterations and stays there (None: at the last one)"
@@ -96,14 +97,15 @@ class TrainConfig(LearnerSettings):
 
     @classmethod
     def for_env(cls, env: str, **overrides: Any) -> TrainConfig:
-        """The environment's defaults (`envs.ENVIRONMENTS`) with `overrides`, each a field of this class or of the
-        algorithm's config; a field of another algorithm's config is refused (`split_overrides` sorts them)."""
+        """The defaults of this environment and algorithm (`ftw_jax.algos.defaults`) with `overrides`, each a field
+        of this class or of the algorithm's config; a field of another algorithm's config is refused
+        (`split_overrides` sorts them)."""
         algorithm = algos.get(overrides.get("algorithm", "ftw"))
         applicable, ignored = split_overrides(algorithm.name, overrides)
         if ignored:
             raise ValueError(f"{', '.join(sorted(ignored))} do(es) not apply to {algorithm.name}.")
-        defaults, _ = split_overrides(algorithm.name, envs.entry(env).defaults)  # other algorithms' are dropped
-        settings = {**defaults, **applicable}
+        envs.entry(env)  # refuses an unknown environment
+        settings = {**defaults.of(env, algorithm.name), **applicable}
         own = {name for name in settings if name in RUN_FIELDS}
         config = algorithm.config(**{name: value for name, value in settings.items() if name not in own})
         return cls(env=env, **{name: settings[name] for name in own}, algorithm_config=config)
@@ -338,7 +340,7 @@ def make_init_params(
     check_state_memory(
         state_bytes(demonstrations),
         f"the warm start's {settings.demonstrations:,} demonstrations, for each seed",
-        "use fewer --warm-start-demonstrations",
+        "use fewer `warm_start_demonstrations`",
     )
 
     def init_params(key, observation, start):

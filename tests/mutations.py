@@ -74,7 +74,8 @@ _YIELD = (
 )
 _SAVE = (
     '            record = {"history": rows_record(self.history), "seconds": self.seconds}\n'
-    "            save_then_stop(self.checkpointer, period + 1, self.carry, record, last=period + 1 == last, stop=stop)\n"
+    "            save_then_stop(self.checkpointer, period + 1, self.carry, record, last=period + 1 == last, "
+    "stop=stop)\n"
 )
 YIELD_THEN_SAVE, SAVE_THEN_YIELD = _YIELD + _SAVE, _SAVE + _YIELD
 

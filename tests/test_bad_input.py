@@ -10,24 +10,25 @@ import pytest
 
 from ftw_jax import cli
 from ftw_jax.running import run_files
+from ftw_jax.running.checkpoints import CheckpointSettings
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")  # the checker's false positive on vmapped scans
 # (argv, a piece of the message). Every one of them once ran, crashed with a traceback, hung or trained nothing.
 CASES = [
     # Non-finite numbers pass range checks such as `not lr > 0` and would train nothing.
-    (["train", "--env", "bandit", "--learning-rate", "inf"], "learning_rate must be finite"),
-    (["train", "--env", "bandit", "--kl-coef", "inf"], "kl_coef must be finite"),
-    (["train", "--env", "bandit", "--kl-coef-final", "nan"], "kl_coef_final must be finite"),
-    (["train", "--env", "bandit", "--importance-weight-cap", "inf"], "importance_weight_cap must be finite"),
-    (["bandit", "--learning-rate", "inf"], "learning_rate must be finite"),
-    (["bandit", "--kl-coef", "inf"], "kl_coef must be finite"),
-    (["bandit", "--arm-means", "1.0,nan"], "arm_means must be finite"),
+    (["train", "--env", "bandit", "--learning-rate", "inf"], "--learning-rate must be finite"),
+    (["train", "--env", "bandit", "--kl-coef", "inf"], "--kl-coef must be finite"),
+    (["train", "--env", "bandit", "--kl-coef-final", "nan"], "--kl-coef-final must be finite"),
+    (["train", "--env", "bandit", "--importance-weight-cap", "inf"], "--importance-weight-cap must be finite"),
+    (["bandit", "--learning-rate", "inf"], "--learning-rate must be finite"),
+    (["bandit", "--kl-coef", "inf"], "--kl-coef must be finite"),
+    (["bandit", "--arm-means", "1.0,nan"], "--arm-means must be finite"),
     (["sweep", "--env", "bandit", "--grid", "kl=nan"], "kl_coef must be finite"),
     (["sweep", "--env", "bandit", "--grid", "lr=inf"], "learning_rate must be finite"),
     (["compare", "--env", "bandit", "--algos", "ftw", "--learning-rates", "nan"], "learning_rate must be finite"),
     # Sizes and seeds.
-    (["train", "--env", "bandit", "--pool-capacity", "0"], "pool_capacity (N) must be an int >= 1"),
-    (["train", "--env", "bandit", "--pool-capacity", "3000000000"], "pool_capacity must be < 2**31"),
+    (["train", "--env", "bandit", "--pool-capacity", "0"], "--pool-capacity (N) must be an int >= 1"),
+    (["train", "--env", "bandit", "--pool-capacity", "3000000000"], "--pool-capacity must be < 2**31"),
     (["train", "--env", "bandit", "--pool-capacity", "1000000000"], "GiB"),  # checked against memory, not allocated
     pytest.param(  # XLA's count: 184 GiB. (J = 1e8 needed 19.1 GiB, 2% over this machine's limit, then 18.x.)
         ["train", "--env", "bandit", "--num-batches", "2000000000"],
@@ -49,17 +50,17 @@ CASES = [
     # The reference options and the random search (issue 16).
     (
         ["train", "--env", "sokoban", "--algorithm", "ppo", "--num-minibatches", "3"],
-        "episodes_per_iteration (B=64) must be a multiple of num_minibatches (M=3)",
+        "--episodes-per-iteration (B=64) must be a multiple of num_minibatches (M=3)",
     ),
     (
         ["train", "--env", "bandit", "--algorithm", "ppo", "--entropy-coef", "-0.1"],
-        "entropy_coef must be a number >= 0",
+        "--entropy-coef must be a number >= 0",
     ),
-    (["train", "--env", "bandit", "--max-grad-norm", "0"], "max_grad_norm must be > 0"),
-    (["train", "--env", "bandit", "--stop-after-skipped", "-1"], "stop_after_skipped must be an int >= 0 or None"),
+    (["train", "--env", "bandit", "--max-grad-norm", "0"], "--max-grad-norm must be > 0"),
+    (["train", "--env", "bandit", "--stop-after-skipped", "-1"], "--stop-after-skipped must be an int >= 0 or None"),
     (
         ["train", "--env", "bandit", "--kl-decay-iterations", "10", "--kl-coef-final", "nan"],
-        "kl_coef_final must be finite",
+        "--kl-coef-final must be finite",
     ),
     (
         ["compare", "--env", "bandit", "--algos", "ftw", "--search", "2", "--learning-rates", "0.1,0.1"],
@@ -171,7 +172,12 @@ def test_a_refused_compare_or_sweep_leaves_nothing_that_blocks_the_corrected_com
 
 def test_a_run_folder_name_must_stay_inside_out(tmp_path, capsys):
     assert cli.main(["train", "--env", "bandit", "--out", str(tmp_path / "runs"), "--name", "..", "--no-plot"]) == 2
+    error = capsys.readouterr().err  # the library names its parameters; the command line prints its flags
+    assert error == "error: --name must be a plain folder name inside --out (no '/', not '..'), got '..'.\n"
     assert not (tmp_path / "config.json").exists() and not list(pathlib.Path(tmp_path).glob("*.json"))
+
+
+OFF = CheckpointSettings(off=True)
 
 
 def test_a_run_refused_before_its_first_checkpoint_leaves_nothing_that_blocks_a_retry(tmp_path):
@@ -180,18 +186,19 @@ def test_a_run_refused_before_its_first_checkpoint_leaves_nothing_that_blocks_a_
     (tmp_path / "mine").mkdir()
     for name in ("run", "mine"):
         with pytest.raises(ValueError, match="bad episodes"), contextlib.ExitStack() as cleanup:
-            folder, checkpointer = run_files.open_run(tmp_path, name, None, "lm-learn", {"seed": 0}, cleanup=cleanup)
+            folder = run_files.open_run(tmp_path, name, None, "lm-learn", {"seed": 0}, cleanup=cleanup)
+            checkpointer = CheckpointSettings().checkpointer(folder / "checkpoints", {"seed": 0})
             assert checkpointer is not None and (folder / "config.json").is_file()
             checkpointer.close()
             raise ValueError("bad episodes")
     assert not (tmp_path / "run").exists()
     assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
     with pytest.raises(RuntimeError), contextlib.ExitStack() as cleanup:  # a crash, not a refusal: kept
-        run_files.open_run(tmp_path, "crashed", None, "lm-learn", {"seed": 0}, cleanup=cleanup, checkpoint_every=None)
+        run_files.open_run(tmp_path, "crashed", None, "lm-learn", {"seed": 0}, cleanup=cleanup, checkpoints=OFF)
         raise RuntimeError("a bug")
     assert (tmp_path / "crashed" / "config.json").is_file()
     with contextlib.ExitStack() as cleanup:  # the retry under the refused name
-        folder, _ = run_files.open_run(tmp_path, "run", None, "lm-learn", {}, cleanup=cleanup, checkpoint_every=None)
+        folder = run_files.open_run(tmp_path, "run", None, "lm-learn", {}, cleanup=cleanup, checkpoints=OFF)
     assert (folder / "config.json").is_file()
 
 

@@ -163,6 +163,20 @@ def test_checkpoint_every_saves_every_pth_period_and_the_last(tmp_path):
     assert sorted(path.name for path in (tmp_path / "every3" / "checkpoints").iterdir()) == ["3", "5"]  # 3, and the end
     assert cli.main([*argv, "--name", "none", "--no-checkpoint"]) == 0
     assert not (tmp_path / "none" / "checkpoints").exists()
+    assert cli.main([*argv, "--name", "kept3", "--checkpoints-kept", "3"]) == 0
+    assert sorted(path.name for path in (tmp_path / "kept3" / "checkpoints").iterdir()) == ["3", "4", "5"]
+
+
+def test_compare_checkpoints_every_phase_at_the_cadence_asked(tmp_path):
+    argv = ["compare", "--env", "bandit", "--algos", "ftw,reinforce", "--seeds", "0,1", "--iterations", "16"]
+    argv += ["--eval-every", "2", "--episodes-per-iteration", "2", "--out", str(tmp_path), "--json"]
+    assert cli.main([*argv, "--name", "every5", "--checkpoint-every", "5"]) == 0
+    for algorithm in ("ftw", "reinforce"):  # 8 periods: the 5th and the last, where every period would keep 7 and 8
+        steps = sorted(path.name for path in (tmp_path / "every5" / "checkpoints" / f"{algorithm}-report").iterdir())
+        assert steps == ["5", "8"]
+    assert cli.main([*argv, "--name", "none", "--no-checkpoint"]) == 0
+    assert not (tmp_path / "none" / "checkpoints").exists()
+    assert cli.main([*argv, "--name", "x", "--resume", str(tmp_path / "every5"), "--no-checkpoint"]) == 2
 
 
 @pytest.mark.slow

@@ -146,7 +146,7 @@ def test_a_bad_line_is_named_by_number_and_refused_or_skipped(tmp_path):
     )
     with pytest.raises(ValueError, match=r"episodes.jsonl:2: not JSON"):
         read_episodes(path, vocab_size=64, max_length=8)
-    episodes, report = read_episodes(path, vocab_size=64, max_length=8, skip_bad=True)
+    episodes, report = read_episodes(path, vocab_size=64, max_length=8, skip_bad_lines=True)
     assert len(episodes) == 2 and report.kept == 2
     assert [problem.split(": ", 1)[0][-1] for problem in report.skipped] == ["2", "3"]
     assert "reward: missing" in report.skipped[1]

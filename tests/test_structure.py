@@ -9,6 +9,7 @@ deferred into a function, or one made for type checkers only, still counts.
 
 import ast
 import pathlib
+import re
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "ftw_jax"
 MAX_FUNCTION_LINES = 60  # of code: docstrings, comments and blank lines aside
@@ -173,6 +174,47 @@ def test_the_import_reader_sees_deferred_imports_and_those_for_type_checkers():
     )
     expected = {"ftw_jax.core.pool", "ftw_jax.running.loop", "ftw_jax.train", "ftw_jax.lm.model"}
     assert imported(source, "ftw_jax.lm.load") == expected
+
+
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
+
+
+def strings_naming_flags(source: str) -> list[str]:
+    """'line: --flag' for every string of `source` but its docstrings (messages, help texts) that names a flag."""
+    tree = ast.parse(source)
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, documented) and node.body and isinstance(node.body[0], ast.Expr)
+    }
+    return [
+        f"{node.lineno}: {found[0]}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+        if (found := FLAG.search(node.value))
+    ]
+
+
+def test_no_library_module_outside_the_command_line_names_a_flag():
+    # The library names settings (`max_grad_norm`); the command line prints them as its flags (cli.flags.as_flags).
+    named = {
+        str(path.relative_to(PACKAGE)): strings_naming_flags(path.read_text())
+        for name, path in MODULES.items()
+        if not name.startswith("ftw_jax.cli")
+    }
+    assert {path: lines for path, lines in named.items() if lines} == {}
+
+
+def test_the_flag_reader_sees_messages_and_f_strings_but_not_docstrings():
+    source = (
+        '"""Run it with --resume."""\n'
+        "def f(x):\n"
+        '    """Pass --seed."""\n'
+        '    raise ValueError(f"{x} needs --no-checkpoint off")\n'
+        'HELP = "a ratio (not a--flag), see `max_grad_norm`; or --max-grad-norm"\n'
+    )
+    assert sorted(strings_naming_flags(source)) == ["4: --no-checkpoint", "5: --max-grad-norm"]
 
 
 def test_the_line_counter_counts_code_alone():

@@ -216,3 +216,30 @@ def test_cli_reports_a_missing_optional_dependency_without_a_traceback(capsys, m
     monkeypatch.setattr("ftw_jax.envs.make", make)
     assert cli.main(["train", "--env", "cartpole", "--out", str(tmp_path)]) == 2
     assert "pip install 'ftw_jax[gymnax]'" in capsys.readouterr().err
+
+
+def test_the_defaults_table_names_each_setting_where_it_is_declared():
+    from ftw_jax import algos, envs
+    from ftw_jax.algos import defaults
+    from ftw_jax.core.settings import describe
+
+    run_settings = {item.name for item in describe(TrainConfig)}
+    for env, entry in defaults.DEFAULTS.items():
+        assert env in envs.ENVIRONMENTS
+        assert set(entry.run) <= run_settings, env
+        for algorithm, settings in entry.algorithms.items():
+            assert set(settings) <= {item.name for item in describe(algos.get(algorithm).config)}, (env, algorithm)
+
+
+def test_each_pair_starts_from_its_own_defaults_and_an_environment_names_no_algorithm_setting():
+    import dataclasses
+
+    from ftw_jax import envs
+
+    assert [field.name for field in dataclasses.fields(envs.EnvEntry)] == ["make", "policies"]
+    assert TrainConfig.for_env("bandit").algorithm_config.pool_capacity == 128  # FTW's N on the bandit
+    ppo = TrainConfig.for_env("bandit", algorithm="ppo")
+    assert ppo.algorithm_config.num_minibatches == 1 and ppo.num_iterations == 240  # its own, and the run's
+    assert TrainConfig.for_env("cartpole", algorithm="reinforce").algorithm_config.updates_per_iteration == 1
+    assert TrainConfig.for_env("sokoban", algorithm="reinforce").algorithm_config.updates_per_iteration == 4
+    assert TrainConfig.for_env("cartpole", algorithm="ppo").algorithm_config.num_minibatches == 4  # the field's

@@ -18,7 +18,7 @@ import threading
 from ftw_jax import __version__
 from ftw_jax.cli import bandit, compare, lm, sweep, train
 from ftw_jax.cli.bandit import add_bandit_arguments, bandit_protocol
-from ftw_jax.cli.flags import seeds_of
+from ftw_jax.cli.flags import FLAGS, Session, as_flags, seeds_of
 from ftw_jax.cli.outputs import print_bandit_table
 from ftw_jax.running import compile_cache, threefry
 
@@ -52,7 +52,18 @@ def resume_command(argv: list[str], folder: pathlib.Path) -> str:
 
 
 class _CommandParser(argparse.ArgumentParser):
-    """A subcommand's parser, with the options every command takes."""
+    """A subcommand's parser, with the options every command takes; it notes each flag by what it sets (`FLAGS`),
+    so that what the package says of a setting reads as the flag that sets it (`as_flags`), help included."""
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        long = [option for option in action.option_strings if option.startswith("--")]
+        if long:
+            FLAGS.setdefault(action.dest, long[0])
+        return action
+
+    def format_help(self) -> str:
+        return as_flags(super().format_help())
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -93,28 +104,29 @@ def main(argv: list[str] | None = None) -> int:
         signum: signal.signal(signum, signals.request_stop) for signum in (signal.SIGINT, signal.SIGTERM) if catch
     }
     previous_unraisablehook, sys.unraisablehook = sys.unraisablehook, _quiet_closed_event_loops
+    session = Session(contextlib.ExitStack())  # what the command opens, for the lines below
     try:
-        with contextlib.ExitStack() as args.cleanup:  # releases the run folder's lock however the command ends
-            return args.handler(args)
+        with session.cleanup:  # releases the run folder's lock however the command ends
+            return args.handler(args, session)
     except (ValueError, ImportError, OSError) as error:  # bad input, a missing optional dependency, a bad path
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {as_flags(str(error))}", file=sys.stderr)
         return 2
     except SkippedUpdates as stop:
-        folder = getattr(args, "run_folder", None)
+        folder = session.run_folder if session.resumable else None
         where = (
             f" Checkpointed where it stopped; resume with: {resume_command(argv, folder)} (add --stop-after-skipped "
             "0 to go on past this)."
-            if folder and not getattr(args, "no_checkpoint", True)
+            if folder
             else ""
         )
-        print(f"stopped: {stop}{where}", file=sys.stderr)
+        print(f"stopped: {as_flags(str(stop))}{where}", file=sys.stderr)
         return STOPPED_SKIPPING
     except (KeyboardInterrupt, signals.Interrupted) as interrupt:
-        folder = getattr(args, "run_folder", None)
+        folder = session.run_folder if session.resumable else None
         where = (
             f"; the run folder {folder} keeps what its last checkpoint holds. Resume with:\n  "
             f"{resume_command(argv, folder)}"
-            if folder and not getattr(args, "no_checkpoint", True)
+            if folder
             else ""
         )
         print(f"\ninterrupted{where}", file=sys.stderr)

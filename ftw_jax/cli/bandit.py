@@ -12,7 +12,7 @@ import typing
 import numpy as np
 
 from ftw_jax.cli import outputs
-from ftw_jax.cli.flags import add_seeds, add_settings, given_settings, seeds_of, training_settings
+from ftw_jax.cli.flags import Session, add_seeds, add_settings, given_settings, seeds_of, training_settings
 
 if typing.TYPE_CHECKING:
     from ftw_jax.envs import GaussianBandit
@@ -64,7 +64,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, session: Session) -> int:
     from ftw_jax.reproduction import run_seeds
 
     seeds = seeds_of(args)

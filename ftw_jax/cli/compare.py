@@ -10,15 +10,17 @@ import numpy as np
 
 from ftw_jax.cli import outputs
 from ftw_jax.cli.flags import (
+    Session,
     add_env,
     add_run_folder_arguments,
     add_seeds,
     add_settings,
+    checkpoint_settings,
     float_list,
     given_settings,
     logger,
     one_seed,
-    open_run,
+    open_run_folder,
     positive_int,
     seed_list,
     seeds_of,
@@ -100,7 +102,7 @@ def _add_tuning_arguments(parser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, session: Session) -> int:
     from ftw_jax.compare import compare
     from ftw_jax.running import run_files
 
@@ -112,9 +114,9 @@ def run(args: argparse.Namespace) -> int:
         **({"rungs": args.rungs} if args.rungs != 1 else {}),  # absent from the runs made before it existed
     }
     fingerprint = _fingerprint(args, seeds, search)
-    folder, checkpointer = open_run(args, f"compare-{args.env}", fingerprint)
-    if checkpointer:  # each algorithm checkpoints in its own folder below this one
-        checkpointer.close()
+    # Each algorithm's phases checkpoint in folders of their own below the run's, at the same cadence.
+    checkpoints = checkpoint_settings(args)
+    folder = open_run_folder(args, session, f"compare-{args.env}", fingerprint)
     log = logger(args)
     log(f"comparing {', '.join(fingerprint['algorithms'])} on {args.env} over seeds {seeds}; run folder {folder}")
     started = time.perf_counter()
@@ -136,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         env_options=args.env_options,
         overrides=fingerprint["overrides"],
         metric=args.metric,
-        checkpoint_folder=None if args.no_checkpoint else folder / "checkpoints",
+        checkpoint_folder=folder / "checkpoints",
+        checkpoints=checkpoints,
         on_period=progress,
         log=log,
     )

@@ -7,7 +7,10 @@ Every setting is declared once, as a `ftw_jax.core.settings.setting` field of `T
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import pathlib
+import re
 import sys
 import typing
 from collections.abc import Callable, Iterable
@@ -17,7 +20,7 @@ from ftw_jax.core.checks import MAX_SEED, check_seed
 if typing.TYPE_CHECKING:  # imported where they are used, so that `ftw-jax --help` stays fast
     from ftw_jax.core.settings import Setting
     from ftw_jax.envs.base import Environment
-    from ftw_jax.running.checkpoints import Checkpointer
+    from ftw_jax.running.checkpoints import Checkpointer, CheckpointSettings
 
 # Every subcommand's default seeds (the bandit protocol's); `--num-seeds N` runs 42, 43, ..., 42 + N - 1.
 FIRST_SEED = 42
@@ -129,9 +132,9 @@ def add_settings(
     parser: argparse.ArgumentParser, settings: Iterable[Setting], *, env_defaults: bool | str = False
 ) -> None:
     """One flag per setting name (the first declaration's help; its default shown, with each environment's own
-    when `env_defaults` is True, or that environment's when it names one). Every flag defaults to None: not
-    given."""
-    from ftw_jax import envs
+    (`ftw_jax.algos.defaults`) when `env_defaults` is True, or that environment's when it names one). Every flag
+    defaults to None: not given."""
+    from ftw_jax.algos import defaults
 
     seen = set()
     for item in settings:
@@ -141,13 +144,10 @@ def add_settings(
         kind = typing.get_origin(item.base_type) is typing.Literal and str or item.base_type
         default = f"default {_shown(item.default)}"
         if isinstance(env_defaults, str):
-            default = f"default {_shown(envs.entry(env_defaults).defaults.get(item.name, item.default))}"
+            default = f"default {defaults.shown(env_defaults, item.name) or _shown(item.default)}"
         elif env_defaults:
-            default += "".join(
-                f"; {env} {_shown(entry.defaults[item.name])}"
-                for env, entry in envs.ENVIRONMENTS.items()
-                if item.name in entry.defaults
-            )
+            shown = {env: defaults.shown(env, item.name) for env in defaults.DEFAULTS}
+            default += "".join(f"; {env} {value}" for env, value in shown.items() if value is not None)
         metavar = None if item.choices else item.flag[2:].upper().replace("-", "_")
         parser.add_argument(
             *filter(None, (item.flag, item.short)),
@@ -156,7 +156,7 @@ def add_settings(
             choices=item.choices,
             default=None,
             metavar=metavar,
-            help=f"{item.help} ({default})",
+            help=f"{item.help} ({default})",  # names in `quotes` become flags when printed (`as_flags`)
         )
 
 
@@ -233,38 +233,88 @@ def add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="RUN_FOLDER",
         help="continue the run in RUN_FOLDER from its last checkpoint (same options as it started with)",
     )
-    parser.add_argument(
-        "--checkpoint-every",
-        type=positive_int,
-        default=1,
-        metavar="PERIODS",
-        help="checkpoint every PERIODS evaluation periods, and at the end (default 1)",
-    )
-    parser.add_argument("--no-checkpoint", action="store_true", help="write no checkpoints")
+    add_checkpoint_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress goes to stderr)")
 
 
+def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `CheckpointSettings`, every command's the same: --checkpoint-every, --checkpoints-kept, and
+    --no-checkpoint (a bare flag)."""
+    from ftw_jax.core.settings import describe
+    from ftw_jax.running.checkpoints import CheckpointSettings
+
+    settings = describe(CheckpointSettings)
+    add_settings(parser, [item for item in settings if item.base_type is not bool])
+    for item in settings:
+        if item.base_type is bool:  # off unless given
+            parser.add_argument(
+                item.flag, dest=item.name, action="store_const", const=True, default=None, help=item.help
+            )
+
+
+def checkpoint_settings(args: argparse.Namespace) -> CheckpointSettings:
+    """The run's `CheckpointSettings` from the flags given."""
+    from ftw_jax.core.settings import describe
+    from ftw_jax.running.checkpoints import CheckpointSettings
+
+    return CheckpointSettings(**given_settings(args, describe(CheckpointSettings)))
+
+
+@dataclasses.dataclass
+class Session:
+    """What `main` gives a command and reads back however it ends: the exit stack that releases the run folder
+    (its lock) and, once the command opens one, the run folder and whether its checkpoints can resume it."""
+
+    cleanup: contextlib.ExitStack
+    run_folder: pathlib.Path | None = None
+    resumable: bool = False
+
+
 def open_run(
-    args: argparse.Namespace, default_name: str, fingerprint: dict, *, writer: bool = True
+    args: argparse.Namespace, session: Session, default_name: str, fingerprint: dict, *, writer: bool = True
 ) -> tuple[pathlib.Path, Checkpointer | None]:
+    """The command's run folder (`open_run_folder`) and its checkpointer (None with --no-checkpoint)."""
+    folder = open_run_folder(args, session, default_name, fingerprint, writer=writer)
+    return folder, checkpoint_settings(args).checkpointer(folder / "checkpoints", fingerprint)
+
+
+def open_run_folder(
+    args: argparse.Namespace, session: Session, default_name: str, fingerprint: dict, *, writer: bool = True
+) -> pathlib.Path:
+    """The command's run folder (`ftw_jax.running.run_files.open_run`) from its flags, told to `session`."""
     from ftw_jax.running import run_files
 
-    folder, checkpointer = run_files.open_run(
+    checkpoints = checkpoint_settings(args)
+    folder = run_files.open_run(
         args.out,
         args.name,
         args.resume,
         default_name,
         fingerprint,
         writer=writer,
-        checkpoint_every=None if args.no_checkpoint else args.checkpoint_every,
-        cleanup=args.cleanup,
+        checkpoints=checkpoints,
+        cleanup=session.cleanup,
     )
-    args.run_folder = folder  # for the resume command an interrupt prints
-    return folder, checkpointer
+    session.run_folder, session.resumable = folder, not checkpoints.off  # for what an interrupt prints
+    return folder
+
+
+# Every command's flags by the name of what each sets (`dest`): a setting's, or a parameter's such as `resume`.
+FLAGS: dict[str, str] = {}
+_NAMED = re.compile(r"`([a-z][a-z0-9_]*)`")
+_LEADING = re.compile(r"^([a-z][a-z0-9_]*)(?=( \([^)]*\))? must be )")
+
+
+def as_flags(text: str) -> str:
+    """`text` (an error, a note, a help) as the command line says it: each `name` quoted so that names a setting or
+    parameter that a flag sets, and a leading "name must be", written as its flag (`max_grad_norm` -> --max-grad-norm);
+    other quoted names lose their quotes."""
+    text = _LEADING.sub(lambda match: FLAGS.get(match[1], match[1]), text)
+    return _NAMED.sub(lambda match: FLAGS.get(match[1], match[1]), text)
 
 
 def logger(args: argparse.Namespace) -> Callable[[str], None]:
-    return lambda message: print(message, file=sys.stderr if args.json else sys.stdout, flush=True)
+    return lambda message: print(as_flags(message), file=sys.stderr if args.json else sys.stdout, flush=True)
 
 
 def default_metric(args: argparse.Namespace, env: Environment) -> str:

@@ -12,6 +12,7 @@ from ftw_jax.cli import outputs
 from ftw_jax.cli import train as train_command
 from ftw_jax.cli.cluster import add_cluster_arguments, native_output_to_stderr, start_processes
 from ftw_jax.cli.flags import (
+    Session,
     add_run_folder_arguments,
     add_seeds,
     add_settings,
@@ -111,7 +112,7 @@ def _mesh(text: str) -> tuple[int, int]:
     return int(parts[0]), int(parts[1])
 
 
-def run_learn(args: argparse.Namespace) -> int:
+def run_learn(args: argparse.Namespace, session: Session) -> int:
     from ftw_jax.algos.ftw import FTWConfig
     from ftw_jax.core.settings import describe
     from ftw_jax.episode_learner import LearnConfig, learn_from_file
@@ -130,7 +131,7 @@ def run_learn(args: argparse.Namespace) -> int:
         import jax
 
         main_process = jax.process_index() == 0  # the one that writes files and prints
-        folder, checkpointer = open_run(args, "lm-learn", fingerprint, writer=main_process)
+        folder, checkpointer = open_run(args, session, "lm-learn", fingerprint, writer=main_process)
         report = outputs.LearnOutputs(
             folder,
             log=logger(args) if main_process else (lambda message: None),
@@ -145,7 +146,7 @@ def run_learn(args: argparse.Namespace) -> int:
                 folder,
                 checkpointer,
                 report,
-                skip_bad=args.skip_bad_lines,
+                skip_bad_lines=args.skip_bad_lines,
                 mesh=args.mesh,
             )
         finally:

@@ -14,6 +14,7 @@ import numpy as np
 from ftw_jax.cli import outputs
 from ftw_jax.cli.cluster import add_cluster_arguments, native_output_to_stderr, start_processes
 from ftw_jax.cli.flags import (
+    Session,
     add_env,
     add_run_folder_arguments,
     add_seeds,
@@ -55,7 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, session: Session) -> int:
     import jax
 
     from ftw_jax.running import run_files
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     sweep = make_sweep(args.env, grid, seeds, args.env_options, **train_overrides(args, logger(args)))
     with native_output_to_stderr() if args.json else contextlib.nullcontext():
         start_processes(args)
-        run, metric, folder, started = _run_members(args, sweep, seeds)
+        run, metric, folder, started = _run_members(args, session, sweep, seeds)
         results = run.results()  # gathers from every process: all of them must take part
     if jax.process_index() != 0:  # the main process writes the files and prints
         return 0
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_members(args, sweep, seeds: list[int]):
+def _run_members(args, session: Session, sweep, seeds: list[int]):
     """Runs the sweep's members in the run folder, process 0 logging each period; (run, metric, folder, the
     clock's start: after the processes joined and the folder opened, before the members' state is made)."""
     import jax
@@ -111,7 +112,11 @@ def _run_members(args, sweep, seeds: list[int]):
     main_process = jax.process_index() == 0  # the one that writes files and prints
     fingerprint = {"grid": sweep.grid, "seeds": seeds, "env_options": sweep.env_options}
     folder, checkpointer = open_run(
-        args, f"sweep-{args.env}", {**fingerprint, "maxima": dataclasses.asdict(sweep.config)}, writer=main_process
+        args,
+        session,
+        f"sweep-{args.env}",
+        {**fingerprint, "maxima": dataclasses.asdict(sweep.config)},
+        writer=main_process,
     )
     log = logger(args) if main_process else (lambda message: None)
     log(

@@ -13,6 +13,7 @@ import numpy as np
 
 from ftw_jax.cli import outputs
 from ftw_jax.cli.flags import (
+    Session,
     add_env,
     add_run_folder_arguments,
     add_seeds,
@@ -39,7 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, session: Session) -> int:
     from ftw_jax.running import run_files
     from ftw_jax.running.loop import MemberRun, seed_keys
     from ftw_jax.train import TrainConfig, make_train
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     config = TrainConfig.for_env(args.env, **train_overrides(args, log))
     trainer = make_train(config, **args.env_options)
     folder, checkpointer = open_run(
-        args, args.env, {"seeds": seeds, "env_options": args.env_options, **dataclasses.asdict(config)}
+        args, session, args.env, {"seeds": seeds, "env_options": args.env_options, **dataclasses.asdict(config)}
     )
     log(f"training {args.env} for {config.num_iterations} iterations x {len(seeds)} seed(s); run folder {folder}")
     started = time.perf_counter()
@@ -117,20 +118,17 @@ def _starting_evaluation(trainer, run, seeds: list[int], folder: pathlib.Path, l
     import jax
 
     from ftw_jax.running import run_files
-    from ftw_jax.running.host import host_array
     from ftw_jax.running.loop import seed_keys
 
     path = folder / "start.json"
     if run.periods_done_before and path.exists():
-        from ftw_jax.lm.config import read_json  # names the file where it is not JSON
-
-        return read_json(path)
+        return run_files.read_json(path)
     if run.periods_done_before:  # a run started before start.json was written: its start is gone
         return {}
     keys = jax.vmap(lambda key: jax.random.fold_in(key, 1))(seed_keys(seeds))  # not a key the run itself draws
-    evaluation = jax.jit(jax.vmap(trainer.evaluate))(keys, jax.tree.map(lambda leaf: leaf[: len(seeds)], run.carry))
+    evaluation = run.starting_evaluation(keys)
     names = ("return", "success", "greedy_return", "greedy_success")
-    start = {name: host_array(evaluation[name]).tolist() for name in names if name in evaluation}
+    start = {name: evaluation[name].tolist() for name in names if name in evaluation}
     run_files.write_json(path, start)
     success = ""
     if trainer.env.has_success:

@@ -46,7 +46,7 @@ class Setting:
     type: Any  # the resolved annotation
     default: Any
     help: str
-    flag: str  # "--iterations"
+    flag: str  # the command line's: "--iterations" for num_iterations
     short: str | None
     axis: str | None
     listed_choices: tuple | Callable[[], tuple] | None

@@ -1,16 +1,17 @@
 """Functional, jittable environments, and the registry of those the training program knows by name.
 
-    entry = ENVIRONMENTS["sokoban"]      # its factory, the policy architectures that fit it, its defaults
+    entry = ENVIRONMENTS["sokoban"]      # its factory, the policy architectures that fit it
     env = make("sokoban", reward="binary")
 
-A new environment is its module and one `EnvEntry` here; nothing else tests an environment's name.
+A new environment is its module and one `EnvEntry` here (and, if it needs them, one line of training defaults in
+`ftw_jax.algos.defaults`); nothing else tests an environment's name.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from ftw_jax.core.settings import check_field_types, check_option_types
@@ -29,9 +30,6 @@ class EnvEntry:
     make: Callable[..., Environment]  # options -> the environment
     # The policy architectures that fit its observations (`policies.ARCHITECTURES`), the first the default.
     policies: tuple[str, ...]
-    # Training settings (of `TrainConfig` or an algorithm's config) that train it in seconds to minutes on 2 CPU
-    # cores; a setting of another algorithm's config is left out for that algorithm.
-    defaults: Mapping[str, Any]
 
 
 def _gymnax(name: str, **options) -> GymnaxEnvironment:
@@ -41,83 +39,11 @@ def _gymnax(name: str, **options) -> GymnaxEnvironment:
 
 
 ENVIRONMENTS: dict[str, EnvEntry] = {
-    "bandit": EnvEntry(
-        GaussianBandit,
-        ("tabular",),
-        dict(
-            num_iterations=240,
-            episodes_per_iteration=1,
-            pool_capacity=128,
-            num_batches=4,
-            batch_size=5,
-            num_elites=1,
-            optimizer="sgd",
-            learning_rate=0.08,
-            kl_coef=0.05,
-            eval_every=24,
-            eval_episodes=64,
-            num_minibatches=1,  # PPO: one episode per iteration cannot be split
-        ),
-    ),
-    "cartpole": EnvEntry(functools.partial(_gymnax, "CartPole-v1"), ("mlp",), {}),  # the TrainConfig defaults
-    "sokoban": EnvEntry(
-        Sokoban,
-        ("conv", "mlp"),
-        dict(
-            num_iterations=300,
-            episodes_per_iteration=64,
-            pool_capacity=512,
-            num_batches=128,
-            batch_size=4,
-            num_elites=1,
-            optimizer="adam",
-            learning_rate=3e-3,
-            kl_coef=0.0,
-            eval_every=20,
-            eval_episodes=256,
-            updates_per_iteration=4,
-            conv_channels=(16, 16),
-            hidden_sizes=(128,),
-        ),
-    ),
-    "search": EnvEntry(
-        SearchTask,
-        ("lm", "transformer"),
-        dict(
-            num_iterations=400,
-            episodes_per_iteration=128,
-            pool_capacity=512,
-            num_batches=32,
-            batch_size=32,
-            num_elites=1,
-            optimizer="adam",
-            learning_rate=3e-3,
-            kl_coef=0.5,
-            kl_coef_final=0.0,
-            eval_every=40,
-            eval_episodes=256,
-            updates_per_iteration=4,
-        ),
-    ),
-    "text-search": EnvEntry(
-        TextSearchTask,
-        ("lm",),
-        dict(
-            num_iterations=100,
-            episodes_per_iteration=64,
-            pool_capacity=256,
-            num_batches=16,
-            batch_size=16,
-            num_elites=1,
-            optimizer="adam",
-            learning_rate=1e-3,
-            kl_coef=0.1,
-            eval_every=10,
-            eval_episodes=256,
-            updates_per_iteration=2,
-            warm_start_demonstrations=2048,
-        ),
-    ),
+    "bandit": EnvEntry(GaussianBandit, ("tabular",)),
+    "cartpole": EnvEntry(functools.partial(_gymnax, "CartPole-v1"), ("mlp",)),
+    "sokoban": EnvEntry(Sokoban, ("conv", "mlp")),
+    "search": EnvEntry(SearchTask, ("lm", "transformer")),
+    "text-search": EnvEntry(TextSearchTask, ("lm",)),
 }
 
 

@@ -1,6 +1,7 @@
 """Checkpoints of a running program with Orbax: the carry and a JSON record, every few evaluation periods.
 
-    checkpointer = Checkpointer(folder / "checkpoints", fingerprint)   # fingerprint: the run's config, as JSON
+    settings = CheckpointSettings(every=5)          # when: a setting every command takes the same way
+    checkpointer = settings.checkpointer(folder / "checkpoints", fingerprint)   # fingerprint: the config, as JSON
     restored = checkpointer.restore(carry)          # None, or (periods done, carry, record)
     checkpointer.save(periods_done, carry, {"history": ...})
     checkpointer.close()                            # waits for the last write
@@ -17,6 +18,7 @@ afterwards (a truncated file, empty metadata) is set aside and the one before it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import shutil
@@ -29,6 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ftw_jax.core.checks import check_positive_int
+from ftw_jax.core.settings import setting
+
 
 def _as_json(value):
     """A JSON round trip: tuples become lists, so fingerprints compare as they are stored."""
@@ -36,7 +41,7 @@ def _as_json(value):
 
 
 # Settings that decide when a run stops, not what it computes: a resume may change them (a run stopped for its
-# skipped updates goes on past them with --stop-after-skipped 0; lm learn may follow its file, or stop doing so).
+# skipped updates goes on past them with stop_after_skipped 0; lm learn may follow its file, or stop doing so).
 CHANGEABLE_ON_RESUME = frozenset({"stop_after_skipped", "follow", "idle_timeout", "poll_seconds"})
 
 # Settings that name a file or folder (lm learn's episodes and checkpoint, a run's pretrained model): compared by
@@ -128,6 +133,29 @@ def rows_from_record(record: dict | list) -> list[dict]:
     a resumed run computes with the numbers an uninterrupted one has (a bare list, the older format, works too)."""
     rows, dtypes = (record, {}) if isinstance(record, list) else (record["rows"], record["dtypes"])
     return [{name: np.asarray(value, dtypes.get(name)) for name, value in row.items()} for row in rows]
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSettings:
+    """When a run checkpoints, taken the same way by every command (`train`, `sweep`, `compare`'s every phase,
+    `lm learn`): a step is an evaluation period (`lm learn`: an iteration)."""
+
+    every: int = setting(
+        1, "checkpoint every this many evaluation periods (lm learn: iterations), and always after the last one "
+        "and where a run stops", flag="checkpoint_every"
+    )  # fmt: skip
+    keep: int = setting(2, "how many of the newest checkpoints a run folder keeps", flag="checkpoints_kept")
+    off: bool = setting(False, "write no checkpoints (the run cannot be resumed)", flag="no_checkpoint")
+
+    def __post_init__(self):
+        check_positive_int("every", self.every)
+        check_positive_int("keep", self.keep)
+        if not isinstance(self.off, bool):
+            raise ValueError(f"off must be a bool, got {self.off!r}.")
+
+    def checkpointer(self, directory: pathlib.Path, fingerprint: dict) -> Checkpointer | None:
+        """A `Checkpointer` of `directory` at this cadence; None when checkpoints are off."""
+        return None if self.off else Checkpointer(directory, fingerprint, every=self.every, keep=self.keep)
 
 
 class Checkpointer:

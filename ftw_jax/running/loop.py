@@ -185,10 +185,17 @@ class MemberRun:
         check_working_memory(
             compiled.memory_analysis(),
             "making the members' initial state",
-            "use fewer --warm-start-demonstrations, a smaller pool (N) or fewer seeds or grid points",
+            "use fewer `warm_start_demonstrations`, a smaller pool (N) or fewer seeds or grid points",
             holds="the members' state and the warm start's demonstrations",
         )
         return compiled(*arguments)
+
+    def starting_evaluation(self, keys: jax.Array) -> dict[str, np.ndarray]:
+        """Each member's evaluation of the policy it starts from, before any update ({name: [M]}), with one key
+        per member (`keys` [M], consumed): the program's `evaluate` on the members' carry, the fillers left out."""
+        members = jax.tree.map(lambda leaf: leaf[: self.num_members], self.carry)
+        evaluation = jax.jit(jax.vmap(self.trainer.evaluate))(keys, members)
+        return {name: host_array(value) for name, value in evaluation.items()}
 
     def env_steps(self) -> np.ndarray:
         """[M] training env steps of every member so far."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from ftw_jax.running.checkpoints import Checkpointer
+    from ftw_jax.running.checkpoints import CheckpointSettings
 
 
 def make_folder(path: pathlib.Path) -> pathlib.Path:
@@ -90,6 +90,17 @@ def write_json(path: pathlib.Path, payload: dict) -> None:
     write_atomically(path, json.dumps(payload, indent=2, default=_plain) + "\n")
 
 
+def read_json(path: pathlib.Path) -> Any:
+    """A run file's JSON value (config.json, start.json); a ValueError naming the file, line and column where it is
+    not JSON (damaged or edited since it was written)."""
+    try:
+        return json.loads(path.read_bytes())
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}:{error.lineno}: not JSON ({error.msg} at column {error.colno}).") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text (at byte offset {error.start}).") from None
+
+
 def _row(line: str) -> dict | None:
     """One whole JSON line with an iteration, or None for a line torn by a kill mid-write."""
     try:
@@ -139,9 +150,9 @@ def write_csv(path: pathlib.Path, rows: list[dict]) -> None:
 
 
 def check_run_name(name: str) -> str:
-    """`name` if it names a folder directly inside `--out` (no separators, not . or ..), else ValueError."""
+    """`name` if it names a folder directly inside the output folder (no separators, not . or ..), else ValueError."""
     if not name or name in (".", "..") or "/" in name or "\\" in name or name != name.strip():
-        raise ValueError(f"--name must be a plain folder name inside --out (no '/', not '..'), got {name!r}.")
+        raise ValueError(f"`name` must be a plain folder name inside `out` (no '/', not '..'), got {name!r}.")
     return name
 
 
@@ -191,7 +202,7 @@ _UNSTARTED = {"config.json", ".lock", "checkpoints"}
 
 def _discard_if_refused(folder: pathlib.Path, created: bool, error_type, error, traceback) -> bool:
     """After a new run is refused (ValueError, OSError: bad input) before its first checkpoint, removes what it
-    wrote (the folder too, if the run made it), so a retry under the same --name is not refused as taken."""
+    wrote (the folder too, if the run made it), so a retry under the same name is not refused as taken."""
     if error_type is None or not issubclass(error_type, (ValueError, OSError)) or not folder.is_dir():
         return False
     entries = {path.name: path for path in folder.iterdir()}
@@ -199,7 +210,7 @@ def _discard_if_refused(folder: pathlib.Path, created: bool, error_type, error, 
     # compare makes a folder per algorithm and phase below checkpoints/: empty ones hold nothing learnt.
     below = sorted(checkpoints.rglob("*"), reverse=True) if checkpoints is not None else []  # deepest first
     if set(entries) - _UNSTARTED or any(not path.is_dir() for path in below):
-        return False  # something was learnt or written: keep it for --resume
+        return False  # something was learnt or written: keep it to resume
     with contextlib.suppress(OSError):  # a file appearing meanwhile keeps the folder; the error still gets reported
         for empty in [*below, checkpoints] if checkpoints is not None else []:
             empty.rmdir()
@@ -216,31 +227,33 @@ def open_run(
     default_name: str,
     fingerprint: dict,
     *,
-    checkpoint_every: int | None = 1,
+    checkpoints: CheckpointSettings | None = None,
     writer: bool = True,
     cleanup: contextlib.ExitStack | None = None,
-) -> tuple[pathlib.Path, Checkpointer | None]:
-    """(run folder, Checkpointer or None): a new folder (`out/name`, or `out/default_name-DATE-TIME`) holding
-    config.json, or the `resume` folder after checking that it was started with the same configuration.
-    `checkpoint_every=None` writes no checkpoints (refused with `resume`: it would start again and overwrite the
-    logs); only the `writer` process writes files, and it holds the folder's lock until `cleanup` closes."""
-    from ftw_jax.running.checkpoints import Checkpointer, check_same_config
+) -> pathlib.Path:
+    """The run folder: a new one (`out/name`, or `out/default_name-DATE-TIME`) holding config.json, or the `resume`
+    folder after checking that it was started with the same configuration. A resume is refused where
+    `checkpoints` (default `CheckpointSettings()`) are off: it would start again and overwrite the logs. Only the
+    `writer` process writes files, and it holds the folder's lock until `cleanup` closes. The run's checkpointer
+    is `checkpoints.checkpointer(folder / "checkpoints", fingerprint)`."""
+    from ftw_jax.running.checkpoints import CheckpointSettings, check_same_config
 
+    checkpoints = checkpoints or CheckpointSettings()
     if resume:
-        if checkpoint_every is None:
-            raise ValueError("--resume needs the checkpoints: drop --no-checkpoint (nothing written would be kept).")
+        if checkpoints.off:
+            raise ValueError(
+                "`resume` needs the checkpoints that `off` turns off (nothing written would be kept); leave it out."
+            )
         folder, created = resume, False  # never discarded: it holds a run
         if not (folder / "config.json").exists():
-            raise ValueError(f"--resume {folder}: no run there (config.json is missing).")
-        from ftw_jax.lm.config import read_json  # names the file where it is not JSON (a damaged config.json)
-
+            raise ValueError(f"`resume` {folder}: no run there (config.json is missing).")
         check_same_config(read_json(folder / "config.json"), fingerprint, f"the run in {folder}")
     elif name:
         folder = out / check_run_name(name)
         if writer and (folder / "config.json").exists():
-            raise ValueError(f"the run folder {folder} already holds a run; pass --resume {folder} to continue it.")
+            raise ValueError(f"the run folder {folder} already holds a run; pass `resume` {folder} to continue it.")
         if writer and folder.exists() and any(folder.iterdir()):
-            raise ValueError(f"{folder} exists and is not a run folder; choose another --name or --out.")
+            raise ValueError(f"{folder} exists and is not a run folder; choose another `name` or `out`.")
         created = not folder.exists()  # an empty folder of the user's stays
     else:
         folder, created = new_run_folder(out, default_name), True
@@ -251,7 +264,4 @@ def open_run(
                 cleanup.push(functools.partial(_discard_if_refused, folder, created))
             cleanup.enter_context(locked(folder))
         write_json(folder / "config.json", fingerprint)
-    checkpointer = (
-        None if checkpoint_every is None else Checkpointer(folder / "checkpoints", fingerprint, every=checkpoint_every)
-    )
-    return folder, checkpointer
+    return folder

@@ -26,11 +26,11 @@ import numpy as np
 COUNTS = ("applied_count", "skipped_count", "nonfinite_count", "skipped_trailing", "nonfinite_trailing")
 
 NONFINITE_ADVICE = (
-    "try a lower --learning-rate, --max-grad-norm 1 or --optimizer sgd (unless metrics.jsonl's "
+    "try a lower `learning_rate`, `max_grad_norm` 1 or `optimizer` sgd (unless metrics.jsonl's "
     "observation_nonfinite is true: then the episodes hold NaN or infinite observations)"
 )
 NOTHING_KEPT_ADVICE = (
-    "try --elite-rule top_k (beat_minimum keeps nothing from a minibatch of tied returns) or episodes whose "
+    "try `elite_rule` top_k (beat_minimum keeps nothing from a minibatch of tied returns) or episodes whose "
     "returns differ"
 )
 
@@ -175,5 +175,5 @@ def stop_message(
     named = f"{whole}; " if whole else ""
     return (
         f"no update applied for {limit:,} ready update{'s' if limit != 1 else ''} in a row ({named}"
-        f"--stop-after-skipped): {'; '.join(parts)}. " + " ".join(why)
+        f"`stop_after_skipped`): {'; '.join(parts)}. " + " ".join(why)
     )

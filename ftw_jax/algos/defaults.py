@@ -1,0 +1,122 @@
+"""Defaults per (environment, algorithm): one table, as rejax keeps one config per pair.
+
+    settings = defaults.of("sokoban", "ppo")     # the run's settings on sokoban, and PPO's own there
+
+Each environment's entry holds the settings of a run that every algorithm shares there (`run`: B, iterations,
+the network, the optimizer, evaluation; fields of `ftw_jax.train.TrainConfig`) and each algorithm's own (fields
+of its config) under its name: together they train it in seconds to minutes on 2 CPU cores. An environment
+missing here, or an algorithm missing from an entry, runs on the settings' own defaults. A new environment or
+algorithm adds its line here; the environment's registry entry (`ftw_jax.envs`) names no algorithm's settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Defaults:
+    """One environment's defaults: the run's, and each algorithm's own."""
+
+    run: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # settings of the run, every algorithm's
+    algorithms: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)  # name -> its config's
+
+
+DEFAULTS: dict[str, Defaults] = {
+    "bandit": Defaults(
+        run=dict(
+            num_iterations=240,
+            episodes_per_iteration=1,
+            optimizer="sgd",
+            learning_rate=0.08,
+            kl_coef=0.05,
+            eval_every=24,
+            eval_episodes=64,
+        ),
+        algorithms={
+            "ftw": dict(pool_capacity=128, num_batches=4, batch_size=5, num_elites=1),
+            "ppo": dict(num_minibatches=1),  # one episode per iteration cannot be split
+        },
+    ),
+    "cartpole": Defaults(),  # the settings' own defaults
+    "sokoban": Defaults(
+        run=dict(
+            num_iterations=300,
+            episodes_per_iteration=64,
+            optimizer="adam",
+            learning_rate=3e-3,
+            kl_coef=0.0,
+            eval_every=20,
+            eval_episodes=256,
+            conv_channels=(16, 16),
+            hidden_sizes=(128,),
+        ),
+        algorithms={
+            "ftw": dict(pool_capacity=512, num_batches=128, batch_size=4, num_elites=1, updates_per_iteration=4),
+            "reinforce": dict(updates_per_iteration=4),
+            "grpo": dict(updates_per_iteration=4),
+            "ppo": dict(updates_per_iteration=4),  # epochs over the batch
+        },
+    ),
+    "search": Defaults(
+        run=dict(
+            num_iterations=400,
+            episodes_per_iteration=128,
+            optimizer="adam",
+            learning_rate=3e-3,
+            kl_coef=0.5,
+            kl_coef_final=0.0,
+            eval_every=40,
+            eval_episodes=256,
+        ),
+        algorithms={
+            "ftw": dict(pool_capacity=512, num_batches=32, batch_size=32, num_elites=1, updates_per_iteration=4),
+            "reinforce": dict(updates_per_iteration=4),
+            "grpo": dict(updates_per_iteration=4),
+            "ppo": dict(updates_per_iteration=4),
+        },
+    ),
+    "text-search": Defaults(
+        run=dict(
+            num_iterations=100,
+            episodes_per_iteration=64,
+            optimizer="adam",
+            learning_rate=1e-3,
+            kl_coef=0.1,
+            eval_every=10,
+            eval_episodes=256,
+            warm_start_demonstrations=2048,
+        ),
+        algorithms={
+            "ftw": dict(pool_capacity=256, num_batches=16, batch_size=16, num_elites=1, updates_per_iteration=2),
+            "reinforce": dict(updates_per_iteration=2),
+            "grpo": dict(updates_per_iteration=2),
+            "ppo": dict(updates_per_iteration=2),
+        },
+    ),
+}
+
+
+def of(env: str, algorithm: str) -> dict[str, Any]:
+    """The settings a run of `algorithm` on `env` starts from: the environment's run defaults and the algorithm's
+    own there (empty where the table has neither)."""
+    entry = DEFAULTS.get(env, Defaults())
+    return {**entry.run, **entry.algorithms.get(algorithm, {})}
+
+
+def shown(env: str, name: str) -> str | None:
+    """`name`'s default on `env` as a flag's help shows it ("4"; "ftw 4, ppo 1" where algorithms differ); None where
+    the table does not set it."""
+    entry = DEFAULTS.get(env, Defaults())
+    if name in entry.run:
+        return _text(entry.run[name])
+    values = {algorithm: _text(settings[name]) for algorithm, settings in entry.algorithms.items() if name in settings}
+    if len(set(values.values())) == 1:
+        return next(iter(values.values()))
+    return ", ".join(f"{algorithm} {value}" for algorithm, value in values.items()) or None
+
+
+def _text(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
