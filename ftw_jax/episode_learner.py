@@ -265,18 +265,6 @@ def iteration_counts(metrics: dict) -> dict[str, int]:
     return {name: int(value) for name, value in counts.items()}
 
 
-# Files of a Hugging Face folder an engine needs beside the weights (the tokenizer and generation defaults).
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "chat_template.jinja",
-    "special_tokens_map.json",
-    "generation_config.json",
-    "vocab.json",
-    "merges.txt",
-)
-
-
 def weights_folder(run_folder: pathlib.Path, version: int) -> pathlib.Path:
     """Where the weights of policy version `version` go: `weights/version-000012` (sorted by name = by version)."""
     return run_folder / "weights" / f"version-{version:06d}"
@@ -288,7 +276,7 @@ def save_weights(
     """Writes the state's weights as a Hugging Face folder (once per version; atomic) in the dtype the model
     computes in (what the learner's log-probs were computed with), with the starting checkpoint's config.json
     and tokenizer files, and points `weights/latest.json` at it."""
-    from ftw_jax.lm.load import save
+    from ftw_jax.lm.load import TOKENIZER_FILES, save
 
     version = int(host_array(state.policy.version))
     folder = weights_folder(run_folder, version)

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from ftw_jax.core.pool import Trajectory
 from ftw_jax.envs.base import Environment
-from ftw_jax.policies.base import Policy
+from ftw_jax.policies.base import PolicyNetwork
 
 # Steps per chunk of an episode's loop: it stops after the chunk in which the episode ends.
 CHUNK_STEPS = 32
@@ -35,7 +35,7 @@ class Player(flax.struct.PyTreeNode):
 
     env: Environment = flax.struct.field(pytree_node=False)
     env_params: Any
-    policy: Policy = flax.struct.field(pytree_node=False)  # `apply(params, observations [T, ...]) -> [T, A]`
+    policy: PolicyNetwork = flax.struct.field(pytree_node=False)  # `apply(params, observations [T, ...]) -> [T, A]`
     params: Any
     version: jax.Array  # [] int32, recorded on every step
 

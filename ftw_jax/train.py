@@ -29,7 +29,7 @@ from ftw_jax.algos.learner_settings import LearnerSettings, make_optimizer
 from ftw_jax.core.checks import check_positive_int
 from ftw_jax.core.settings import check_settings, check_takes_effect, describe, setting
 from ftw_jax.policies import ARCHITECTURES, FROM_CHECKPOINT
-from ftw_jax.policies.base import Policy
+from ftw_jax.policies.base import PolicyNetwork
 from ftw_jax.rollout import Player, rollout, rollouts
 from ftw_jax.running import skips
 from ftw_jax.running.memory import check_state_memory, state_bytes
@@ -240,7 +240,7 @@ class Trainer:
 
 def make_policy(
     config: TrainConfig, env: envs.Environment, num_outputs: int | None = None, pretrained: Pretrained | None = None
-) -> Policy:
+) -> PolicyNetwork:
     """The config's policy network, of the `pretrained` checkpoint's shape where the run starts from one; with
     `num_outputs` (1 for a critic) the same architecture with that many outputs."""
     assert config.policy is not None  # the environment's default, set when the config was made
@@ -249,7 +249,7 @@ def make_policy(
     return ARCHITECTURES[config.policy](num_outputs or env.num_actions, env, config)
 
 
-def example_trajectory(env: envs.Environment, env_params: Any, policy: Policy) -> Trajectory:
+def example_trajectory(env: envs.Environment, env_params: Any, policy: PolicyNetwork) -> Trajectory:
     """An all-zero trajectory with the shapes and dtypes of one the policy plays in `env`."""
 
     def play(key):
@@ -323,7 +323,7 @@ def make_train(config: TrainConfig, **env_options: Any) -> Trainer:
 
 
 def make_init_params(
-    config: TrainConfig, env: envs.Environment, env_params: Any, policy: Policy
+    config: TrainConfig, env: envs.Environment, env_params: Any, policy: PolicyNetwork
 ) -> Callable[[jax.Array, Any, Any], Any] | None:
     """`init_params(key, observation, start) -> params` of the starting policy: `start` (a checkpoint's) or its
     initialiser's, fitted to demonstrations first when the config asks for a warm start (None: no warm start)."""
@@ -352,7 +352,7 @@ def make_init_params(
 
 
 def make_iteration(
-    config: TrainConfig, env: envs.Environment, env_params: Any, policy: Policy, learner: Learner
+    config: TrainConfig, env: envs.Environment, env_params: Any, policy: PolicyNetwork, learner: Learner
 ) -> Callable[[TrainCarry, tuple[jax.Array, jax.Array] | None], tuple[TrainCarry, dict]]:
     """`iteration(carry, tasks) -> (carry, metrics)`: B episodes with the current policy, then `learner.learn`."""
 
@@ -415,7 +415,7 @@ def batch_diagnostics(batch: Trajectory, group_size: int) -> dict:
 
 
 def make_evaluation(
-    config: TrainConfig, env: envs.Environment, env_params: Any, policy: Policy
+    config: TrainConfig, env: envs.Environment, env_params: Any, policy: PolicyNetwork
 ) -> Callable[[jax.Array, TrainCarry], dict]:
     """`evaluate(key, carry) -> evaluation`: `eval_episodes` episodes of the current policy on the evaluation
     params (the key is consumed; the carry is only read)."""
@@ -447,7 +447,7 @@ def make_evaluation(
 
 
 def make_periods(
-    config: TrainConfig, env: envs.Environment, env_params: Any, policy: Policy, learner: Learner
+    config: TrainConfig, env: envs.Environment, env_params: Any, policy: PolicyNetwork, learner: Learner
 ) -> Callable[[TrainCarry, int], tuple[TrainCarry, tuple[dict, dict]]]:
     """`run(carry, num_periods) -> (carry, (metrics, evaluation))`, jitted: the scan over evaluation periods,
     each (task filtering,) `eval_every` iterations, and an evaluation."""

@@ -257,10 +257,10 @@ MUTATIONS = (
     ),
     Mutation(
         "checkpoint-every-ignored",
-        "--checkpoint-every saves every period anyway",
-        "ftw_jax/cli/flags.py",
-        "checkpoint_every=None if args.no_checkpoint else args.checkpoint_every,",
-        "checkpoint_every=None if args.no_checkpoint else 1,",
+        "--checkpoint-every saves every period anyway (train and compare alike)",
+        "ftw_jax/running/checkpoints.py",
+        "Checkpointer(directory, fingerprint, every=self.every, keep=self.keep)",
+        "Checkpointer(directory, fingerprint, every=1, keep=self.keep)",
         RESUME_TESTS,
     ),
     Mutation(

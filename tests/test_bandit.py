@@ -64,11 +64,11 @@ def test_num_seeds_and_table_and_plot(capsys, tmp_path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["-K", "6"], "num_elites"),
-        (["-C", "200"], "batch_size"),
+        (["-K", "6"], "--num-elites (K=6) must be"),  # the library names the setting, the command line its flag
+        (["-C", "200"], "--batch-size (C=200) must be"),
         (["--arm-means", "1.0"], "arm_means"),
-        (["--learning-rate", "0"], "learning_rate"),
-        (["--iterations", "0"], "num_iterations"),
+        (["--learning-rate", "0"], "--learning-rate must be > 0"),
+        (["--iterations", "0"], "--iterations must be an int >= 1"),
     ],
 )
 def test_bad_options_give_a_clear_error(capsys, argv, message):

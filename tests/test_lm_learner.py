@@ -432,7 +432,7 @@ def test_lm_learn_refuses_a_seed_out_of_range_in_one_line(model_folder, tmp_path
     episodes.write_text(json.dumps(GOOD) + "\n")
     assert lm_learn(model_folder, episodes, tmp_path, "--seed", seed) == 2
     error = capsys.readouterr().err.strip()
-    assert error == f"error: seed must be an int in [0, 2147483647], got {int(seed)}." and "Traceback" not in error
+    assert error == f"error: --seed must be an int in [0, 2147483647], got {int(seed)}." and "Traceback" not in error
     assert not (tmp_path / "run").exists()
 
 
@@ -443,9 +443,7 @@ def test_lm_learn_refuses_a_flag_that_takes_effect_only_when_following(model_fol
     assert lm_learn(model_folder, episodes, tmp_path, *flag) == 2  # was ignored without a word (issue 35)
     error = capsys.readouterr().err.strip()
     assert error.endswith(
-        "takes effect only with follow (--follow true); set that too, or leave "
-        + flag[0][2:].replace("-", "_")
-        + " out."
+        f"takes effect only with --follow; set that too, or leave {flag[0][2:].replace('-', '_')} out."
     )
     assert error.count("\n") == 0 and not (tmp_path / "run").exists()
 

@@ -75,13 +75,18 @@ def test_the_stop_message_is_one_line_naming_members_counts_why_and_what_to_try(
         ["seed 0", "seed 1", "seed 2"], np.array([20, 20, 25]), np.array([20, 20, 5]), 20, whole="a whole period"
     )
     assert "\n" not in message
-    assert "20 ready updates in a row (a whole period; --stop-after-skipped)" in message
+    assert "20 ready updates in a row (a whole period; `stop_after_skipped`)" in message  # the setting's name
     assert "seed 0, seed 1 skipped the last 20 (all non-finite)" in message
     assert "seed 2 skipped the last 25 (5 non-finite, 20 with nothing kept)" in message
-    assert "--learning-rate" in message and "--max-grad-norm" in message and "--optimizer sgd" in message
-    assert "--elite-rule top_k" in message
+    assert "`learning_rate`" in message and "`max_grad_norm` 1" in message and "`optimizer` sgd" in message
+    assert "`elite_rule` top_k" in message
     only_kept = skips.stop_message(["seed 0"], np.array([3]), np.array([0]), 3)
-    assert "(all with nothing kept)" in only_kept and "--learning-rate" not in only_kept
+    assert "(all with nothing kept)" in only_kept and "learning_rate" not in only_kept
+    from ftw_jax.cli.flags import as_flags
+
+    cli.build_parser()  # notes every command's flags
+    assert "a whole period; --stop-after-skipped)" in as_flags(message)  # the command line prints its flags
+    assert "--max-grad-norm 1" in as_flags(message) and "--elite-rule top_k" in as_flags(message)
 
 
 def test_a_resume_may_change_when_a_run_stops_and_nothing_else():

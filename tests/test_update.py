@@ -14,7 +14,7 @@ from conftest import make_trajectories
 import ftw_jax
 from ftw_jax.core import losses
 from ftw_jax.core import pool as pool_lib
-from ftw_jax.policies.base import Policy
+from ftw_jax.policies.base import PolicyNetwork
 
 N, T, D, A = 8, 3, 3, 2
 TRACES = []
@@ -25,7 +25,7 @@ def linear_apply(params, observation):
     return observation @ params["w"] + params["b"]
 
 
-class _LinearModule(Policy):
+class _LinearModule(PolicyNetwork):
     """linear_apply as a Flax module (observation [T, D] -> logits [T, A]), for a learner's `Context`."""
 
     @nn.compact

@@ -24,7 +24,7 @@ from ftw_jax.core.state import PolicyState
 
 
 class Policy(Protocol):
-    """What an algorithm uses of a network (`ftw_jax.policies.base.Policy` declares all of it)."""
+    """What an algorithm uses of a network (`ftw_jax.policies.base.PolicyNetwork` declares all of it)."""
 
     markov: ClassVar[bool]  # the logits at step t depend on observation t alone
     cached: ClassVar[bool]  # it acts one token at a time through a KV cache

@@ -22,7 +22,15 @@ from ftw_jax.cli.flags import FLAGS, Session, as_flags, seeds_of
 from ftw_jax.cli.outputs import print_bandit_table
 from ftw_jax.running import compile_cache, threefry
 
-__all__ = ["STOPPED_SKIPPING", "add_bandit_arguments", "bandit_protocol", "main", "print_bandit_table", "seeds_of"]
+__all__ = [
+    "STOPPED_SKIPPING",
+    "add_bandit_arguments",
+    "build_parser",
+    "bandit_protocol",
+    "main",
+    "print_bandit_table",
+    "seeds_of",
+]
 
 # The exit status of a run stopped because a member applied no update for too long (`--stop-after-skipped`); 2 is
 # bad input, 1 a non-finite evaluation, 128 + N a signal.
@@ -78,10 +86,8 @@ class _CommandParser(argparse.ArgumentParser):
         )
 
 
-def main(argv: list[str] | None = None) -> int:
-    # The command line opts in to JAX's unrolled threefry on CPU (importing ftw_jax does not): the same random bits,
-    # compiled and run faster; FTW_JAX_THREEFRY=rolled keeps JAX's own lowering.
-    threefry.use_unrolled()
+def build_parser() -> argparse.ArgumentParser:
+    """The `ftw-jax` parser, every command's; building it notes each flag by what it sets (`FLAGS`)."""
     parser = argparse.ArgumentParser(
         prog="ftw-jax",
         description="Follow the Winners (FTW) in JAX. Every command lowers JAX's threefry hash unrolled on CPU, as JAX "
@@ -92,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True, parser_class=_CommandParser)
     for command in (bandit, train, sweep, compare, lm):
         command.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    # The command line opts in to JAX's unrolled threefry on CPU (importing ftw_jax does not): the same random bits,
+    # compiled and run faster; FTW_JAX_THREEFRY=rolled keeps JAX's own lowering.
+    threefry.use_unrolled()
+    parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     compile_cache.configure(turned_off=getattr(args, "no_compile_cache", False))  # before the first compile

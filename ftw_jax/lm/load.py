@@ -33,6 +33,18 @@ from ftw_jax.lm.tokenizer import Tokenizer, load_tokenizer
 _LAYER = "model.layers.{}."
 
 
+# Files of a Hugging Face folder an engine needs beside the weights (the tokenizer and generation defaults).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "vocab.json",
+    "merges.txt",
+)
+
+
 def hf_names(config: LMConfig) -> dict[str, tuple[tuple[str, ...], bool]]:
     """Hugging Face tensor name (per layer, with `{}` for the layer) -> (our parameter's path under
     params["params"], whether the tensor is transposed into it). Per-layer tensors stack on a leading axis."""

@@ -1,6 +1,6 @@
 """Flax policies. Each maps one trajectory's observations [T, ...] to logits [T, A].
 
-Parameters stay a plain pytree, so `module.apply` is all the update needs. Each is a `Policy`
+Parameters stay a plain pytree, so `module.apply` is all the update needs. Each is a `PolicyNetwork`
 (`ftw_jax.policies.base`) and declares what it is: `markov = True` says the logits at step t depend on
 observation t alone, so a rollout can act from the current observation; a policy over histories (the default)
 is applied to the whole [T, ...] buffer and read at position t, unless it is `cached` (the LM,
@@ -17,10 +17,10 @@ import jax
 import jax.numpy as jnp
 
 from ftw_jax.core.actions import WithLegalActions, mask_illegal, split_legal_actions
-from ftw_jax.policies.base import Policy
+from ftw_jax.policies.base import PolicyNetwork
 
 
-class TabularPolicy(Policy):
+class TabularPolicy(PolicyNetwork):
     """The same logits [A] at every step, whatever the observation (bandits). Starts uniform."""
 
     num_actions: int
@@ -32,7 +32,7 @@ class TabularPolicy(Policy):
         return jnp.broadcast_to(logits, (observation.shape[0], self.num_actions))
 
 
-class MLPPolicy(Policy):
+class MLPPolicy(PolicyNetwork):
     """A tanh MLP on flat vector observations [T, D] -> logits [T, A]."""
 
     num_actions: int
@@ -48,7 +48,7 @@ class MLPPolicy(Policy):
         return nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01))(x)
 
 
-class ConvPolicy(Policy):
+class ConvPolicy(PolicyNetwork):
     """A small ReLU convnet on grid observations [T, H, W, C] -> logits [T, A].
 
     3x3 'SAME' convolutions, then dense layers on the flattened feature map. Each convolution is written as
@@ -78,7 +78,7 @@ class ConvPolicy(Policy):
         return nn.Dense(self.num_actions, kernel_init=nn.initializers.normal(0.01))(x)
 
 
-class TransformerPolicy(Policy):
+class TransformerPolicy(PolicyNetwork):
     """A tiny causal transformer over token histories [T] int -> logits [T, A] (pre-LayerNorm blocks).
 
     Position t sees tokens 0..t only, so one pass over a whole trajectory gives every step's logits.
@@ -131,7 +131,7 @@ FROM_CHECKPOINT = {
 }
 
 
-def _lm_policy(num_outputs: int, env, config=None) -> Policy:
+def _lm_policy(num_outputs: int, env, config=None) -> PolicyNetwork:
     """An LM over the environment's token histories: `config`'s shape (a checkpoint's), else a tiny fresh one over
     the environment's vocabulary."""
     from ftw_jax.lm.config import tiny_config  # only this loads the LM package

@@ -1,6 +1,6 @@
 """What every policy network declares on its class: how a rollout feeds it, and how an update makes its logits.
 
-    class MyPolicy(Policy):
+    class MyPolicy(PolicyNetwork):
         markov: ClassVar[bool] = True     # the logits at step t read observation t alone
 
 A rollout acts from the current observation (`markov`), through a KV cache one token at a time (`cached`,
@@ -17,7 +17,7 @@ import flax.linen as nn
 from ftw_jax.core.losses import ChunkedLogits
 
 
-class Policy(nn.Module):
+class PolicyNetwork(nn.Module):
     """A Flax module mapping one trajectory's observations [T, ...] to logits [T, A], and what it is."""
 
     markov: ClassVar[bool] = False  # True: the logits at step t depend on observation t alone

@@ -24,7 +24,7 @@ from ftw_jax.core.losses import ChunkedLogits
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.load import Pretrained
 from ftw_jax.lm.model import CausalLM, head_logits, init_cache
-from ftw_jax.policies.base import Policy
+from ftw_jax.policies.base import PolicyNetwork
 
 # From this vocabulary size up, the update makes the logits a chunk of steps at a time (`LMPolicy.logits_chunk`):
 # real tokenizers (GPT-2's 50k, Llama 3's 128k, Qwen's 152k) give logits that outweigh a small model's
@@ -52,7 +52,7 @@ def checkpoint_params(policy: LMPolicy, pretrained: Pretrained) -> dict:
     return {"params": {"lm": pretrained.read_weights()["params"]}}
 
 
-class LMPolicy(Policy):
+class LMPolicy(PolicyNetwork):
     """`CausalLM` over one trajectory's tokens [T] (or `WithLegalActions`, whose illegal actions get
     `ILLEGAL_LOGIT`) -> logits [T, A]; with `cache` and `position`, one step: (logits [1, A], cache)."""
 
