@@ -105,6 +105,11 @@ def parse_episode(line: str, *, vocab_size: int, max_length: int) -> Episode:
         record = json.loads(line)
     except json.JSONDecodeError as error:  # some of json's messages end in "at" ("Unterminated string starting at")
         raise BadEpisode(f"not JSON ({error.msg.removesuffix(' at')} at column {error.pos + 1})") from None
+    return episode_of(record, vocab_size=vocab_size, max_length=max_length)
+
+
+def episode_of(record: Any, *, vocab_size: int, max_length: int) -> Episode:
+    """The episode of one record (a line's JSON value); `BadEpisode` naming the field otherwise."""
     if not isinstance(record, dict):
         raise BadEpisode(f"expected a JSON object, got {type(record).__name__}")
     for field in ("tokens", "spans", "reward"):
@@ -303,27 +308,20 @@ def write_episodes(path: str | os.PathLike[str], records: Iterable[dict]) -> int
 
 
 def sample_records(sample: Sample, rewards: npt.ArrayLike, version: int) -> list[dict]:
-    """The JSONL records of the in-process sampler's continuations (`lm.make_sampler`'s `Sample` [B, P + M]):
-    each row's real tokens (its left padding dropped), the tokens it generated as one span written by `version`
-    with the log-probs they were sampled with, and its reward ([B] floats, e.g. from a verifier)."""
+    """The JSONL records of the in-process sampler's continuations (`lm.make_sampler`'s `Sample` [B, P + M], or a
+    conversation's, `lm.turns`): each row's real tokens (padding and holes dropped), each run of tokens it generated
+    as a span written by `version` with the log-probs they were sampled with, and its reward ([B] floats, e.g. from
+    a verifier)."""
     arrays = {name: np.asarray(getattr(sample, name)) for name in ("tokens", "generated", "logp", "attention_mask")}
     records = []
     for row, reward in enumerate(np.asarray(rewards, np.float64).tolist()):
         real = arrays["attention_mask"][row]
         tokens, generated, logp = (arrays[name][row][real] for name in ("tokens", "generated", "logp"))
-        written = np.flatnonzero(generated)
-        spans = (
-            []
-            if written.size == 0
-            else [
-                {
-                    "start": int(written[0]),
-                    "end": int(written[-1]) + 1,
-                    "version": int(version),
-                    "logprobs": [float(value) for value in logp[written]],
-                }
-            ]
-        )
+        edges = np.flatnonzero(np.diff(np.concatenate([[False], generated, [False]]).astype(np.int8)))
+        spans = [
+            {"start": int(start), "end": int(end), "version": int(version), "logprobs": logp[start:end].tolist()}
+            for start, end in zip(edges[::2], edges[1::2])
+        ]
         records.append({"tokens": [int(token) for token in tokens], "spans": spans, "reward": float(reward)})
     return records
 

@@ -64,18 +64,23 @@ def fit_demonstrations(
     """(params fitted to D fresh demonstrations, the imitation loss of each step [steps])."""
     demo_key, fit_key = jax.random.split(key)
     demos, _ = demonstrations(demo_key, env, env_params, config.demonstrations)
+    return fit_trajectories(fit_key, policy, params, demos, config)
+
+
+def fit_trajectories(
+    key: jax.Array, policy: Policy, params: Any, demos: Trajectory, config: WarmStart
+) -> tuple[Any, jax.Array]:
+    """(params fitted to demonstrations [D, T, ...] given (an LLM task's, written on the host), the imitation loss
+    of each step [steps]): `steps` Adam steps, each on `batch_size` of them drawn with replacement."""
     optimizer = optax.adam(config.learning_rate)
+    count = jax.tree.leaves(demos)[0].shape[0]
 
     def step(carry, key):
         params, opt_state = carry
-        batch = jax.tree.map(
-            lambda leaf: leaf[jax.random.randint(key, (config.batch_size,), 0, config.demonstrations)], demos
-        )
+        batch = jax.tree.map(lambda leaf: leaf[jax.random.randint(key, (config.batch_size,), 0, count)], demos)
         loss, grads = jax.value_and_grad(lambda p: imitation_loss(policy, p, batch))(params)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), loss
 
-    (params, _), step_losses = jax.lax.scan(
-        step, (params, optimizer.init(params)), jax.random.split(fit_key, config.steps)
-    )
+    (params, _), step_losses = jax.lax.scan(step, (params, optimizer.init(params)), jax.random.split(key, config.steps))
     return params, step_losses

@@ -91,43 +91,13 @@ def unchecked_key_reuse():
         yield
 
 
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
 def write_tiny_bpe_checkpoint(folder, vocab_size: int = 320):
-    """A Hugging Face folder as a real chat model's, tiny: a byte-level BPE tokenizer trained on the text search
-    task's words (small enough that some words take several tokens), a Qwen-style chat template, and random
-    weights of `tiny_config`'s shape. Returns the folder."""
-    import json
-    import pathlib
-
-    import tokenizers
-
+    """A Hugging Face folder as a real chat model's, tiny (`ftw_jax.lm.tiny`): a byte-level BPE tokenizer trained on
+    the text search task's words (small enough that some words take several tokens). Returns the folder."""
     from ftw_jax.envs.text_search import INSTRUCTIONS, WORDS
-    from ftw_jax.lm.config import tiny_config
-    from ftw_jax.lm.load import save
-    from ftw_jax.lm.model import CausalLM
+    from ftw_jax.lm.tiny import write_tiny_checkpoint
 
-    folder = pathlib.Path(folder)
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    backend = tokenizers.Tokenizer(tokenizers.models.BPE())
-    backend.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = tokenizers.decoders.ByteLevel()
-    trainer = tokenizers.trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet()
-    )
-    backend.train_from_iterator([INSTRUCTIONS, " ".join(WORDS[3:])] * 3, trainer=trainer)
-    vocab = backend.get_vocab_size()
-    params = CausalLM(tiny_config(vocab)).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
-    save(folder, tiny_config(vocab), params)
-    backend.save(str(folder / "tokenizer.json"))
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps({"chat_template": CHAT_TEMPLATE, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})
-    )
-    return folder
+    return write_tiny_checkpoint(folder, [INSTRUCTIONS, " ".join(WORDS[3:])] * 3, vocab_size)
 
 
 def with_cpu_devices(count: int) -> dict[str, str]:

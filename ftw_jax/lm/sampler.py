@@ -30,7 +30,8 @@ from ftw_jax.lm.model import CausalLM, init_cache
 @dataclasses.dataclass(frozen=True)
 class SamplingConfig:
     """How to continue prompts: M = max_new_tokens per row; temperature 0 is greedy; top_k 0 and top_p 1 cut
-    nothing; a row ends after any of `stop_tokens` (which is kept, as generated); `pad_token` fills the rest."""
+    nothing; a row ends after any of `stop_tokens`, or once its newest tokens are one of `stop_sequences` (token ids
+    of a stop string, e.g. `</search>`; what ends a row is kept, as generated); `pad_token` fills the rest."""
 
     max_new_tokens: int
     temperature: float = 1.0
@@ -38,6 +39,7 @@ class SamplingConfig:
     top_p: float = 1.0
     stop_tokens: tuple[int, ...] = ()
     pad_token: int = 0
+    stop_sequences: tuple[tuple[int, ...], ...] = ()
 
     def check(self, vocab_size: int) -> None:
         if not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
@@ -48,9 +50,11 @@ class SamplingConfig:
             raise ValueError(f"top_k must be an integer in [0, {vocab_size}] (0: off), got {self.top_k!r}.")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1] (1: off), got {self.top_p!r}.")
-        for token in (*self.stop_tokens, self.pad_token):
+        for token in (*self.stop_tokens, self.pad_token, *(t for sequence in self.stop_sequences for t in sequence)):
             if not (isinstance(token, (int, np.integer)) and 0 <= token < vocab_size):
                 raise ValueError(f"stop and pad tokens must be ids in [0, {vocab_size}), got {token!r}.")
+        if not all(isinstance(sequence, tuple) and sequence for sequence in self.stop_sequences):
+            raise ValueError(f"stop_sequences must be non-empty tuples of token ids, got {self.stop_sequences!r}.")
 
 
 class Sample(flax.struct.PyTreeNode):  # frozen
@@ -129,17 +133,16 @@ def _nucleus(scaled: jax.Array, top_p: float, candidates: list[int]) -> jax.Arra
     return from_candidates(candidates)
 
 
-def _write_next(config: SamplingConfig, prompt_length: int, state: dict) -> tuple[dict, jax.Array]:
+def _write_next(config: SamplingConfig, column: jax.Array | int, state: dict) -> tuple[dict, jax.Array]:
     """(state, token [B]): one token for each row still writing, drawn from the sampling distribution of the
-    state's logits and written at column `prompt_length + step` with its log-probabilities (the sampled and the
-    model's own); a stop token ends its row. Rows that are done get the pad token."""
+    state's logits and written at `column` with its log-probabilities (the sampled and the model's own); a stop
+    token, or a stop sequence ending at it, ends its row. Rows that are done get the pad token."""
     key, draw = jax.random.split(state["key"])
     log_probs = sampling_log_probs(state["logits"], config)  # [B, V]
     token = jax.random.categorical(draw, log_probs).astype(jnp.int32)
     active = ~state["done"]
     token = jnp.where(active, token, config.pad_token)
     pick = lambda table: jnp.take_along_axis(table, token[:, None], axis=1)[:, 0]  # noqa: E731
-    column = prompt_length + state["step"]
     write = lambda table, values: jax.lax.dynamic_update_slice(table, values[:, None], (0, column))  # noqa: E731
     stops = jnp.asarray(config.stop_tokens or (-1,), jnp.int32)
     written = dict(
@@ -152,7 +155,18 @@ def _write_next(config: SamplingConfig, prompt_length: int, state: dict) -> tupl
         model_logp=write(state["model_logp"], jnp.where(active, pick(jax.nn.log_softmax(state["logits"])), 0.0)),
         done=state["done"] | (active & jnp.isin(token, stops)),
     )
+    if config.stop_sequences:  # the row's newest tokens, this call's only (-1 before its first)
+        recent = jnp.concatenate([state["recent"][:, 1:], token[:, None]], axis=1)
+        ends = [jnp.all(recent[:, recent.shape[1] - len(s) :] == jnp.asarray(s), axis=1) for s in config.stop_sequences]
+        written.update(recent=recent, done=written["done"] | (active & jnp.any(jnp.stack(ends), axis=0)))
     return written, token
+
+
+def recent_tokens(config: SamplingConfig, batch: int) -> dict:
+    """The state a stop sequence is matched in: each row's newest tokens, as many as the longest (none without)."""
+    if not config.stop_sequences:
+        return {}
+    return {"recent": jnp.full((batch, max(map(len, config.stop_sequences))), -1, jnp.int32)}
 
 
 def _decode_step(
@@ -161,13 +175,13 @@ def _decode_step(
     params: Any,
     key_mask: jax.Array,
     first_position: jax.Array,
-    prompt_length: int,
+    first_column: jax.Array | int,
     state: dict,
 ) -> dict:
     """`_write_next`, then the model's pass over the token written, for the next one's logits.
-    `first_position` [B]: each row's position of its first new token."""
-    column = prompt_length + state["step"]
-    state, token = _write_next(config, prompt_length, state)
+    `first_position` [B]: each row's position of its first new token; `first_column`: the column it is written at."""
+    column = first_column + state["step"]
+    state, token = _write_next(config, column, state)
     logits, cache = model.apply(
         params,
         token[:, None],
@@ -220,12 +234,13 @@ def make_sampler(model: CausalLM, config: SamplingConfig) -> Callable[..., Sampl
             logp=jnp.zeros((batch, slots)),
             model_logp=jnp.zeros((batch, slots)),
             done=jnp.zeros(batch, bool),
+            **recent_tokens(config, batch),
         )
         next_position = prompt_mask.sum(axis=1).astype(jnp.int32)
 
         body = functools.partial(_decode_step, model, config, params, key_mask, next_position, prompt_length)
         state = jax.lax.while_loop(lambda s: (s["step"] < steps - 1) & ~jnp.all(s["done"]), body, state)
-        state, _ = _write_next(config, prompt_length, state)  # the last token needs no pass after it
+        state, _ = _write_next(config, prompt_length + state["step"], state)  # the last token needs no pass after it
         mask = jnp.concatenate([prompt_mask, jnp.zeros((batch, steps), bool)], axis=1) | state["generated"]
         return Sample(
             tokens=state["tokens"],

@@ -1,0 +1,55 @@
+"""What the model wrote, read as Search-R1 reads it: its action in a turn, its final answer, and exact match.
+
+exact_match("The Eiffel Tower!", ["eiffel tower"])      # True: SQuAD's normalisation on both sides
+turn_action("I should look. <search> eiffel </search>")  # ("search", "eiffel")
+final_answer(response)                                  # the last <answer> … </answer>, or None
+"""
+
+from __future__ import annotations
+
+import re
+import string
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+_ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+# Where a turn ends: the first closing tag of an action (what the model wrote after it is not kept).
+STOP_STRINGS = ("</search>", "</answer>")
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's normalisation: lower case, ASCII punctuation removed, then the articles a/an/the, then white space
+    collapsed to single spaces (in that order, as the SQuAD v1.1 evaluation script applies it)."""
+    text = text.lower().translate(_PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match(prediction: str, golden_answers: list[str]) -> bool:
+    """Whether the prediction equals any golden answer once both are normalised (`normalize_answer`)."""
+    if isinstance(golden_answers, str):
+        raise TypeError(f"golden_answers must be a list of strings, got the string {golden_answers!r}.")
+    predicted = normalize_answer(prediction)
+    return any(predicted == normalize_answer(answer) for answer in golden_answers)
+
+
+def turn_action(text: str) -> tuple[str | None, str]:
+    """(action, content) of one turn the model wrote: its first `<search> … </search>` or `<answer> … </answer>`
+    ("search" or "answer", the text between the tags, stripped); (None, "") where it wrote neither, an invalid
+    action."""
+    match = _ACTION.search(text)
+    return (match.group(1), match.group(2).strip()) if match else (None, "")
+
+
+def final_answer(response: str) -> str | None:
+    """The episode's answer: the text of the last `<answer> … </answer>` in what the model wrote (stripped), or
+    None where there is none (a format error, which scores 0)."""
+    answers = _ANSWER.findall(response)
+    return answers[-1].strip() if answers else None
+
+
+def reward(response: str, golden_answers: list[str]) -> float:
+    """1.0 where the episode's final answer matches a golden answer exactly (`exact_match`), else 0.0 (a missing
+    answer included)."""
+    answer = final_answer(response)
+    return float(answer is not None and exact_match(answer, golden_answers))

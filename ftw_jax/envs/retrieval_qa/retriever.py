@@ -1,0 +1,128 @@
+"""BM25 over a corpus, with `bm25s` (sparse BM25 on numpy and scipy): the index built once, saved beside the corpus,
+reused by every later run.
+
+    retriever = BM25Retriever.open("wiki-18.jsonl")        # builds wiki-18.bm25/ the first time
+    retriever.search(["capital of italy"], k=3)            # [[Passage, Passage, Passage]]
+    information(passages)                                  # "Doc 1(Title: \"Rome\") Rome is ...\nDoc 2(..."
+
+Search-R1's BM25 retriever is Lucene's (pyserini): k1 = 0.9, b = 0.4, English stop words and stemming. These are
+the defaults here (`RetrieverSettings`; bm25s's "lucene" scoring, the Snowball English stemmer), so rankings are
+close to Lucene's, not identical: the two tokenise differently. A query that matches no passage gets none, as
+Lucene returns no hit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+from collections.abc import Callable
+
+import numpy as np
+
+from ftw_jax.envs.retrieval_qa.data import BadData, Corpus, Passage
+
+INDEX_FORMAT = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrieverSettings:
+    """How passages are scored: BM25's k1 and b, the stemmer (PyStemmer's name; None: none) and stop words."""
+
+    k1: float = 0.9
+    b: float = 0.4
+    stemmer: str | None = "english"
+    stopwords: str = "en"
+
+
+def index_folder(corpus_path: str | os.PathLike[str]) -> pathlib.Path:
+    """Where a corpus's index goes by default: beside it, `wiki-18.jsonl` -> `wiki-18.bm25/`."""
+    return pathlib.Path(corpus_path).with_suffix(".bm25")
+
+
+class BM25Retriever:
+    """Top-k passages of a `Corpus` for text queries."""
+
+    def __init__(self, corpus: Corpus, model, tokenizer, settings: RetrieverSettings):
+        self.corpus, self.model, self.tokenizer, self.settings = corpus, model, tokenizer, settings
+
+    @staticmethod
+    def _tokenizer(settings: RetrieverSettings):
+        import bm25s.tokenization
+        import Stemmer
+
+        stemmer = None if settings.stemmer is None else Stemmer.Stemmer(settings.stemmer).stemWord
+        return bm25s.tokenization.Tokenizer(stopwords=settings.stopwords, stemmer=stemmer)  # pyright: ignore[reportArgumentType] (None: no stemmer, as bm25s's default)
+
+    @classmethod
+    def open(
+        cls,
+        corpus_path: str | os.PathLike[str],
+        index: str | os.PathLike[str] | None = None,
+        settings: RetrieverSettings = RetrieverSettings(),
+        log: Callable[[str], None] = lambda message: None,
+    ) -> BM25Retriever:
+        """The retriever of the corpus at `corpus_path` (every line checked), with the index in `index` (default
+        `index_folder(corpus_path)`): read if it is there, else built and saved (atomically). An index built from
+        another file or with other settings is refused, naming both."""
+        import bm25s
+
+        corpus = Corpus.open(corpus_path)
+        folder = pathlib.Path(index) if index is not None else index_folder(corpus_path)
+        expected = {
+            "format": INDEX_FORMAT,
+            "corpus_sha256": corpus.sha256,
+            "passages": len(corpus),
+            "settings": dataclasses.asdict(settings),
+        }
+        tokenizer = cls._tokenizer(settings)
+        if folder.exists():
+            _check_index(folder, expected, corpus.path)
+            model = bm25s.BM25.load(str(folder), show_progress=False)
+            tokenizer.load_vocab(str(folder))
+            return cls(corpus, model, tokenizer, settings)
+        log(f"building the BM25 index of {len(corpus):,} passages in {folder}")
+        # a stream, so that the corpus's texts are never all in memory at once (bm25s reads it once, `length` long)
+        contents = corpus.contents()
+        tokens = tokenizer.tokenize(contents, length=len(corpus), return_as="tuple", show_progress=False)  # pyright: ignore[reportArgumentType]
+        model = bm25s.BM25(k1=settings.k1, b=settings.b, method="lucene")
+        model.index(tokens, show_progress=False)
+        partial = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        model.save(str(partial), show_progress=False)
+        tokenizer.save_vocab(str(partial))
+        (partial / "ftw_jax_index.json").write_text(json.dumps(expected, indent=2) + "\n")
+        partial.rename(folder)  # a run stopped while building leaves only the .partial folder
+        return cls(corpus, model, tokenizer, settings)
+
+    def search(self, queries: list[str], k: int = 3) -> list[list[Passage]]:
+        """The k best passages of each query, best first (fewer where fewer passages share a term with it)."""
+        if not queries:
+            return []
+        k = min(k, len(self.corpus))
+        ids = self.tokenizer.tokenize(queries, update_vocab=False, return_as="ids", show_progress=False)
+        found, scores = self.model.retrieve(ids, k=k, show_progress=False, n_threads=1)
+        return [
+            self.corpus.passages([int(i) for i, score in zip(row, row_scores) if score > 0])
+            for row, row_scores in zip(np.asarray(found), np.asarray(scores))
+        ]
+
+
+def _check_index(folder: pathlib.Path, expected: dict, corpus_path: pathlib.Path) -> None:
+    record_path = folder / "ftw_jax_index.json"
+    if not record_path.is_file():
+        raise BadData(f"{folder}: not an index ftw_jax built (no ftw_jax_index.json); move it or name another.")
+    record = json.loads(record_path.read_text())
+    for field in ("format", "corpus_sha256", "passages", "settings"):
+        if record.get(field) != expected[field]:
+            raise BadData(
+                f"{folder}: the index was built for another corpus or settings ({field} {record.get(field)!r}, "
+                f"{corpus_path} has {expected[field]!r}); delete the folder to rebuild it."
+            )
+
+
+def information(passages: list[Passage]) -> str:
+    """The passages as the model reads them between `<information>` tags: `Doc i(Title: title) text`, one a line."""
+    return "".join(f"Doc {i}(Title: {p.title}) {p.text}\n" for i, p in enumerate(passages, start=1))

@@ -1,0 +1,136 @@
+"""A small world written in Search-R1's file formats, to try the task where the real data is not at hand.
+
+    paths = write_synthetic(folder, people=200, seed=0)   # corpus.jsonl, train/test .parquet and .jsonl
+
+P invented people, one passage each ('"Name"\\nName is a painter born in Lisbon. Name learned the craft from
+Other Name.'), and distractor passages that share the words but answer nothing. Questions ask a person's city or
+occupation (one hop: one search) or their teacher's city (two hops: the passage names the teacher, a second
+search finds the city). Train and test ask about different people, so a model must learn to search and read, not
+to remember. Each question row also carries `demonstration`: the turns a demonstrator writes (searches, then the
+answer), which `ftw-jax lm train --demonstrations` fits before reinforcement; the readers ignore it.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+
+_FIRST = (
+    "ada",
+    "bram",
+    "cleo",
+    "dara",
+    "emil",
+    "fenn",
+    "gita",
+    "hugo",
+    "iris",
+    "jorn",
+    "kira",
+    "lev",
+    "mira",
+    "nils",
+    "odette",
+    "pavel",
+    "quin",
+    "rosa",
+    "sven",
+    "tilde",
+)
+_LAST = (
+    "varden",
+    "okafor",
+    "lindqvist",
+    "moreau",
+    "tanaka",
+    "brandt",
+    "castell",
+    "dunmore",
+    "ekwueme",
+    "falk",
+    "garrow",
+    "halloran",
+    "ibsen",
+    "jaramillo",
+)
+_CITIES = ("lisbon", "oslo", "quito", "hanoi", "dakar", "perth", "sofia", "lima", "cairo", "riga", "porto", "kyoto")
+_JOBS = ("painter", "baker", "sailor", "weaver", "surgeon", "poet", "mason", "chemist", "pilot", "farmer")
+
+
+def _title(name: str) -> str:
+    return " ".join(part.capitalize() for part in name.split())
+
+
+def _world(people: int, rng: np.random.Generator) -> list[dict]:
+    names = [f"{first} {last}" for first in _FIRST for last in _LAST]
+    if people > len(names):
+        raise ValueError(f"people must be at most {len(names)}, got {people}.")
+    chosen = [names[i] for i in rng.permutation(len(names))[:people]]
+    return [
+        {
+            "name": name,
+            "city": _CITIES[rng.integers(len(_CITIES))],
+            "job": _JOBS[rng.integers(len(_JOBS))],
+            "teacher": chosen[(index + 1 + rng.integers(people - 1)) % people],
+        }
+        for index, name in enumerate(chosen)
+    ]
+
+
+def _question(person: dict, by_name: dict, kind: str, index: int, split: str) -> dict:
+    name, search = _title(person["name"]), f"<search> {_title(person['name'])} </search>"
+    if kind == "city":
+        question, answer, turns = f"where was {name} born?", person["city"], [search]
+    elif kind == "job":
+        question, answer, turns = f"what is the occupation of {name}?", person["job"], [search]
+    else:
+        teacher = by_name[person["teacher"]]
+        question, answer = f"where was the teacher of {name} born?", teacher["city"]
+        turns = [search, f"<search> {_title(teacher['name'])} </search>"]
+    answers = [_title(answer), answer] if kind != "job" else [answer, f"a {answer}"]
+    return {
+        "id": f"{split}_{index}",
+        "question": question,
+        "golden_answers": answers,
+        "data_source": "synthetic-two-hop" if kind == "teacher" else "synthetic",
+        "demonstration": [*turns, f"<answer> {_title(answer) if kind != 'job' else answer} </answer>"],
+    }
+
+
+def write_synthetic(
+    folder: str | pathlib.Path, *, people: int = 200, distractors: int = 100, two_hop: float = 0.2, seed: int = 0
+) -> dict[str, pathlib.Path]:
+    """Writes corpus.jsonl, train.parquet, test.parquet (and the questions as train.jsonl, test.jsonl) into
+    `folder`; returns their paths by name. A quarter of the people are the test split's."""
+    import pyarrow
+    import pyarrow.parquet
+
+    folder = pathlib.Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    world = _world(people, rng)
+    by_name = {person["name"]: person for person in world}
+    passages = [
+        f'"{_title(p["name"])}"\n{_title(p["name"])} is a {p["job"]} born in {_title(p["city"])}. '
+        f"{_title(p['name'])} learned the craft from {_title(p['teacher'])}."
+        for p in world
+    ]
+    for index in range(distractors):
+        city, job = _CITIES[index % len(_CITIES)], _JOBS[index % len(_JOBS)]
+        passages.append(f'"{_title(city)} ({index})"\nMany a {job} has lived in {_title(city)}, a city of the coast.')
+    order = rng.permutation(len(passages))
+    paths = {"corpus": folder / "corpus.jsonl"}
+    with paths["corpus"].open("w") as file:
+        for number, index in enumerate(order):
+            file.write(json.dumps({"id": str(number), "contents": passages[index]}) + "\n")
+    test_people = max(1, people // 4)
+    for split, group in (("test", world[:test_people]), ("train", world[test_people:])):
+        kinds = ["teacher" if rng.random() < two_hop else ("city" if rng.random() < 0.5 else "job") for _ in group]
+        rows = [_question(person, by_name, kind, i, split) for i, (person, kind) in enumerate(zip(group, kinds))]
+        paths[split] = folder / f"{split}.parquet"
+        pyarrow.parquet.write_table(pyarrow.Table.from_pylist(rows), paths[split])
+        paths[f"{split}_jsonl"] = folder / f"{split}.jsonl"
+        paths[f"{split}_jsonl"].write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return paths

@@ -1,0 +1,244 @@
+"""The task in Search-R1's protocol: a question in the checkpoint's chat template, then turns of the model with a
+retriever between them, then exact match.
+
+    task = RetrievalQA(tokenizer, retriever, RetrievalQASettings())
+    task.check(questions)                                   # every prompt renders and fits, before any compile
+    sampler = task.turn_sampler(model)                      # compiled once; `greedy=True` for evaluation
+    played = task.play(sampler, params, key, questions)    # B episodes: conversations, rewards, answers
+
+A turn is the model writing until `</search>`, `</answer>`, its end-of-turn token or `response_tokens`. A turn
+with `<search> query </search>` gets `\\n\\n<information>Doc 1(Title: …) …</information>\\n\\n` (the top_k
+passages, cut to `information_tokens`); one with `<answer> … </answer>` ends the episode; one with neither is told
+it was invalid and goes on. After `search_turns` turns with a tool reply, one last turn is the model's (a search
+there gets no reply). The reward is 1 where the last `<answer>` the model wrote matches a golden answer exactly.
+Everything but the model's turns (the prompt, the replies) is the environment's: outside the loss and the KL.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import jax
+import numpy as np
+
+from ftw_jax.core.settings import check_settings, setting
+from ftw_jax.envs.retrieval_qa.answers import STOP_STRINGS, final_answer, reward, turn_action
+from ftw_jax.envs.retrieval_qa.data import BadData, Question
+from ftw_jax.envs.retrieval_qa.retriever import BM25Retriever, information
+
+if TYPE_CHECKING:
+    from ftw_jax.lm.model import CausalLM
+    from ftw_jax.lm.sampler import Sample
+    from ftw_jax.lm.tokenizer import Tokenizer
+    from ftw_jax.lm.turns import Conversation, TurnSampler
+
+# The instruction a question without its own chat prompt is given (Search-R1's processed files carry theirs in
+# `prompt`): the same tags and the same steps, in our words.
+INSTRUCTION = (
+    "Answer the question below. Think inside <think> and </think> each time you receive new information. If you "
+    "lack some knowledge, search for it with <search> query </search>; the most relevant passages come back "
+    "between <information> and </information>. You may search as many times as you need. When you know the "
+    "answer, give it inside <answer> and </answer> with no explanation, e.g. <answer> Paris </answer>. Question: "
+)
+INVALID_ACTION = (
+    "\nThat action was invalid: to search, write the query between <search> and </search>; to answer, write the "
+    "answer between <answer> and </answer>. Let me try again.\n"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalQASettings:
+    """The protocol's sizes (Search-R1's defaults: `max_turns`, `max_response_length`, `max_obs_length`,
+    `max_start_length`, `topk`)."""
+
+    search_turns: int = setting(2, "turns whose search gets a reply; one last turn follows for the answer")
+    response_tokens: int = setting(500, "the most tokens the model writes in one turn")
+    information_tokens: int = setting(500, "the most tokens of retrieved passages a search gets (cut after)")
+    prompt_tokens: int = setting(2048, "the longest prompt in tokens, chat template included (longer ones refused)")
+    top_k: int = setting(3, "passages a search returns")
+    temperature: float = setting(1.0, "the sampling temperature of training rollouts (evaluation is greedy)")
+
+    def __post_init__(self):
+        check_settings(self)
+        for name in ("search_turns", "response_tokens", "information_tokens", "prompt_tokens", "top_k"):
+            value, least = getattr(self, name), 0 if name == "search_turns" else 1
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= least):
+                raise ValueError(f"{name} must be an int >= {least}, got {value!r}.")
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0 for training rollouts, got {self.temperature!r}.")
+
+    @property
+    def max_length(self) -> int:
+        """The longest episode: the prompt, every turn and every reply at their most."""
+        turns = self.search_turns + 1
+        return self.prompt_tokens + turns * self.response_tokens + self.search_turns * self.information_tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class Played:
+    """B episodes of the task."""
+
+    sample: Sample  # [B, max_length] columns, holes included (`ftw_jax.episodes.sample_records` drops them)
+    rewards: np.ndarray  # [B] float32: exact match of the final answer
+    answers: list[str | None]  # the final answers (None: none given)
+    searches: np.ndarray  # [B] int: searches that got a reply
+    responses: list[str]  # what the model wrote, its turns joined
+
+
+class RetrievalQA:
+    """The task over a tokenizer (the checkpoint's, with its chat template) and a retriever."""
+
+    def __init__(self, tokenizer: Tokenizer, retriever: BM25Retriever, settings: RetrievalQASettings):
+        if tokenizer.pad_id is None or tokenizer.eos_id is None:
+            raise ValueError("the tokenizer names no end-of-sequence token (`eos_token` in tokenizer_config.json).")
+        self.tokenizer, self.retriever, self.settings = tokenizer, retriever, settings
+
+    def prompt(self, question: Question) -> str:
+        """The question as the model reads it: its chat messages (the file's, else `INSTRUCTION` and the question)
+        through the checkpoint's chat template, ending with the opening of the assistant's turn."""
+        messages = question.messages or ({"role": "user", "content": INSTRUCTION + question.question},)
+        try:
+            return self.tokenizer.chat(list(messages))
+        except Exception as error:  # jinja2's errors, or no template at all
+            raise BadData(f"{question.where}: the chat template does not render this question ({error}).") from None
+
+    def check(self, questions: list[Question]) -> None:
+        """Refuses (`BadData`, naming the file and line) a question whose prompt does not render or is longer than
+        `prompt_tokens`."""
+        prompts = [self.prompt(question) for question in questions]
+        for question, encoded in zip(questions, self.tokenizer.backend.encode_batch(prompts, add_special_tokens=False)):
+            if len(encoded.ids) > self.settings.prompt_tokens:
+                raise BadData(
+                    f"{question.where}: `question`'s prompt is {len(encoded.ids)} tokens, more than `prompt_tokens` "
+                    f"{self.settings.prompt_tokens}."
+                )
+
+    def stop_sequences(self) -> tuple[tuple[int, ...], ...]:
+        """The token ids that end a turn: each stop string as it is written alone and after a space, a newline or a
+        word (a byte-level tokenizer may merge what precedes it into its first token). A stop string written
+        otherwise is found in the turn's text (`play` cuts the turn there)."""
+        found = set()
+        for stop in STOP_STRINGS:
+            for before in ("", " ", "\n", "x"):
+                head, whole = self.tokenizer.encode(before), self.tokenizer.encode(before + stop)
+                if whole[: len(head)] == head and len(whole) > len(head):
+                    found.add(tuple(whole[len(head) :]))
+        return tuple(sorted(found))
+
+    def turn_sampler(self, model: CausalLM, greedy: bool = False) -> TurnSampler:
+        from ftw_jax.lm.sampler import SamplingConfig
+        from ftw_jax.lm.turns import make_turn_sampler
+
+        assert self.tokenizer.eos_id is not None and self.tokenizer.pad_id is not None  # checked in __init__
+        config = SamplingConfig(
+            max_new_tokens=self.settings.response_tokens,
+            temperature=0.0 if greedy else self.settings.temperature,
+            stop_tokens=(self.tokenizer.eos_id,),
+            pad_token=self.tokenizer.pad_id,
+            stop_sequences=self.stop_sequences(),
+        )
+        return make_turn_sampler(model, config, self.settings.max_length)
+
+    def _left_padded(self, rows: list[list[int]], width: int) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.full((len(rows), width), self.tokenizer.pad_id, np.int32)
+        mask = np.zeros((len(rows), width), bool)
+        for row, tokens in enumerate(rows):
+            if tokens:
+                ids[row, width - len(tokens) :], mask[row, width - len(tokens) :] = tokens, True
+        return ids, mask
+
+    def play(self, sampler: TurnSampler, params: Any, key: jax.Array, questions: list[Question]) -> Played:
+        """One episode per question, all in one batch (see the module's docstring); the key is consumed."""
+        size = len(questions)
+        prompts = [self.tokenizer.encode(self.prompt(question)) for question in questions]
+        talk = sampler.start(params, *self._left_padded(prompts, self.settings.prompt_tokens))
+        active, searches = np.ones(size, bool), np.zeros(size, np.int64)
+        responses = [""] * size
+        for turn in range(self.settings.search_turns + 1):
+            first = int(talk.column)
+            talk = sampler.generate(params, jax.random.fold_in(key, turn), talk, active)
+            talk, texts = self._cut_at_stop(talk, first, active)
+            replies: list[list[int]] = [[] for _ in range(size)]
+            queries = {}
+            for row in np.flatnonzero(active):
+                responses[row] += texts[row]
+                action, content = turn_action(texts[row])
+                if action == "answer" or turn == self.settings.search_turns:
+                    active[row] = False
+                elif action == "search":
+                    queries[row] = content
+                else:
+                    replies[row] = self.tokenizer.encode(INVALID_ACTION)
+            for row, passages in zip(queries, self.retriever.search(list(queries.values()), self.settings.top_k)):
+                replies[row] = self.reply(passages)
+                searches[row] += 1
+            if active.any():
+                talk = sampler.append(params, talk, *self._left_padded(replies, self.settings.information_tokens))
+        golden = [question.golden_answers for question in questions]
+        return Played(
+            sample=talk.sample,
+            rewards=np.asarray([reward(text, list(answers)) for text, answers in zip(responses, golden)], np.float32),
+            answers=[final_answer(text) for text in responses],
+            searches=searches,
+            responses=responses,
+        )
+
+    def reply(self, passages: list) -> list[int]:
+        """The tokens a search gets: its passages between `<information>` tags, cut to `information_tokens`."""
+        text = f"\n\n<information>{information(passages).strip()}</information>\n\n"
+        return self.tokenizer.encode(text)[: self.settings.information_tokens]
+
+    def demonstration(self, question: Question, turns: list[str]) -> dict:
+        """The episode record (`ftw_jax.episodes`' schema, reward 1, log-probs 0) of a demonstrator that writes these
+        turns, with the replies `play` gives them: the prompt, then each turn and, after a search within
+        `search_turns`, its passages (after an invalid turn, `INVALID_ACTION`)."""
+        where = f"{question.where}: `demonstration`"
+        if not (isinstance(turns, list) and turns and all(isinstance(turn, str) and turn for turn in turns)):
+            raise BadData(f"{where} must be a non-empty list of the turns' texts, got {turns!r:.80}.")
+        if len(turns) > self.settings.search_turns + 1:
+            raise BadData(
+                f"{where} has {len(turns)} turns, more than `search_turns` + 1 = {self.settings.search_turns + 1}."
+            )
+        tokens, spans = self.tokenizer.encode(self.prompt(question)), []
+        for number, turn in enumerate(turns):
+            written = self.tokenizer.encode(turn)
+            if len(written) > self.settings.response_tokens:
+                raise BadData(f"{where}: turn {number} is {len(written)} tokens, more than `response_tokens`.")
+            spans.append(
+                {
+                    "start": len(tokens),
+                    "end": len(tokens) + len(written),
+                    "version": 0,
+                    "logprobs": [0.0] * len(written),
+                }
+            )
+            tokens += written
+            action, content = turn_action(turn)
+            if number < len(turns) - 1:
+                if action == "answer":
+                    raise BadData(f"{where}: turn {number} answers, yet more turns follow it.")
+                passages = self.retriever.search([content], self.settings.top_k)[0] if action == "search" else None
+                tokens += self.reply(passages) if passages is not None else self.tokenizer.encode(INVALID_ACTION)
+        return {"tokens": tokens, "spans": spans, "reward": 1.0, "id": question.id}
+
+    def _cut_at_stop(self, talk: Conversation, first: int, active: np.ndarray) -> tuple[Conversation, list[str]]:
+        """(conversation, each row's turn as text): a turn that wrote a stop string its last tokens do not end
+        with (tokens the stop sequences missed) loses the tokens after the one that completed it."""
+        generated = np.asarray(talk.generated[:, first : int(talk.column)])
+        tokens = np.asarray(talk.tokens[:, first : int(talk.column)])
+        texts, drop = [], np.zeros(np.shape(talk.generated), bool)
+        for row in range(len(active)):
+            ids = tokens[row][generated[row]].tolist()
+            text = self.tokenizer.decode(ids)
+            ends = [text.find(stop) + len(stop) for stop in STOP_STRINGS if stop in text]
+            if ends and min(ends) < len(text.rstrip()):
+                keep = next(n for n in range(1, len(ids) + 1) if self._stopped(ids[:n]))
+                drop[row, first + np.flatnonzero(generated[row])[keep:]] = True
+                text = self.tokenizer.decode(ids[:keep])
+            texts.append(text if active[row] else "")
+        return (talk.dropping(drop) if drop.any() else talk), texts
+
+    def _stopped(self, ids: list[int]) -> bool:
+        text = self.tokenizer.decode(ids)
+        return any(stop in text for stop in STOP_STRINGS)

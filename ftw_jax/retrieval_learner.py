@@ -1,0 +1,257 @@
+"""Retrieval QA in Search-R1's protocol, trained in one process: the model's turns on the device, the retriever
+on the host between them, and the LM learner's FTW updates on the episodes (`ftw-jax lm train --task
+retrieval-qa`).
+
+    summary = train_retrieval_qa(config, files, model_path, run_folder, checkpointer, report)
+
+Each iteration plays B training questions (sampled at `temperature`, in a fresh order each pass over the file),
+adds their episodes to the pool and runs U FTW updates (`ftw_jax.episode_learner`: the same learner `lm learn`
+runs on an engine's episodes). Greedy exact match on the test questions is measured before the first iteration,
+every `eval_every` iterations and after the last, by `data_source`, as the paper reports it. With demonstrations,
+the model is first fitted to them (cross-entropy on the demonstrator's turns) and the result is where learning
+starts and the KL's reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import time
+from collections import defaultdict
+from typing import Any
+
+import jax
+import numpy as np
+
+from ftw_jax.core.checks import check_positive_int
+from ftw_jax.core.settings import check_settings, setting
+from ftw_jax.envs.retrieval_qa.data import Question, read_demonstrations, read_questions
+from ftw_jax.envs.retrieval_qa.retriever import BM25Retriever
+from ftw_jax.envs.retrieval_qa.task import RetrievalQA, RetrievalQASettings
+from ftw_jax.episode_learner import (
+    NONFINITE_ADVICE,
+    EpisodeLearner,
+    LearnConfig,
+    LearnReport,
+    learn_batch,
+    policy_params,
+    save_weights,
+)
+from ftw_jax.episodes import episode_of, sample_records, to_trajectories
+from ftw_jax.running import skips
+from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
+from ftw_jax.running.host import host_array
+from ftw_jax.running.signals import raise_if_stopped
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalTrainConfig:
+    """The run's own settings; the learner's are `learn` (its `max_length` the task's), the protocol's `task`."""
+
+    iterations: int = setting(100, "iterations: each plays B training questions, then U updates")
+    eval_every: int = setting(10, "greedy exact match on the test questions every this many iterations")
+    eval_questions: int | None = setting(None, "evaluate on the first this many test questions (None: all)")
+    warm_start_steps: int = setting(0, "Adam steps of cross-entropy on the demonstrations before reinforcement")
+    warm_start_learning_rate: float = setting(1e-3, "the warm start's Adam learning rate")
+    warm_start_batch_size: int = setting(16, "demonstrations per warm-start step, drawn with replacement")
+    learn: LearnConfig = dataclasses.field(
+        default_factory=lambda: LearnConfig(max_length=RetrievalQASettings().max_length)
+    )
+    task: RetrievalQASettings = dataclasses.field(default_factory=RetrievalQASettings)
+
+    def __post_init__(self):
+        check_settings(self)
+        for name in ("iterations", "eval_every", "warm_start_batch_size"):
+            check_positive_int(name, getattr(self, name))
+        if self.eval_questions is not None:
+            check_positive_int("eval_questions", self.eval_questions)
+        if not (isinstance(self.warm_start_steps, int) and self.warm_start_steps >= 0):
+            raise ValueError(f"warm_start_steps must be an int >= 0, got {self.warm_start_steps!r}.")
+        if not self.warm_start_learning_rate > 0:
+            raise ValueError(f"warm_start_learning_rate must be > 0, got {self.warm_start_learning_rate!r}.")
+        if self.learn.max_length != self.task.max_length:
+            raise ValueError(
+                f"the learner's `max_length` ({self.learn.max_length}) must be the task's longest episode "
+                f"({self.task.max_length}: `prompt_tokens` + turns x `response_tokens` + searches x "
+                "`information_tokens`)."
+            )
+        if self.learn.follow:
+            raise ValueError("`follow` reads an engine's episodes; an in-process run plays its own.")
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalFiles:
+    """Where the data is: Search-R1's question files, the corpus, and optionally the index and demonstrations."""
+
+    questions: pathlib.Path
+    test_questions: pathlib.Path
+    corpus: pathlib.Path
+    index: pathlib.Path | None = None
+    demonstrations: pathlib.Path | None = None
+
+
+def evaluate(task: RetrievalQA, sampler: Any, params: Any, questions: list[Question], batch: int) -> dict:
+    """Greedy exact match over the questions, in batches of `batch` (the last filled with repeats, left out of the
+    count): {"test_em": mean, "test_em/<data_source>": mean of each source, "test_searches": mean}."""
+    rewards, searches = [], []
+    for start in range(0, len(questions), batch):
+        chunk = questions[start : start + batch]
+        played = task.play(sampler, params, jax.random.key(0), chunk + [chunk[0]] * (batch - len(chunk)))
+        rewards += played.rewards[: len(chunk)].tolist()
+        searches += played.searches[: len(chunk)].tolist()
+    by_source = defaultdict(list)
+    for question, value in zip(questions, rewards):
+        by_source[question.data_source or "all"].append(value)
+    row = {"test_em": float(np.mean(rewards)), "test_searches": float(np.mean(searches))}
+    if len(by_source) > 1:
+        row.update({f"test_em/{source}": float(np.mean(values)) for source, values in sorted(by_source.items())})
+    return row
+
+
+def _warm_started(
+    config: RetrievalTrainConfig, task: RetrievalQA, learner: EpisodeLearner, params: dict, path: pathlib.Path, log
+) -> dict:
+    """The CausalLM params fitted to the demonstrations in `path` (`warm_start.fit_trajectories`)."""
+    from ftw_jax.warm_start import WarmStart, fit_trajectories
+
+    vocab, length = learner.model_config.vocab_size, config.learn.max_length
+    records = [task.demonstration(question, turns) for question, turns in read_demonstrations(path)]
+    demos = to_trajectories([episode_of(record, vocab_size=vocab, max_length=length) for record in records], length)
+    settings = WarmStart(
+        len(records), config.warm_start_steps, config.warm_start_learning_rate, config.warm_start_batch_size
+    )
+    fit = jax.jit(lambda key, params, demos: fit_trajectories(key, learner.policy, params, demos, settings))
+    fitted, losses = fit(jax.random.key(config.learn.seed), policy_params(params), demos)
+    losses = np.asarray(losses)
+    steps = config.warm_start_steps
+    log(f"warm start: {len(records)} demonstrations, {steps} steps, cross-entropy {losses[0]:.3f} -> {losses[-1]:.3f}")
+    return {"params": fitted["params"]["lm"]}
+
+
+def _order(seed: int, count: int, iteration: int, batch: int) -> list[int]:
+    """The training questions of an iteration: passes over the file, each in its own order (a key per pass)."""
+    orders, indices = {}, []
+    for slot in range(iteration * batch, (iteration + 1) * batch):
+        epoch, offset = divmod(slot, count)
+        if epoch not in orders:
+            orders[epoch] = np.asarray(jax.random.permutation(jax.random.fold_in(jax.random.key(seed), epoch), count))
+        indices.append(int(orders[epoch][offset]))
+    return indices
+
+
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    """What a run reads and builds before it learns: every file checked, the model loaded."""
+
+    task: RetrievalQA
+    train_questions: list[Question]
+    test_questions: list[Question]
+    model: Any
+    params: dict
+    learner: EpisodeLearner
+
+
+def _prepared(config: RetrievalTrainConfig, files: RetrievalFiles, model_path: pathlib.Path, log) -> _Prepared:
+    """Reads and checks the tokenizer, the question files, the corpus (its index built or read) and the prompts,
+    then loads the model: a bad file is refused before anything compiles."""
+    from ftw_jax.lm.load import load
+    from ftw_jax.lm.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(model_path)
+    train_questions, test_questions = read_questions(files.questions), read_questions(files.test_questions)
+    test_questions = test_questions[: config.eval_questions]
+    task = RetrievalQA(tokenizer, BM25Retriever.open(files.corpus, files.index, log=log), config.task)
+    task.check(train_questions)
+    task.check(test_questions)
+    model, params = load(model_path, dtype=config.learn.dtype, param_dtype=config.learn.param_dtype)
+    if model.config.vocab_size < tokenizer.vocab_size:
+        raise ValueError(
+            f"{model_path}: the model's vocabulary ({model.config.vocab_size}) is smaller than its tokenizer's "
+            f"({tokenizer.vocab_size})."
+        )
+    learner = EpisodeLearner.build(config.learn, model.config)
+    return _Prepared(task, train_questions, test_questions, model, params, learner)
+
+
+def _play_and_learn(
+    run: _Prepared, config: RetrievalTrainConfig, sampler: Any, state: Any, iteration: int, files, skipped: dict
+) -> tuple[Any, dict, dict]:
+    """One iteration: B training questions played, their episodes into the pool, U updates: (state, its row, the
+    skipped-update totals)."""
+    batch, learn = config.learn.episodes_per_iteration, config.learn
+    questions = [run.train_questions[i] for i in _order(learn.seed, len(run.train_questions), iteration, batch)]
+    version = int(host_array(state.policy.version))
+    key = jax.random.fold_in(jax.random.key(learn.seed + 1), iteration)
+    played = run.task.play(sampler, run.learner.model_params(state), key, questions)
+    records = sample_records(played.sample, played.rewards, version)
+    vocab = run.model.config.vocab_size
+    episodes = [episode_of(record, vocab_size=vocab, max_length=learn.max_length) for record in records]
+    state, row, skipped = learn_batch(
+        run.learner, state, lambda tree: tree, episodes, iteration, files.questions, skipped
+    )
+    answered = float(np.mean([answer is not None for answer in played.answers]))
+    return state, {**row, "searches_mean": float(played.searches.mean()), "answered": answered}, skipped
+
+
+def train_retrieval_qa(
+    config: RetrievalTrainConfig,
+    files: RetrievalFiles,
+    model_path: pathlib.Path,
+    run_folder: pathlib.Path,
+    checkpointer: Checkpointer | None,
+    report: LearnReport,
+) -> dict:
+    """`ftw-jax lm train --task retrieval-qa` (see the module's docstring). Every file is read and checked before
+    anything compiles; resumes from the checkpointer's latest. Returns the run's summary, each evaluation's row
+    (`evaluations`) in it."""
+    started, log, batch = time.perf_counter(), report.log, config.learn.episodes_per_iteration
+    run = _prepared(config, files, model_path, log)
+    state = run.learner.init(run.params)
+    restored = checkpointer.restore(state) if checkpointer else None
+    if restored:
+        done, state, record = restored
+        evaluations, skipped = record["evaluations"], {**dict.fromkeys(skips.TOTALS, 0), **record["skipped"]}
+        log(f"resumed after iteration {done}")
+    else:
+        done, evaluations, skipped = 0, [], dict.fromkeys(skips.TOTALS, 0)
+        if files.demonstrations is not None and config.warm_start_steps:
+            fitted = _warm_started(config, run.task, run.learner, run.params, files.demonstrations, log)
+            state = run.learner.init(fitted)
+    report.resumed(done)
+    sampler, greedy = run.task.turn_sampler(run.model), run.task.turn_sampler(run.model, greedy=True)
+
+    def evaluated(iteration: int) -> None:
+        params = run.learner.model_params(state)
+        evaluations.append({"iteration": iteration, **evaluate(run.task, greedy, params, run.test_questions, batch)})
+        log(f"iteration {iteration:>4}  test exact match {evaluations[-1]['test_em']:.1%} ({len(run.test_questions)})")
+
+    if not evaluations:
+        evaluated(0)
+    log(f"{config.iterations} iterations of {batch} of {len(run.train_questions)} questions; run folder {run_folder}")
+    limit = skips.limit_of(config.learn.stop_after_skipped, config.learn.algorithm_config.updates_per_iteration)
+    whole = "a whole iteration" if config.learn.stop_after_skipped is None else ""
+    for iteration in range(done, config.iterations):
+        raise_if_stopped()
+        state, row, skipped = _play_and_learn(run, config, sampler, state, iteration, files, skipped)
+        report.iteration({"iteration": iteration + 1, "episodes": (iteration + 1) * batch, **row}, config.iterations)
+        last = iteration + 1 == config.iterations
+        if (iteration + 1) % config.eval_every == 0 or last:
+            evaluated(iteration + 1)
+        if (iteration + 1) % config.learn.save_every == 0 or last:
+            save_weights(run_folder, run.learner, state, model_path)
+        stop = skips.stop_for_skips(["the learner"], skipped, limit, whole=whole, nonfinite_advice=NONFINITE_ADVICE)
+        save_then_stop(
+            checkpointer, iteration + 1, state, {"evaluations": evaluations, "skipped": skipped}, last=last, stop=stop
+        )
+    return {
+        "iterations": config.iterations,
+        "version": int(host_array(state.policy.version)),
+        "test_em_start": evaluations[0]["test_em"],
+        "test_em_final": evaluations[-1]["test_em"],
+        "test_em_best": max(row["test_em"] for row in evaluations),
+        "test_questions": len(run.test_questions),
+        "evaluations": evaluations,
+        **{name: skipped[name] for name in ("updates_skipped", "updates_nonfinite")},
+        "weights": str(save_weights(run_folder, run.learner, state, model_path)),
+        "seconds": time.perf_counter() - started,
+    }
