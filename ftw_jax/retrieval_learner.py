@@ -43,25 +43,30 @@ from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
 from ftw_jax.running.host import host_array
 from ftw_jax.running.signals import raise_if_stopped
 
+# The learner's settings where this task's defaults are not `lm learn`'s: Search-R1's learning rate and KL weight for
+# 3B models, bfloat16 compute over float32 master weights, and B = 64 conversations a batch (their KV cache, at
+# the protocol's 4,548 slots, is 10.6 GiB for Qwen2.5-3B in bfloat16).
+LEARNER_DEFAULTS = {"episodes_per_iteration": 64, "learning_rate": 1e-6, "kl_coef": 1e-3, "dtype": "bfloat16"}
+
 
 @dataclasses.dataclass(frozen=True)
 class RetrievalTrainConfig:
     """The run's own settings; the learner's are `learn` (its `max_length` the task's), the protocol's `task`."""
 
-    iterations: int = setting(100, "iterations: each plays B training questions, then U updates")
+    num_iterations: int = setting(100, "iterations: each plays B training questions, then U updates", flag="iterations")
     eval_every: int = setting(10, "greedy exact match on the test questions every this many iterations")
     eval_questions: int | None = setting(None, "evaluate on the first this many test questions (None: all)")
     warm_start_steps: int = setting(0, "Adam steps of cross-entropy on the demonstrations before reinforcement")
     warm_start_learning_rate: float = setting(1e-3, "the warm start's Adam learning rate")
     warm_start_batch_size: int = setting(16, "demonstrations per warm-start step, drawn with replacement")
     learn: LearnConfig = dataclasses.field(
-        default_factory=lambda: LearnConfig(max_length=RetrievalQASettings().max_length)
+        default_factory=lambda: LearnConfig(max_length=RetrievalQASettings().max_length, **LEARNER_DEFAULTS)
     )
     task: RetrievalQASettings = dataclasses.field(default_factory=RetrievalQASettings)
 
     def __post_init__(self):
         check_settings(self)
-        for name in ("iterations", "eval_every", "warm_start_batch_size"):
+        for name in ("num_iterations", "eval_every", "warm_start_batch_size"):
             check_positive_int(name, getattr(self, name))
         if self.eval_questions is not None:
             check_positive_int("eval_questions", self.eval_questions)
@@ -227,14 +232,17 @@ def train_retrieval_qa(
 
     if not evaluations:
         evaluated(0)
-    log(f"{config.iterations} iterations of {batch} of {len(run.train_questions)} questions; run folder {run_folder}")
+    questions = len(run.train_questions)
+    log(f"{config.num_iterations} iterations of {batch} of {questions} questions; run folder {run_folder}")
     limit = skips.limit_of(config.learn.stop_after_skipped, config.learn.algorithm_config.updates_per_iteration)
     whole = "a whole iteration" if config.learn.stop_after_skipped is None else ""
-    for iteration in range(done, config.iterations):
+    for iteration in range(done, config.num_iterations):
         raise_if_stopped()
         state, row, skipped = _play_and_learn(run, config, sampler, state, iteration, files, skipped)
-        report.iteration({"iteration": iteration + 1, "episodes": (iteration + 1) * batch, **row}, config.iterations)
-        last = iteration + 1 == config.iterations
+        report.iteration(
+            {"iteration": iteration + 1, "episodes": (iteration + 1) * batch, **row}, config.num_iterations
+        )
+        last = iteration + 1 == config.num_iterations
         if (iteration + 1) % config.eval_every == 0 or last:
             evaluated(iteration + 1)
         if (iteration + 1) % config.learn.save_every == 0 or last:
@@ -244,7 +252,7 @@ def train_retrieval_qa(
             checkpointer, iteration + 1, state, {"evaluations": evaluations, "skipped": skipped}, last=last, stop=stop
         )
     return {
-        "iterations": config.iterations,
+        "iterations": config.num_iterations,
         "version": int(host_array(state.policy.version)),
         "test_em_start": evaluations[0]["test_em"],
         "test_em_final": evaluations[-1]["test_em"],

@@ -77,7 +77,8 @@ def fit_trajectories(
 
     def step(carry, key):
         params, opt_state = carry
-        batch = jax.tree.map(lambda leaf: leaf[jax.random.randint(key, (config.batch_size,), 0, count)], demos)
+        drawn = jax.random.randint(key, (config.batch_size,), 0, count)  # once: the same rows of every field
+        batch = jax.tree.map(lambda leaf: leaf[drawn], demos)
         loss, grads = jax.value_and_grad(lambda p: imitation_loss(policy, p, batch))(params)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), loss

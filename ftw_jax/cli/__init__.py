@@ -59,16 +59,26 @@ def resume_command(argv: list[str], folder: pathlib.Path) -> str:
     return " ".join(["ftw-jax", *kept, "--resume", str(folder)])
 
 
+def _noted(action: argparse.Action) -> argparse.Action:
+    """`action`, its long flag noted by what it sets (`FLAGS`)."""
+    long = [option for option in action.option_strings if option.startswith("--")]
+    if long:
+        FLAGS.setdefault(action.dest, long[0])
+    return action
+
+
 class _CommandParser(argparse.ArgumentParser):
     """A subcommand's parser, with the options every command takes; it notes each flag by what it sets (`FLAGS`),
     so that what the package says of a setting reads as the flag that sets it (`as_flags`), help included."""
 
     def add_argument(self, *args, **kwargs):
-        action = super().add_argument(*args, **kwargs)
-        long = [option for option in action.option_strings if option.startswith("--")]
-        if long:
-            FLAGS.setdefault(action.dest, long[0])
-        return action
+        return _noted(super().add_argument(*args, **kwargs))
+
+    def add_argument_group(self, *args, **kwargs):
+        group = super().add_argument_group(*args, **kwargs)
+        add = group.add_argument
+        group.add_argument = lambda *args, **kwargs: _noted(add(*args, **kwargs))  # a group's flags are noted too
+        return group
 
     def format_help(self) -> str:
         return as_flags(super().format_help())

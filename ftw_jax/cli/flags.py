@@ -129,11 +129,15 @@ def _shown(value) -> str:
 
 
 def add_settings(
-    parser: argparse.ArgumentParser, settings: Iterable[Setting], *, env_defaults: bool | str = False
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    settings: Iterable[Setting],
+    *,
+    env_defaults: bool | str = False,
+    defaults_here: dict | None = None,
 ) -> None:
     """One flag per setting name (the first declaration's help; its default shown, with each environment's own
-    (`ftw_jax.algos.defaults`) when `env_defaults` is True, or that environment's when it names one). Every flag
-    defaults to None: not given."""
+    (`ftw_jax.algos.defaults`) when `env_defaults` is True, or that environment's when it names one, or the
+    command's own in `defaults_here`). Every flag defaults to None: not given."""
     from ftw_jax.algos import defaults
 
     seen = set()
@@ -143,7 +147,9 @@ def add_settings(
         seen.add(item.name)
         kind = typing.get_origin(item.base_type) is typing.Literal and str or item.base_type
         default = f"default {_shown(item.default)}"
-        if isinstance(env_defaults, str):
+        if defaults_here and item.name in defaults_here:  # a command whose defaults are not the setting's own
+            default = f"default {_shown(defaults_here[item.name])}"
+        elif isinstance(env_defaults, str):
             default = f"default {defaults.shown(env_defaults, item.name) or _shown(item.default)}"
         elif env_defaults:
             shown = {env: defaults.shown(env, item.name) for env in defaults.DEFAULTS}

@@ -88,9 +88,15 @@ def _add_learn_parser(commands) -> None:
 def _add_train_parser(commands) -> None:
     train = commands.add_parser(
         "train",
-        help="the text search agent in-process: a warm start on demonstrations, then FTW (or a baseline)",
-        description="`ftw-jax train --env text-search`: a tiny Qwen2-shaped LM fitted to the demonstrator's "
-        "episodes (--warm-start-demonstrations), then trained by --algorithm on its own rollouts.",
+        help="an LLM agent's whole loop in-process: the text search agent, or retrieval QA in Search-R1's protocol",
+        description="--task text-search (default): `ftw-jax train --env text-search`, a tiny Qwen2-shaped LM fitted "
+        "to the demonstrator's episodes (--warm-start-demonstrations), then trained by --algorithm on its own "
+        "rollouts. --task retrieval-qa: a Hugging Face checkpoint (--model PATH) answers Search-R1's questions "
+        "(--questions, --test-questions) with a BM25 retriever over --corpus between its turns, trained by FTW on "
+        "exact match; greedy test exact match every --eval-every iterations (docs/lm.md, Retrieval QA).",
+    )
+    train.add_argument(
+        "--task", choices=("text-search", "retrieval-qa"), default="text-search", help="the task (default text-search)"
     )
     add_seeds(train)
     train.add_argument(
@@ -100,9 +106,108 @@ def _add_train_parser(commands) -> None:
         help="options of the text search task, e.g. 'two_hop_fraction=1.0,guess_rate=0.8'",
     )
     add_settings(train, training_settings(), env_defaults="text-search")
+    _add_retrieval_arguments(train)
     add_run_folder_arguments(train)
     train.add_argument("--no-plot", action="store_true", help="do not write the learning-curve PNG")
-    train.set_defaults(handler=train_command.run, env="text-search")
+    train.set_defaults(handler=_run_train, env="text-search")
+
+
+def _retrieval_settings() -> list:
+    """The settings `--task retrieval-qa` reads: its run's, the protocol's, the learner's (`lm learn`'s but what an
+    in-process run sets itself) and FTW's."""
+    from ftw_jax.algos.ftw import FTWConfig
+    from ftw_jax.core.settings import describe
+    from ftw_jax.envs.retrieval_qa.task import RetrievalQASettings
+    from ftw_jax.episode_learner import LearnConfig
+    from ftw_jax.retrieval_learner import RetrievalTrainConfig
+
+    learner = [item for item in describe(LearnConfig) if item.name not in _SET_BY_THE_RUN]
+    return [*describe(RetrievalTrainConfig), *describe(RetrievalQASettings), *learner, *describe(FTWConfig)]
+
+
+_SET_BY_THE_RUN = ("max_length", "follow", "idle_timeout", "poll_seconds")  # LearnConfig's, for `lm learn` alone
+_RETRIEVAL_FILES = {
+    "questions": "the training questions: Search-R1's train.parquet, or a FlashRAG-style .jsonl",
+    "test_questions": "the questions test exact match is measured on (test.parquet or .jsonl)",
+    "corpus": "the passages, JSON Lines of {id, contents: '\"Title\"\\ntext'} (e.g. wiki-18.jsonl)",
+    "index": "the BM25 index folder (default: beside the corpus, CORPUS.bm25; built there the first time)",
+    "demonstrations": "questions whose rows carry `demonstration` (the turns to imitate), fitted before FTW",
+}
+
+
+def _add_retrieval_arguments(train: argparse.ArgumentParser) -> None:
+    from ftw_jax.retrieval_learner import LEARNER_DEFAULTS
+
+    shown = {item.name: item.default for item in _retrieval_settings()}
+    shown.update(LEARNER_DEFAULTS)
+    shared = {item.name: item.flag for item in training_settings()}
+    group = train.add_argument_group(
+        "retrieval-qa",
+        "with --task retrieval-qa; flags above that it shares take these defaults: "
+        + ", ".join(f"{flag} {shown[name]}" for name, flag in shared.items() if name in shown and name != "model"),
+    )
+    for name, help in _RETRIEVAL_FILES.items():
+        group.add_argument(f"--{name.replace('_', '-')}", type=pathlib.Path, metavar="PATH", help=help)
+    add_settings(group, [item for item in _retrieval_settings() if item.name not in shared], defaults_here=shown)
+
+
+def _run_train(args: argparse.Namespace, session: Session) -> int:
+    if args.task == "text-search":
+        given = [name for name in (*_RETRIEVAL_FILES, *_retrieval_only()) if getattr(args, name, None) is not None]
+        if given:
+            raise ValueError(f"`{given[0]}` is a setting of --task retrieval-qa, not of the text search task.")
+        return train_command.run(args, session)
+    names = {item.name for item in _retrieval_settings()}
+    text_search_only = [item.name for item in training_settings() if item.name not in names and item.name != "model"]
+    given = [name for name in text_search_only if getattr(args, name, None) is not None]
+    if given or args.env_options or args.seeds:
+        what = f"`{given[0]}`" if given else "--env-options" if args.env_options else "--seeds"
+        raise ValueError(f"{what} is a setting of the text search task, not of --task retrieval-qa (it takes `seed`).")
+    return _run_retrieval_qa(args, session)
+
+
+def _retrieval_only() -> list[str]:
+    shared = {item.name for item in training_settings()}
+    return [item.name for item in _retrieval_settings() if item.name not in shared]
+
+
+def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
+    from ftw_jax.algos.ftw import FTWConfig
+    from ftw_jax.core.settings import describe
+    from ftw_jax.envs.retrieval_qa.task import RetrievalQASettings
+    from ftw_jax.episode_learner import LearnConfig
+    from ftw_jax.retrieval_learner import LEARNER_DEFAULTS, RetrievalFiles, RetrievalTrainConfig, train_retrieval_qa
+
+    for name in ("questions", "test_questions", "corpus", "model"):
+        if getattr(args, name) is None:
+            raise ValueError(f"--task retrieval-qa needs `{name}`.")
+    task = RetrievalQASettings(**given_settings(args, describe(RetrievalQASettings)))
+    learner = [item for item in describe(LearnConfig) if item.name not in _SET_BY_THE_RUN]
+    learn = LearnConfig(
+        **{**LEARNER_DEFAULTS, **given_settings(args, learner)},
+        max_length=task.max_length,
+        algorithm_config=FTWConfig(**given_settings(args, describe(FTWConfig))),
+    )
+    config = RetrievalTrainConfig(**given_settings(args, describe(RetrievalTrainConfig)), learn=learn, task=task)
+    paths = {name: getattr(args, name) for name in _RETRIEVAL_FILES}
+    files = RetrievalFiles(**{name: path and path.resolve() for name, path in paths.items()})
+    model = pathlib.Path(args.model).resolve()
+    fingerprint = {"model": str(model), **{k: str(v) for k, v in dataclasses.asdict(files).items()}}
+    folder, checkpointer = open_run(args, session, "retrieval-qa", {**fingerprint, **dataclasses.asdict(config)})
+    report = outputs.LearnOutputs(folder, log=logger(args), updates=config.learn.algorithm_config.updates_per_iteration)
+    try:
+        summary = train_retrieval_qa(config, files, model, folder, checkpointer, report)
+    finally:
+        if checkpointer:
+            checkpointer.close()
+    report.finished(summary)
+    if not args.no_plot:
+        outputs.save_exact_match_curve(folder, summary["evaluations"])
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        outputs.print_retrieval_summary(summary)
+    return 0
 
 
 def _mesh(text: str) -> tuple[int, int]:

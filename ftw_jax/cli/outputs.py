@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import sys
 import typing
 
 import numpy as np
@@ -361,3 +362,34 @@ def print_learn_summary(summary: dict) -> None:
         f"{summary['version']} ({summary['updates_skipped']:,} updates skipped, {summary['updates_nonfinite']:,} "
         f"non-finite): weights in {summary['weights']} ({summary['seconds']:.1f} s)"
     )
+
+
+# ------------------------------------------------------------------------------------------------ retrieval QA
+
+
+def save_exact_match_curve(folder: pathlib.Path, evaluations: list[dict]) -> None:
+    """exact_match.png: greedy test exact match against iterations (the first point: before any update)."""
+    from ftw_jax.running.plots import save_learning_curves
+
+    save_learning_curves(
+        folder / "exact_match.png",
+        np.asarray([[row["test_em"] for row in evaluations]]),
+        ["test"],
+        title="FTW on retrieval QA: greedy exact match",
+        ylabel="exact match",
+        xlabel="iteration",
+        x=np.asarray([[row["iteration"] for row in evaluations]]),
+    )
+
+
+def print_retrieval_summary(summary: dict) -> None:
+    start, final, best = (summary[f"test_em_{name}"] for name in ("start", "final", "best"))
+    print(
+        f"test exact match {start:.1%} -> {final:.1%} (best {best:.1%}) over {summary['test_questions']} questions, "
+        f"{summary['iterations']} iterations, policy version {summary['version']}: weights in {summary['weights']} "
+        f"({summary['seconds']:.1f} s)"
+    )
+    if final <= start:
+        print(
+            f"warning: test exact match did not rise ({start:.1%} -> {final:.1%}): nothing was learnt", file=sys.stderr
+        )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -69,6 +70,7 @@ class BM25Retriever:
         another file or with other settings is refused, naming both."""
         import bm25s
 
+        logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs each step at DEBUG where logging is set up so
         corpus = Corpus.open(corpus_path)
         folder = pathlib.Path(index) if index is not None else index_folder(corpus_path)
         expected = {

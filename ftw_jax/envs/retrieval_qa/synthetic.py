@@ -5,9 +5,9 @@
 P invented people, one passage each ('"Name"\\nName is a painter born in Lisbon. Name learned the craft from
 Other Name.'), and distractor passages that share the words but answer nothing. Questions ask a person's city or
 occupation (one hop: one search) or their teacher's city (two hops: the passage names the teacher, a second
-search finds the city). Train and test ask about different people, so a model must learn to search and read, not
-to remember. Each question row also carries `demonstration`: the turns a demonstrator writes (searches, then the
-answer), which `ftw-jax lm train --demonstrations` fits before reinforcement; the readers ignore it.
+search finds the city). Train, test and demonstrations ask about different people, so a model must learn to search
+and read, not remember. Each question row also carries `demonstration`: the turns a demonstrator writes (searches,
+then the answer), which `ftw-jax lm train --demonstrations` fits before reinforcement; the readers ignore it.
 """
 
 from __future__ import annotations
@@ -17,43 +17,14 @@ import pathlib
 
 import numpy as np
 
-_FIRST = (
-    "ada",
-    "bram",
-    "cleo",
-    "dara",
-    "emil",
-    "fenn",
-    "gita",
-    "hugo",
-    "iris",
-    "jorn",
-    "kira",
-    "lev",
-    "mira",
-    "nils",
-    "odette",
-    "pavel",
-    "quin",
-    "rosa",
-    "sven",
-    "tilde",
+_FIRST = tuple(
+    "ada bram cleo dara emil fenn gita hugo iris jorn kira lev mira nils odette pavel quin rosa sven tilde anouk "
+    "bruno celia dmitri elin farah goran hana ilya jana kofi lena marek nora otto petra rafael sanna tomas una".split()
 )
-_LAST = (
-    "varden",
-    "okafor",
-    "lindqvist",
-    "moreau",
-    "tanaka",
-    "brandt",
-    "castell",
-    "dunmore",
-    "ekwueme",
-    "falk",
-    "garrow",
-    "halloran",
-    "ibsen",
-    "jaramillo",
+_LAST = tuple(
+    "varden okafor lindqvist moreau tanaka brandt castell dunmore ekwueme falk garrow halloran ibsen jaramillo "
+    "kowalski larsen mendel novak orsini petrov quiroga rask santos thorne ulrich vance weller yilmaz zeller "
+    "abara".split()
 )
 _CITIES = ("lisbon", "oslo", "quito", "hanoi", "dakar", "perth", "sofia", "lima", "cairo", "riga", "porto", "kyoto")
 _JOBS = ("painter", "baker", "sailor", "weaver", "surgeon", "poet", "mason", "chemist", "pilot", "farmer")
@@ -102,8 +73,9 @@ def _question(person: dict, by_name: dict, kind: str, index: int, split: str) ->
 def write_synthetic(
     folder: str | pathlib.Path, *, people: int = 200, distractors: int = 100, two_hop: float = 0.2, seed: int = 0
 ) -> dict[str, pathlib.Path]:
-    """Writes corpus.jsonl, train.parquet, test.parquet (and the questions as train.jsonl, test.jsonl) into
-    `folder`; returns their paths by name. A quarter of the people are the test split's."""
+    """Writes corpus.jsonl and the questions of three splits of the people (test: a quarter, demonstrations: a
+    quarter, train: the rest) as SPLIT.parquet and SPLIT.jsonl into `folder`; returns their paths by name (`corpus`,
+    `train`, `train_jsonl`, ...)."""
     import pyarrow
     import pyarrow.parquet
 
@@ -125,8 +97,13 @@ def write_synthetic(
     with paths["corpus"].open("w") as file:
         for number, index in enumerate(order):
             file.write(json.dumps({"id": str(number), "contents": passages[index]}) + "\n")
-    test_people = max(1, people // 4)
-    for split, group in (("test", world[:test_people]), ("train", world[test_people:])):
+    quarter = max(1, people // 4)
+    splits = (
+        ("test", world[:quarter]),
+        ("demonstrations", world[quarter : 2 * quarter]),
+        ("train", world[2 * quarter :]),
+    )
+    for split, group in splits:
         kinds = ["teacher" if rng.random() < two_hop else ("city" if rng.random() < 0.5 else "job") for _ in group]
         rows = [_question(person, by_name, kind, i, split) for i, (person, kind) in enumerate(zip(group, kinds))]
         paths[split] = folder / f"{split}.parquet"

@@ -108,11 +108,14 @@ class RetrievalQA:
         `prompt_tokens`."""
         prompts = [self.prompt(question) for question in questions]
         for question, encoded in zip(questions, self.tokenizer.backend.encode_batch(prompts, add_special_tokens=False)):
-            if len(encoded.ids) > self.settings.prompt_tokens:
-                raise BadData(
-                    f"{question.where}: `question`'s prompt is {len(encoded.ids)} tokens, more than `prompt_tokens` "
-                    f"{self.settings.prompt_tokens}."
-                )
+            self._check_length(question, len(encoded.ids))
+
+    def _check_length(self, question: Question, length: int) -> None:
+        if length > self.settings.prompt_tokens:
+            raise BadData(
+                f"{question.where}: `question`'s prompt is {length} tokens, more than `prompt_tokens` "
+                f"{self.settings.prompt_tokens}."
+            )
 
     def stop_sequences(self) -> tuple[tuple[int, ...], ...]:
         """The token ids that end a turn: each stop string as it is written alone and after a space, a newline or a
@@ -152,6 +155,8 @@ class RetrievalQA:
         """One episode per question, all in one batch (see the module's docstring); the key is consumed."""
         size = len(questions)
         prompts = [self.tokenizer.encode(self.prompt(question)) for question in questions]
+        for question, prompt in zip(questions, prompts):
+            self._check_length(question, len(prompt))
         talk = sampler.start(params, *self._left_padded(prompts, self.settings.prompt_tokens))
         active, searches = np.ones(size, bool), np.zeros(size, np.int64)
         responses = [""] * size
@@ -169,7 +174,7 @@ class RetrievalQA:
                 elif action == "search":
                     queries[row] = content
                 else:
-                    replies[row] = self.tokenizer.encode(INVALID_ACTION)
+                    replies[row] = self.reply(None)
             for row, passages in zip(queries, self.retriever.search(list(queries.values()), self.settings.top_k)):
                 replies[row] = self.reply(passages)
                 searches[row] += 1
@@ -184,9 +189,14 @@ class RetrievalQA:
             responses=responses,
         )
 
-    def reply(self, passages: list) -> list[int]:
-        """The tokens a search gets: its passages between `<information>` tags, cut to `information_tokens`."""
-        text = f"\n\n<information>{information(passages).strip()}</information>\n\n"
+    def reply(self, passages: list | None) -> list[int]:
+        """The tokens a turn gets: a search's passages between `<information>` tags, or (None: the turn had no action)
+        `INVALID_ACTION`; cut to `information_tokens`, as Search-R1 cuts every observation."""
+        text = (
+            INVALID_ACTION
+            if passages is None
+            else f"\n\n<information>{information(passages).strip()}</information>\n\n"
+        )
         return self.tokenizer.encode(text)[: self.settings.information_tokens]
 
     def demonstration(self, question: Question, turns: list[str]) -> dict:
@@ -219,7 +229,7 @@ class RetrievalQA:
                 if action == "answer":
                     raise BadData(f"{where}: turn {number} answers, yet more turns follow it.")
                 passages = self.retriever.search([content], self.settings.top_k)[0] if action == "search" else None
-                tokens += self.reply(passages) if passages is not None else self.tokenizer.encode(INVALID_ACTION)
+                tokens += self.reply(passages)
         return {"tokens": tokens, "spans": spans, "reward": 1.0, "id": question.id}
 
     def _cut_at_stop(self, talk: Conversation, first: int, active: np.ndarray) -> tuple[Conversation, list[str]]:

@@ -1,0 +1,39 @@
+"""Writes a small world in Search-R1's formats and a tiny chat checkpoint whose tokenizer is trained on it: what
+`ftw-jax lm train --task retrieval-qa` runs on where the real data and a GPU are not at hand.
+
+    python experiments/search_r1/make_tiny.py /tmp/tiny-qa         # corpus.jsonl, train/test .parquet, model/
+
+Then (docs/results.md's CPU run):
+
+    ftw-jax lm train --task retrieval-qa --model /tmp/tiny-qa/model --questions /tmp/tiny-qa/train.parquet \\
+        --test-questions /tmp/tiny-qa/test.parquet --corpus /tmp/tiny-qa/corpus.jsonl \\
+        --demonstrations /tmp/tiny-qa/demonstrations.parquet ...
+"""
+
+import argparse
+import json
+import pathlib
+
+from ftw_jax.envs.retrieval_qa.synthetic import write_synthetic
+from ftw_jax.envs.retrieval_qa.task import INSTRUCTION, INVALID_ACTION
+from ftw_jax.lm.tiny import write_tiny_checkpoint
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", type=pathlib.Path)
+    parser.add_argument("--people", type=int, default=280, help="people in the world (at most 280)")
+    parser.add_argument("--vocab-size", type=int, default=1024, help="the BPE tokenizer's vocabulary at most")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    paths = write_synthetic(args.folder, people=args.people, seed=args.seed)
+    lines = [
+        json.loads(line) for name in ("corpus", "train_jsonl", "demonstrations_jsonl") for line in open(paths[name])
+    ]
+    texts = [row.get("contents") or " ".join([row["question"], *row["demonstration"]]) for row in lines]
+    write_tiny_checkpoint(args.folder / "model", [*texts, INSTRUCTION, INVALID_ACTION] * 2, args.vocab_size, args.seed)
+    print(f"wrote {', '.join(sorted(path.name for path in paths.values()))} and model/ in {args.folder}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,388 @@
+"""Retrieval QA in Search-R1's protocol: the answer's normalisation, the readers and their refusals, the BM25
+retriever against bm25s called directly, the turn sampler's stops, holes and log-probs, the turn loop's replies
+and rewards, and the command line end to end (on a small world written in the same file formats)."""
+
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ftw_jax import cli, lm
+from ftw_jax.envs.retrieval_qa import (
+    BadData,
+    BM25Retriever,
+    RetrievalQA,
+    RetrievalQASettings,
+    exact_match,
+    final_answer,
+    normalize_answer,
+    read_questions,
+    turn_action,
+)
+from ftw_jax.envs.retrieval_qa.answers import reward
+from ftw_jax.envs.retrieval_qa.data import Corpus, read_demonstrations
+from ftw_jax.envs.retrieval_qa.synthetic import write_synthetic
+from ftw_jax.envs.retrieval_qa.task import INSTRUCTION, INVALID_ACTION
+from ftw_jax.episodes import episode_of, sample_records, to_trajectories
+from ftw_jax.lm.sampler import SamplingConfig
+from ftw_jax.lm.tiny import write_tiny_checkpoint
+from ftw_jax.lm.turns import make_turn_sampler
+
+QWEN = pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied"
+SMALL = RetrievalQASettings(response_tokens=16, information_tokens=64, prompt_tokens=256, search_turns=2)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict:
+    """A small world in Search-R1's formats and a tiny chat checkpoint whose BPE tokenizer was trained on it."""
+    folder = tmp_path_factory.mktemp("world")
+    paths = write_synthetic(folder, people=40, distractors=20, seed=1)
+    rows = [json.loads(line) for name in ("corpus", "train_jsonl") for line in paths[name].open()]
+    texts = [row.get("contents") or " ".join([row["question"], *row["demonstration"]]) for row in rows]
+    paths["model"] = write_tiny_checkpoint(folder / "model", [*texts, INSTRUCTION, INVALID_ACTION] * 2, 600)
+    return paths
+
+
+# ------------------------------------------------------------------------------------------------------ answers
+
+
+@pytest.mark.parametrize(
+    "text, normalised",
+    [
+        ("The  Eiffel Tower!", "eiffel tower"),
+        ("an apple, a pear", "apple pear"),
+        ("theatre", "theatre"),  # articles only as whole words
+        ("U.S.A.", "usa"),
+        ("Rock 'n' Roll", "rock n roll"),
+        ("the-end", "theend"),  # punctuation goes first, so "the" is no longer a word of its own
+        ("  \t many \n spaces ", "many spaces"),
+        ("Ünïcode Café", "ünïcode café"),  # lower-cased, accents kept (the SQuAD script keeps them)
+    ],
+)
+def test_answers_are_normalised_as_the_squad_script_does(text, normalised):
+    assert normalize_answer(text) == normalised
+
+
+def test_exact_match_takes_any_golden_answer_after_normalisation():
+    assert exact_match("Paris", ["Lyon", "paris"])
+    assert exact_match("the paris, france", ["Paris France"])
+    assert not exact_match("Paris France", ["Paris"])  # exact, not a substring
+    assert not exact_match("", ["Paris"])
+    with pytest.raises(TypeError, match="list of strings"):
+        exact_match("Paris", "Paris")
+
+
+def test_the_last_answer_counts_and_a_missing_one_scores_zero():
+    assert final_answer("<answer> Lyon </answer> no: <answer>\nThe Paris </answer>") == "The Paris"
+    assert reward("<search> x </search> <answer> The Paris </answer>", ["paris"]) == 1.0
+    assert reward("I think it is Paris.", ["paris"]) == 0.0
+    assert reward("<answer>Lyon</answer>", ["paris"]) == 0.0
+    assert turn_action("hmm <search> eiffel\ntower </search> <answer> x </answer>") == ("search", "eiffel\ntower")
+    assert turn_action("<search> unclosed <answer> x </answer>") == ("answer", "x")
+    assert turn_action("<search> mismatched </answer>") == (None, "")
+
+
+# ------------------------------------------------------------------------------------------------------ files
+
+
+def test_questions_read_alike_from_parquet_and_json_lines(world):
+    from_parquet, from_lines = read_questions(world["train"]), read_questions(world["train_jsonl"])
+    assert len(from_parquet) == len(from_lines) > 0
+    for a, b in zip(from_parquet, from_lines):
+        assert (a.question, a.golden_answers, a.data_source, a.id) == (
+            b.question,
+            b.golden_answers,
+            b.data_source,
+            b.id,
+        )
+    assert from_parquet[3].where.endswith("train.parquet row 3")
+    assert all(question.messages is None for question in from_parquet)
+
+
+def test_a_files_own_chat_prompt_is_the_prompt(world, tmp_path):
+    row = {"question": "q?", "golden_answers": ["a"], "prompt": [{"role": "user", "content": "Own words. q?"}]}
+    path = tmp_path / "processed.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (question,) = read_questions(path)
+    task = RetrievalQA(lm.load_tokenizer(world["model"]), None, SMALL)  # pyright: ignore[reportArgumentType]
+    assert task.prompt(question) == "<|im_start|>user\nOwn words. q?<|im_end|>\n<|im_start|>assistant\n"
+
+
+def write_lines(path: pathlib.Path, rows: list) -> pathlib.Path:
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+    return path
+
+
+GOOD = {"question": "who?", "golden_answers": ["me"]}
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([GOOD, {"question": "who?"}], r"bad\.jsonl line 2: no `golden_answers`"),
+        ([GOOD, {"question": "who?", "golden_answers": "me"}], r"line 2: `golden_answers` must be a non-empty list"),
+        ([{"question": "", "golden_answers": ["x"]}], r"line 1: `question` must be a non-empty string"),
+        ([GOOD, "{not json"], r"line 2: not a JSON object"),
+        ([], r"bad\.jsonl: no questions in the file"),
+        ([{**GOOD, "prompt": "a string"}], r"line 1: `prompt` must be a non-empty list"),
+    ],
+)
+def test_a_bad_questions_file_is_refused_naming_file_line_and_field(tmp_path, rows, message):
+    with pytest.raises(BadData, match=message):
+        read_questions(write_lines(tmp_path / "bad.jsonl", rows))
+
+
+def test_a_parquet_row_without_golden_answers_is_named_by_row(tmp_path):
+    import pyarrow
+    import pyarrow.parquet
+
+    path = tmp_path / "train.parquet"
+    pyarrow.parquet.write_table(pyarrow.Table.from_pylist([{"question": "a?", "data_source": "nq"}] * 2), path)
+    with pytest.raises(BadData, match=r"train\.parquet row 0: no `golden_answers`"):
+        read_questions(path)
+    with pytest.raises(BadData, match=r"must be a \.parquet or \.jsonl file, got '\.csv'"):
+        read_questions(tmp_path / "train.csv")
+
+
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ([], r"corpus\.jsonl: the corpus has no passages"),
+        ([{"id": "0", "contents": '"T"\ntext'}, {"id": "1", "text": "no contents"}], r"line 2: `contents` must be"),
+        ([{"id": "0", "contents": '"T"\ntext'}, "[1, 2]"], r"line 2: expected a JSON object, got list"),
+    ],
+)
+def test_a_bad_corpus_is_refused_naming_file_line_and_field(tmp_path, rows, message):
+    with pytest.raises(BadData, match=message):
+        Corpus.open(write_lines(tmp_path / "corpus.jsonl", rows))
+
+
+def test_passages_are_read_from_disk_by_index(tmp_path):
+    rows = [{"id": "a", "contents": '"First"\none'}, {"id": "b", "contents": '"Second"\ntwo\nlines'}]
+    corpus = Corpus.open(write_lines(tmp_path / "corpus.jsonl", [rows[0], "", rows[1]]))  # a blank line between
+    assert len(corpus) == 2
+    assert (corpus[1].id, corpus[1].title, corpus[1].text) == ("b", '"Second"', "two\nlines")
+
+
+# ------------------------------------------------------------------------------------------------------ retriever
+
+
+def test_bm25_top_k_is_bm25s_called_directly(world, tmp_path):
+    import bm25s
+    import Stemmer
+
+    corpus = [json.loads(line)["contents"] for line in world["corpus"].open()]
+    stemmer = Stemmer.Stemmer("english")
+    direct = bm25s.BM25(k1=0.9, b=0.4, method="lucene")
+    direct.index(bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    queries = [question.question for question in read_questions(world["test"])[:12]] + ["Lisbon painter"]
+    found, scores = direct.retrieve(
+        bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False), k=3, show_progress=False
+    )
+    retriever = BM25Retriever.open(world["corpus"], tmp_path / "index")
+    ours = retriever.search(queries, k=3)
+    for row, passages in enumerate(ours):
+        expected = [corpus[i] for i, score in zip(found[row], scores[row]) if score > 0]
+        assert [passage.contents for passage in passages] == expected
+    assert retriever.search(["zzzz qqqq"], k=3) == [[]]  # no shared term: no passage, as Lucene returns no hit
+
+
+def test_the_index_is_built_once_and_refused_for_another_corpus(world, tmp_path):
+    logged = []
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(world["corpus"].read_bytes())
+    BM25Retriever.open(corpus, log=logged.append)
+    assert (tmp_path / "corpus.bm25" / "ftw_jax_index.json").is_file() and len(logged) == 1
+    BM25Retriever.open(corpus, log=logged.append)
+    assert len(logged) == 1  # read, not built again
+    with corpus.open("a") as file:
+        file.write(json.dumps({"id": "new", "contents": '"New"\nA passage added later.'}) + "\n")
+    with pytest.raises(BadData, match=r"corpus\.bm25: the index was built for another corpus or settings"):
+        BM25Retriever.open(corpus)
+
+
+# ------------------------------------------------------------------------------------------------------ turns
+
+
+def test_turns_stop_on_a_sequence_leave_holes_and_log_probs_the_learner_computes():
+    model, params = lm.load(QWEN)
+    config = SamplingConfig(max_new_tokens=6, stop_sequences=((3, 4), (7,)))
+    turns = make_turn_sampler(model, config, slots=32)
+    talk = turns.start(
+        params, jnp.array([[0, 5, 9, 2], [3, 8, 1, 7]]), jnp.array([[False, True, True, True]] + [[True] * 4])
+    )
+    talk = turns.generate(params, jax.random.key(0), talk, np.array([True, True]))
+    block_mask = np.array([[False, False, True, True], [True] * 4])
+    talk = turns.append(params, talk, np.array([[0, 0, 11, 12], [13, 14, 15, 16]]), block_mask)
+    talk = turns.generate(params, jax.random.key(1), talk, np.array([True, False]))
+    out = talk.sample
+    tokens, real, generated = (np.asarray(x) for x in (out.tokens, out.attention_mask, out.generated))
+    first_turn = generated[:, 4 : 4 + 6]
+    for row in range(2):  # a turn ends at its first stop (sequence (3, 4) or token 7) or after 6 tokens
+        written = tokens[row, 4 : 4 + 6][first_turn[row]].tolist()
+        ends = [n for n in range(1, len(written) + 1) if written[n - 1] == 7 or written[max(0, n - 2) : n] == [3, 4]]
+        assert len(written) == (ends[0] if ends else 6)
+    assert not generated[1, int(talk.column) - 6 :].any()  # the inactive row wrote nothing in the second turn
+    assert real.sum(axis=1).tolist() == np.asarray(talk.next_position).tolist()
+    records = sample_records(out, [1.0, 0.0], version=0)
+    assert len(records[0]["spans"]) == 2 and len(records[1]["spans"]) == 1  # one span per turn
+    for record in records:
+        ids = np.asarray(record["tokens"])
+        log_probs = np.asarray(jax.nn.log_softmax(model.apply(params, jnp.asarray(ids)[None])[0]))
+        for span in record["spans"]:
+            chosen = log_probs[np.arange(span["start"] - 1, span["end"] - 1), ids[span["start"] : span["end"]]]
+            np.testing.assert_allclose(chosen, span["logprobs"], atol=2e-5)
+    with pytest.raises(ValueError, match="would not fit: .* of the conversation's 32 slots are used"):
+        turns.append(params, talk, np.zeros((2, 32), np.int32), np.ones((2, 32), bool))
+
+
+class ScriptedTurns:
+    """The real turn sampler's start and append, with turns written from a script instead of drawn from the model
+    (the host loop is what is tested): row r's t-th turn is `script[r][t]`, its tokens as the model's."""
+
+    def __init__(self, turns, tokenizer, script):
+        self.turns, self.tokenizer, self.script, self.count = turns, tokenizer, script, 0
+
+    def start(self, *args):
+        return self.turns.start(*args)
+
+    def append(self, *args):
+        return self.turns.append(*args)
+
+    def generate(self, params, key, talk, active):
+        width, column = self.turns.config.max_new_tokens, int(talk.column)
+        tokens, generated = np.asarray(talk.tokens).copy(), np.zeros(np.shape(talk.generated), bool)
+        for row in np.flatnonzero(active):
+            ids = self.tokenizer.encode(self.script[row][self.count])[:width]
+            tokens[row, column : column + len(ids)], generated[row, column : column + len(ids)] = ids, True
+        self.count += 1
+        return talk.replace(
+            tokens=jnp.asarray(tokens),
+            generated=talk.generated | generated,
+            attention_mask=talk.attention_mask | generated,
+            column=talk.column + width,
+            next_position=talk.next_position + generated.sum(axis=1),
+        )
+
+
+@pytest.fixture(scope="module")
+def task(world):
+    return RetrievalQA(lm.load_tokenizer(world["model"]), BM25Retriever.open(world["corpus"]), SMALL)
+
+
+def test_the_turn_loop_searches_answers_and_scores_as_the_protocol_says(world, task):
+    model, params = lm.load(world["model"])
+    questions = read_questions(world["test_jsonl"])[:4]
+    person = questions[0].question.split(" of ")[-1].removesuffix("?") if "of" in questions[0].question else "x"
+    answer = questions[1].golden_answers[0]
+    script = [
+        [f"<search> {person} </search> and then more", "<answer> wrong </answer>"],  # cut after </search>
+        ["no action here", f"<answer> {answer} </answer>"],  # invalid, then right
+        ["<search> a </search>", "<search> b </search>", "<search> c </search>"],  # the last turn's search: no reply
+        [f"<answer> {questions[3].golden_answers[0]} </answer>"],
+    ]
+    sampler = ScriptedTurns(task.turn_sampler(model), task.tokenizer, script)
+    played = task.play(sampler, params, jax.random.key(0), questions)  # pyright: ignore[reportArgumentType]
+    assert played.rewards.tolist() == [0.0, 1.0, 0.0, 1.0]
+    assert played.searches.tolist() == [1, 0, 2, 0]
+    assert played.responses[0] == f"<search> {person} </search><answer> wrong </answer>"
+    assert played.answers == ["wrong", answer, None, questions[3].golden_answers[0]]
+    records = sample_records(played.sample, played.rewards, version=0)
+    text = task.tokenizer.decode(records[0]["tokens"])
+    passages = task.retriever.search([person], SMALL.top_k)[0]
+    assert f"</search>\n\n<information>Doc 1(Title: {passages[0].title})" in text
+    assert INVALID_ACTION in task.tokenizer.decode(records[1]["tokens"])
+    assert [len(record["spans"]) for record in records] == [2, 2, 3, 1]
+    episodes = [
+        episode_of(record, vocab_size=model.config.vocab_size, max_length=SMALL.max_length) for record in records
+    ]
+    assert to_trajectories(episodes, SMALL.max_length).mask.sum() == sum(e.written.sum() for e in episodes)
+
+
+def test_a_demonstration_is_the_episode_the_turn_loop_plays(world, task):
+    model, params = lm.load(world["model"])
+    question, turns = read_demonstrations(world["demonstrations"])[0]
+    played = task.play(
+        ScriptedTurns(task.turn_sampler(model), task.tokenizer, [turns]), params, jax.random.key(0), [question]
+    )
+    (record,) = sample_records(played.sample, played.rewards, version=0)
+    demonstration = task.demonstration(question, turns)
+    assert demonstration["tokens"] == record["tokens"]
+    assert [(s["start"], s["end"]) for s in demonstration["spans"]] == [(s["start"], s["end"]) for s in record["spans"]]
+    assert played.rewards.tolist() == [1.0]  # the demonstrator is right
+
+
+def test_a_prompt_over_the_budget_or_a_template_that_fails_is_refused_before_any_compile(world, task):
+    long = read_questions(write_lines(world["corpus"].parent / "long.jsonl", [{**GOOD, "question": "why " * 300}]))
+    with pytest.raises(
+        BadData, match=r"long\.jsonl line 1: `question`'s prompt is \d+ tokens, more than `prompt_tokens` 256"
+    ):
+        task.check(long)
+    import dataclasses
+
+    broken = dataclasses.replace(task.tokenizer, chat_template="{{ raise_exception('no user turns here') }}")
+    with pytest.raises(
+        BadData, match=r"line 1: the chat template does not render this question \(no user turns here\)"
+    ):
+        RetrievalQA(broken, task.retriever, SMALL).check(long)
+
+
+# ------------------------------------------------------------------------------------------------------ command line
+
+
+def lm_train(world, out, *extra):
+    argv = ["lm", "train", "--task", "retrieval-qa", "--model", str(world["model"]), "--questions", str(world["train"])]
+    argv += ["--test-questions", str(world["test"]), "--corpus", str(world["corpus"]), "--out", str(out)]
+    argv += ["--name", "run", "--response-tokens", "12", "--information-tokens", "48", "--prompt-tokens", "256"]
+    argv += ["--dtype", "float32", "--episodes-per-iteration", "4", "--pool-capacity", "8", "--num-batches", "2"]
+    argv += ["--batch-size", "4", "--num-elites", "1", "--monitor-entries", "4", "--eval-questions", "4", "--json"]
+    return cli.main([*argv, *extra])
+
+
+def test_the_command_refuses_bad_input_in_one_line(world, tmp_path, capsys):
+    bad = write_lines(tmp_path / "bad.jsonl", [GOOD, {"question": "no answers"}])
+    assert lm_train({**world, "train": bad}, tmp_path) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+    assert lm_train(world, tmp_path, "--seeds", "1,2") == 2
+    assert "--seeds is a setting of the text search task" in capsys.readouterr().err
+    assert cli.main(["lm", "train", "--prompt-tokens", "64", "--iterations", "1"]) == 2
+    assert "--prompt-tokens is a setting of --task retrieval-qa" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_lm_train_retrieval_qa_writes_weights_and_resumes_exactly(world, tmp_path, capsys, monkeypatch):
+    """Two iterations whole, and the same run stopped by SIGTERM after the first and resumed: the same weights and
+    the same evaluations."""
+    import signal
+
+    from ftw_jax import retrieval_learner
+    from ftw_jax.running.signals import Interrupted
+
+    extra = ["--demonstrations", str(world["demonstrations"]), "--warm-start-steps", "4", "--iterations", "2"]
+    assert lm_train(world, tmp_path / "whole", *extra) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert [row["iteration"] for row in whole["evaluations"]] == [0, 2]
+    assert (tmp_path / "whole" / "run" / "exact_match.png").is_file()
+    checks = []
+
+    def stop_before_the_second():
+        checks.append(None)
+        if len(checks) == 2:
+            raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(retrieval_learner, "raise_if_stopped", stop_before_the_second)
+    assert lm_train(world, tmp_path / "parts", *extra, "--eval-every", "1") == 128 + signal.SIGTERM
+    assert "--resume" in capsys.readouterr().err
+    monkeypatch.undo()
+    run = tmp_path / "parts" / "run"
+    assert lm_train(world, tmp_path / "parts", *extra, "--eval-every", "1", "--resume", str(run)) == 0
+    resumed = json.loads(capsys.readouterr().out)
+    assert [row["iteration"] for row in resumed["evaluations"]] == [0, 1, 2]
+    assert resumed["test_em_final"] == whole["test_em_final"]
+    _, a = lm.load(pathlib.Path(whole["weights"]))
+    _, b = lm.load(pathlib.Path(resumed["weights"]))
+    for left, right in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+        np.testing.assert_array_equal(left, right)
