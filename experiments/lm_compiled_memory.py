@@ -270,11 +270,34 @@ class Row:
     monitor_entries: int = 0
     param_dtype: Dtype = "float32"
     reference_dtype: Dtype | None = None  # None: the parameters' (as init makes it)
+    task: str = "lm-learn"  # the update's sizes: lm learn's rows above, or `lm train --task retrieval-qa`'s defaults
 
     @property
     def devices(self) -> tuple[int, int]:
         data, model = (int(part) for part in self.mesh.lower().split("x"))
         return data, model
+
+
+def task_sizes(task: str) -> dict[str, int]:
+    """The update's sizes for `task`: "lm-learn" those of the module's docstring; "retrieval-qa" the defaults of
+    `ftw-jax lm train --task retrieval-qa` (Search-R1's protocol: episodes of up to 4,548 tokens, B = 64 into a
+    pool of N = 64, J = 16 minibatches of C = 8, K = 2 kept: 32 trajectories in the loss)."""
+    if task == "lm-learn":
+        return {}
+    if task != "retrieval-qa":
+        raise SystemExit(f"--task must be lm-learn or retrieval-qa, got {task!r}.")
+    from ftw_jax.retrieval_learner import RetrievalTrainConfig
+
+    learn = RetrievalTrainConfig().learn
+    ftw = learn.algorithm_config
+    return dict(
+        max_length=learn.max_length,
+        episodes=learn.episodes_per_iteration,
+        pool=ftw.pool_capacity,
+        num_batches=ftw.num_batches,
+        batch_size=ftw.batch_size,
+        num_elites=ftw.num_elites,
+    )
 
 
 def measure(settings: Row, *, donated: bool = True) -> dict[str, Any]:
@@ -286,6 +309,7 @@ def measure(settings: Row, *, donated: bool = True) -> dict[str, Any]:
         chunk=settings.chunk,
         param_dtype=settings.param_dtype,
         monitor_entries=settings.monitor_entries,
+        **task_sizes(settings.task),
     )
     mesh, placement = settings.devices, settings.placement if settings.placement != "-" else "learn"
     devices = mesh[0] * mesh[1]
@@ -384,6 +408,9 @@ def main() -> None:
         default=None,
         help="the KL reference's params in this dtype (default: the parameters', as lm learn's init makes them)",
     )
+    parser.add_argument(
+        "--task", default="lm-learn", help="the update's sizes: lm-learn or retrieval-qa (its defaults)"
+    )
     parser.add_argument("--no-donated", action="store_true", help="skip the second compile, with the state donated")
     parser.add_argument("--out", type=pathlib.Path, help="append each row to this JSON Lines file; skip rows in it")
     parser.add_argument("--table", type=pathlib.Path, help="print the table of this JSON Lines file's rows and stop")
@@ -419,6 +446,7 @@ def main() -> None:
                                 monitor_entries=args.monitor_entries,
                                 param_dtype=args.param_dtype,
                                 reference_dtype=args.reference_dtype,
+                                task=args.task,
                             )
                         )
     done = []

@@ -187,15 +187,22 @@ def _play_and_learn(
     questions = [run.train_questions[i] for i in _order(learn.seed, len(run.train_questions), iteration, batch)]
     version = int(host_array(state.policy.version))
     key = jax.random.fold_in(jax.random.key(learn.seed + 1), iteration)
+    started = time.perf_counter()
     played = run.task.play(sampler, run.learner.model_params(state), key, questions)
+    played_seconds = time.perf_counter() - started
     records = sample_records(played.sample, played.rewards, version)
     vocab = run.model.config.vocab_size
     episodes = [episode_of(record, vocab_size=vocab, max_length=learn.max_length) for record in records]
     state, row, skipped = learn_batch(
         run.learner, state, lambda tree: tree, episodes, iteration, files.questions, skipped
     )
-    answered = float(np.mean([answer is not None for answer in played.answers]))
-    return state, {**row, "searches_mean": float(played.searches.mean()), "answered": answered}, skipped
+    row.update(
+        searches_mean=float(played.searches.mean()),
+        answered=float(np.mean([answer is not None for answer in played.answers])),
+        rollout_seconds=played_seconds,
+        learn_seconds=time.perf_counter() - started - played_seconds,
+    )
+    return state, row, skipped
 
 
 def train_retrieval_qa(

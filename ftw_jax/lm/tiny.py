@@ -15,6 +15,8 @@ from collections.abc import Iterable
 import jax
 import jax.numpy as jnp
 
+from ftw_jax.lm.config import LMConfig
+
 # Qwen2.5's turn markers, without its tool and system-prompt logic.
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -24,11 +26,16 @@ SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 
 
 def write_tiny_checkpoint(
-    folder: str | os.PathLike[str], texts: Iterable[str], vocab_size: int = 320, seed: int = 0
+    folder: str | os.PathLike[str],
+    texts: Iterable[str],
+    vocab_size: int = 320,
+    seed: int = 0,
+    shape: LMConfig | None = None,
 ) -> pathlib.Path:
     """Writes the checkpoint (tokenizer.json, tokenizer_config.json with the chat template, config.json,
     model.safetensors) into `folder`; returns it. The vocabulary is at most `vocab_size`, fewer when the texts have
-    fewer merges to learn."""
+    fewer merges to learn. `shape`: a model shape to take instead of `tiny_config`'s (a real one's, to time it;
+    its vocabulary is kept where it is the larger)."""
     import tokenizers
 
     from ftw_jax.lm.config import tiny_config
@@ -47,6 +54,8 @@ def write_tiny_checkpoint(
     )
     backend.train_from_iterator(texts, trainer=trainer)
     config = tiny_config(backend.get_vocab_size())
+    if shape is not None:
+        config = shape.replace(vocab_size=max(shape.vocab_size, config.vocab_size))
     params = CausalLM(config).init(jax.random.key(seed), jnp.zeros((1, 4), jnp.int32))
     save(folder, config, dict(params))
     backend.save(str(folder / "tokenizer.json"))

@@ -17,9 +17,22 @@ import hashlib
 import json
 import os
 import pathlib
+import types
 from collections.abc import Iterable, Iterator
 
 import numpy as np
+
+
+def required(module: str) -> types.ModuleType:
+    """An optional dependency of retrieval QA, imported; an ImportError naming the extra that installs it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(
+            f"retrieval QA needs {module} (bm25s, PyStemmer and pyarrow): pip install 'ftw_jax[retrieval]'."
+        ) from None
 
 
 class BadData(ValueError):
@@ -39,10 +52,9 @@ class Question:
 def _rows(path: pathlib.Path) -> Iterator[tuple[str, dict]]:
     """(where, row) for each row of a parquet or JSON Lines file; `where` names it in messages."""
     if path.suffix == ".parquet":
-        import pyarrow.parquet
-
+        parquet = required("pyarrow.parquet")
         try:
-            table = pyarrow.parquet.read_table(path)
+            table = parquet.read_table(path)
         except Exception as error:  # pyarrow's own errors: not parquet, truncated
             raise BadData(f"{path}: not a readable parquet file ({error}).") from None
         for index, row in enumerate(table.to_pylist()):

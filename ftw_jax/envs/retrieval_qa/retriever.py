@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ftw_jax.envs.retrieval_qa.data import BadData, Corpus, Passage
+from ftw_jax.envs.retrieval_qa.data import BadData, Corpus, Passage, required
 
 INDEX_FORMAT = 1
 
@@ -51,11 +51,9 @@ class BM25Retriever:
 
     @staticmethod
     def _tokenizer(settings: RetrieverSettings):
-        import bm25s.tokenization
-        import Stemmer
-
-        stemmer = None if settings.stemmer is None else Stemmer.Stemmer(settings.stemmer).stemWord
-        return bm25s.tokenization.Tokenizer(stopwords=settings.stopwords, stemmer=stemmer)  # pyright: ignore[reportArgumentType] (None: no stemmer, as bm25s's default)
+        tokenization, stemmers = required("bm25s.tokenization"), required("Stemmer")
+        stemmer = None if settings.stemmer is None else stemmers.Stemmer(settings.stemmer).stemWord
+        return tokenization.Tokenizer(stopwords=settings.stopwords, stemmer=stemmer)  # pyright: ignore[reportArgumentType] (None: no stemmer, as bm25s's default)
 
     @classmethod
     def open(
@@ -68,8 +66,7 @@ class BM25Retriever:
         """The retriever of the corpus at `corpus_path` (every line checked), with the index in `index` (default
         `index_folder(corpus_path)`): read if it is there, else built and saved (atomically). An index built from
         another file or with other settings is refused, naming both."""
-        import bm25s
-
+        bm25s = required("bm25s")
         logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs each step at DEBUG where logging is set up so
         corpus = Corpus.open(corpus_path)
         folder = pathlib.Path(index) if index is not None else index_folder(corpus_path)

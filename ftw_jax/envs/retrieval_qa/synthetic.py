@@ -17,6 +17,8 @@ import pathlib
 
 import numpy as np
 
+from ftw_jax.envs.retrieval_qa.data import required
+
 _FIRST = tuple(
     "ada bram cleo dara emil fenn gita hugo iris jorn kira lev mira nils odette pavel quin rosa sven tilde anouk "
     "bruno celia dmitri elin farah goran hana ilya jana kofi lena marek nora otto petra rafael sanna tomas una".split()
@@ -76,8 +78,7 @@ def write_synthetic(
     """Writes corpus.jsonl and the questions of three splits of the people (test: a quarter, demonstrations: a
     quarter, train: the rest) as SPLIT.parquet and SPLIT.jsonl into `folder`; returns their paths by name (`corpus`,
     `train`, `train_jsonl`, ...)."""
-    import pyarrow
-    import pyarrow.parquet
+    pyarrow, parquet = required("pyarrow"), required("pyarrow.parquet")
 
     folder = pathlib.Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -107,7 +108,7 @@ def write_synthetic(
         kinds = ["teacher" if rng.random() < two_hop else ("city" if rng.random() < 0.5 else "job") for _ in group]
         rows = [_question(person, by_name, kind, i, split) for i, (person, kind) in enumerate(zip(group, kinds))]
         paths[split] = folder / f"{split}.parquet"
-        pyarrow.parquet.write_table(pyarrow.Table.from_pylist(rows), paths[split])
+        parquet.write_table(pyarrow.Table.from_pylist(rows), paths[split])
         paths[f"{split}_jsonl"] = folder / f"{split}.jsonl"
         paths[f"{split}_jsonl"].write_text("".join(json.dumps(row) + "\n" for row in rows))
     return paths
