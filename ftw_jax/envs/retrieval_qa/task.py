@@ -164,22 +164,16 @@ class RetrievalQA:
             first = int(talk.column)
             talk = sampler.generate(params, jax.random.fold_in(key, turn), talk, active)
             talk, texts = self._cut_at_stop(talk, first, active)
-            replies: list[list[int]] = [[] for _ in range(size)]
-            queries = {}
-            for row in np.flatnonzero(active):
-                responses[row] += texts[row]
-                action, content = turn_action(texts[row])
-                if action == "answer" or turn == self.settings.search_turns:
-                    active[row] = False
-                elif action == "search":
-                    queries[row] = content
-                else:
-                    replies[row] = self.reply(None)
-            for row, passages in zip(queries, self.retriever.search(list(queries.values()), self.settings.top_k)):
-                replies[row] = self.reply(passages)
-                searches[row] += 1
+            turns = {int(row): texts[row] for row in np.flatnonzero(active)}
+            for row, text in turns.items():
+                responses[row] += text
+            replies = self.respond(turns, last=turn == self.settings.search_turns)
+            for row in turns:
+                active[row] = row in replies
+                searches[row] += replies.get(row, (None, False))[1]
             if active.any():
-                talk = sampler.append(params, talk, *self._left_padded(replies, self.settings.information_tokens))
+                blocks = [replies[row][0] if row in replies else [] for row in range(size)]
+                talk = sampler.append(params, talk, *self._left_padded(blocks, self.settings.information_tokens))
         golden = [question.golden_answers for question in questions]
         return Played(
             sample=talk.sample,
@@ -188,6 +182,23 @@ class RetrievalQA:
             searches=searches,
             responses=responses,
         )
+
+    def respond(self, turns: dict[int, str], last: bool) -> dict[int, tuple[list[int], bool]]:
+        """The environment's side of one turn: for each conversation (by any key) whose turn the model just wrote,
+        the reply tokens and whether they are a search's, where the conversation goes on; the others (an answer, or
+        the `last` turn) end. Searches run as one batch."""
+        replies, queries = {}, {}
+        for key, text in turns.items():
+            action, content = turn_action(text)
+            if action == "answer" or last:
+                continue
+            if action == "search":
+                queries[key] = content
+            else:
+                replies[key] = (self.reply(None), False)
+        for key, passages in zip(queries, self.retriever.search(list(queries.values()), self.settings.top_k)):
+            replies[key] = (self.reply(passages), True)
+        return replies
 
     def reply(self, passages: list | None) -> list[int]:
         """The tokens a turn gets: a search's passages between `<information>` tags, or (None: the turn had no action)

@@ -1,0 +1,147 @@
+"""The rollout side of retrieval QA beside an engine: an OpenAI-compatible server (vLLM, SGLang, or
+`completions_server.py` here) writes the model's turns, this driver runs the retriever between them and appends
+each episode to a JSON Lines file that `ftw-jax lm learn --follow` learns from; when the learner writes a new
+version, the engine is told to load it.
+
+    python experiments/search_r1/engine_driver.py --server http://127.0.0.1:8011 --model START \\
+        --questions train.parquet --corpus corpus.jsonl --episodes episodes.jsonl --learner-run runs/learner \\
+        --rounds 10 --batch 16 --response-tokens 500 --information-tokens 500 --prompt-tokens 2048
+
+Each turn is one `/v1/completions` request for every conversation still going: the prompt as token ids, the
+stop strings `</search>` and `</answer>` kept in the output, the tokens back as ids with the log-probability of
+each (`return_tokens_as_token_ids`, `logprobs`), sampled at temperature 1 (the plain model, so the learner's
+importance ratios start at 1). The environment's side of a turn is `RetrievalQA.respond`, the one
+`ftw-jax lm train --task retrieval-qa` runs; an episode is one span per turn, written by the version the engine
+had loaded. New weights: `RUN/weights/latest.json` (the learner's) is read before each round and, when it names
+a newer version, the engine gets `POST /update_weights_from_disk {"model_path": ...}` (SGLang's endpoint; for
+vLLM, restart it on the folder or use its own reload). With `--ahead 0` each round waits until the learner has
+learnt from every earlier round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import time
+import urllib.request
+
+from ftw_jax.envs.retrieval_qa import BM25Retriever, RetrievalQA, RetrievalQASettings, read_questions
+from ftw_jax.envs.retrieval_qa.answers import STOP_STRINGS, reward
+from ftw_jax.lm.tokenizer import load_tokenizer
+
+
+def post(url: str, payload: dict, timeout: float = 600) -> dict:
+    request = urllib.request.Request(url, json.dumps(payload).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def play_round(server: str, task: RetrievalQA, questions: list, version: int, seed: int) -> list[dict]:
+    """One episode record per question (`ftw_jax.episodes`' schema), its turns written by the engine."""
+    tokenizer, settings = task.tokenizer, task.settings
+    conversations = [tokenizer.encode(task.prompt(question)) for question in questions]
+    spans: list[list[dict]] = [[] for _ in questions]
+    responses = [""] * len(questions)
+    active = list(range(len(questions)))
+    for turn in range(settings.search_turns + 1):
+        request = {
+            "prompt": [conversations[row] for row in active],
+            "max_tokens": settings.response_tokens,
+            "temperature": 1.0,
+            "stop": list(STOP_STRINGS),
+            "include_stop_str_in_output": True,
+            "logprobs": 1,
+            "return_tokens_as_token_ids": True,
+            "seed": seed * 1000 + turn,
+        }
+        choices = post(f"{server}/v1/completions", request)["choices"]
+        texts = {}
+        for row, choice in zip(active, sorted(choices, key=lambda choice: choice["index"])):
+            ids = [int(token.removeprefix("token_id:")) for token in choice["logprobs"]["tokens"]]
+            start = len(conversations[row])
+            spans[row].append(
+                {
+                    "start": start,
+                    "end": start + len(ids),
+                    "version": version,
+                    "logprobs": choice["logprobs"]["token_logprobs"],
+                }
+            )
+            conversations[row] += ids
+            texts[row] = tokenizer.decode(ids)
+            responses[row] += texts[row]
+        replies = task.respond(texts, last=turn == settings.search_turns)
+        for row, (tokens, _) in replies.items():
+            conversations[row] += tokens
+        active = sorted(replies)
+        if not active:
+            break
+    return [
+        {
+            "tokens": conversations[row],
+            "spans": [span for span in spans[row] if span["end"] > span["start"]],
+            "reward": reward(responses[row], list(question.golden_answers)),
+            "id": question.id,
+        }
+        for row, question in enumerate(questions)
+    ]
+
+
+def latest_version(run: pathlib.Path) -> tuple[int, pathlib.Path | None]:
+    """(version, folder) of the learner's newest weights; (0, None) before it wrote any."""
+    path = run / "weights" / "latest.json"
+    if not path.is_file():
+        return 0, None
+    latest = json.loads(path.read_text())
+    return latest["version"], run / "weights" / latest["path"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--server", required=True, help="the engine's base URL, e.g. http://127.0.0.1:8011")
+    parser.add_argument("--model", type=pathlib.Path, required=True, help="the starting checkpoint (its tokenizer)")
+    parser.add_argument("--questions", type=pathlib.Path, required=True)
+    parser.add_argument("--corpus", type=pathlib.Path, required=True)
+    parser.add_argument("--episodes", type=pathlib.Path, required=True, help="the JSON Lines file to append to")
+    parser.add_argument("--learner-run", type=pathlib.Path, required=True, help="lm learn's run folder")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=16, help="episodes a round (lm learn's B)")
+    parser.add_argument("--ahead", type=int, default=0, help="rounds the engine may run ahead of the learner")
+    parser.add_argument("--seed", type=int, default=0)
+    for name in ("search_turns", "response_tokens", "information_tokens", "prompt_tokens", "top_k"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(RetrievalQASettings(), name))
+    args = parser.parse_args()
+    settings = RetrievalQASettings(
+        **{name: getattr(args, name) for name in ("search_turns", "response_tokens", "information_tokens")},
+        prompt_tokens=args.prompt_tokens,
+        top_k=args.top_k,
+    )
+    task = RetrievalQA(load_tokenizer(args.model), BM25Retriever.open(args.corpus), settings)
+    questions = read_questions(args.questions)
+    task.check(questions)
+    loaded = 0
+    for number in range(args.rounds):
+        while latest_version(args.learner_run)[0] < number - args.ahead:  # learnt from each round before the last
+            time.sleep(0.2)
+        version, folder = latest_version(args.learner_run)
+        if folder is not None and version != loaded:
+            post(f"{args.server}/update_weights_from_disk", {"model_path": str(folder)})
+            loaded = version
+        chosen = [questions[(number * args.batch + i) % len(questions)] for i in range(args.batch)]
+        started = time.perf_counter()
+        records = play_round(args.server, task, chosen, loaded, args.seed + number)
+        with args.episodes.open("a") as file:
+            file.writelines(json.dumps(record) + "\n" for record in records)
+        mean = sum(record["reward"] for record in records) / len(records)
+        print(
+            f"round {number + 1}: version {loaded}, reward {mean:.3f}, {time.perf_counter() - started:.1f} s",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ValueError as error:  # bad input (BadData among them): one line, as the ftw-jax commands print it
+        raise SystemExit(f"error: {error}") from None
