@@ -851,6 +851,38 @@ MUTATIONS = (
         "    return jnp.zeros((), bool)",
         ("tests/test_update.py", "-k", "non_finite_steps_never_reach or cannot_reach_the_loss"),
     ),
+    Mutation(
+        "articles-before-punctuation",
+        "exact match strips the articles before the punctuation, not after as SQuAD's script does",
+        "ftw_jax/envs/retrieval_qa/answers.py",
+        'text = text.lower().translate(_PUNCTUATION)\n    return " ".join(_ARTICLES.sub(" ", text).split())',
+        'text = _ARTICLES.sub(" ", text.lower())\n    return " ".join(text.translate(_PUNCTUATION).split())',
+        ("tests/test_retrieval_qa.py", "-k", "normalised"),
+    ),
+    Mutation(
+        "last-turn-search-answered",
+        "the last turn's search gets passages and the episode goes on past its turns",
+        "ftw_jax/envs/retrieval_qa/task.py",
+        'if action == "answer" or last:',
+        'if action == "answer":',
+        ("tests/test_retrieval_qa.py", "-k", "turn_loop"),
+    ),
+    Mutation(
+        "unmatched-passages-returned",
+        "a query that shares no term with any passage still gets passages",
+        "ftw_jax/envs/retrieval_qa/retriever.py",
+        "for i, score in zip(row, row_scores) if score > 0",
+        "for i, score in zip(row, row_scores)",
+        ("tests/test_retrieval_qa.py", "-k", "bm25s_called_directly"),
+    ),
+    Mutation(
+        "stop-sequence-ignored",
+        "a turn runs on past `</search>` written as the stop sequence's tokens",
+        "ftw_jax/lm/sampler.py",
+        'written.update(recent=recent, done=written["done"] | (active & jnp.any(jnp.stack(ends), axis=0)))',
+        "written.update(recent=recent)",
+        ("tests/test_retrieval_qa.py", "-k", "stop_sequence_is_written"),
+    ),
 )
 
 

@@ -239,6 +239,28 @@ def test_turns_stop_on_a_sequence_leave_holes_and_log_probs_the_learner_computes
         turns.append(params, talk, np.zeros((2, 32), np.int32), np.ones((2, 32), bool))
 
 
+def test_a_turn_ends_where_a_stop_sequence_is_written():
+    """Greedy turns written once without stops; then with the pair of tokens each row wrote second and third as a
+    stop sequence, each row's turn is those three tokens, the rest holes."""
+    model, params = lm.load(QWEN)
+    prompts, mask = jnp.array([[0, 5, 9, 2], [3, 8, 1, 7]]), jnp.ones((2, 4), bool)
+
+    def turn(stops):
+        turns = make_turn_sampler(model, SamplingConfig(max_new_tokens=6, temperature=0.0, stop_sequences=stops), 16)
+        talk = turns.generate(params, jax.random.key(0), turns.start(params, prompts, mask), np.array([True, True]))
+        return np.asarray(talk.tokens)[:, 4:10], np.asarray(talk.generated)[:, 4:10]
+
+    free, _ = turn(())
+    for row in range(2):
+        stop = tuple(int(token) for token in free[row, 1:3])
+        if tuple(free[row, 0:2]) == stop:  # the pair ends the turn one token earlier
+            continue
+        never = (model.config.vocab_size - 1,) * 3  # a longer sequence beside it: stops of two lengths
+        tokens, generated = turn((stop, never))
+        assert generated[row].tolist() == [True] * 3 + [False] * 3
+        np.testing.assert_array_equal(tokens[row, :3], free[row, :3])
+
+
 class ScriptedTurns:
     """The real turn sampler's start and append, with turns written from a script instead of drawn from the model
     (the host loop is what is tested): row r's t-th turn is `script[r][t]`, its tokens as the model's."""
@@ -294,7 +316,8 @@ def test_the_turn_loop_searches_answers_and_scores_as_the_protocol_says(world, t
     text = task.tokenizer.decode(records[0]["tokens"])
     passages = task.retriever.search([person], SMALL.top_k)[0]
     assert f"</search>\n\n<information>Doc 1(Title: {passages[0].title})" in text
-    assert INVALID_ACTION in task.tokenizer.decode(records[1]["tokens"])
+    invalid = task.tokenizer.encode(INVALID_ACTION)[: SMALL.information_tokens]  # cut as every reply is
+    assert task.tokenizer.decode(invalid) in task.tokenizer.decode(records[1]["tokens"])
     assert [len(record["spans"]) for record in records] == [2, 2, 3, 1]
     episodes = [
         episode_of(record, vocab_size=model.config.vocab_size, max_length=SMALL.max_length) for record in records
