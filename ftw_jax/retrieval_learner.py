@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.core.checks import check_positive_int
 from ftw_jax.core.settings import check_settings, setting
 from ftw_jax.envs.retrieval_qa.data import Question, read_demonstrations, read_questions
@@ -45,8 +46,16 @@ from ftw_jax.running.signals import raise_if_stopped
 
 # The learner's settings where this task's defaults are not `lm learn`'s: Search-R1's learning rate and KL weight for
 # 3B models, bfloat16 compute over float32 master weights, and B = 64 conversations a batch (their KV cache, at
-# the protocol's 4,548 slots, is 10.6 GiB for Qwen2.5-3B in bfloat16).
-LEARNER_DEFAULTS = {"episodes_per_iteration": 64, "learning_rate": 1e-6, "kl_coef": 1e-3, "dtype": "bfloat16"}
+# the protocol's 4,548 slots, is 10.0 GiB for Qwen2.5-3B in bfloat16).
+LEARNER_DEFAULTS: dict[str, Any] = {
+    "episodes_per_iteration": 64,
+    "learning_rate": 1e-6,
+    "kl_coef": 1e-3,
+    "dtype": "bfloat16",
+}
+# FTW's: exact match is 0 or 1, so most minibatches hold tied returns; `top_k` would imitate failures among them
+# (the collapse binary Sokoban shows), `beat_minimum` keeps only what beat its minibatch's lowest return.
+FTW_DEFAULTS: dict[str, Any] = {"elite_rule": "beat_minimum"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +69,11 @@ class RetrievalTrainConfig:
     warm_start_learning_rate: float = setting(1e-3, "the warm start's Adam learning rate")
     warm_start_batch_size: int = setting(16, "demonstrations per warm-start step, drawn with replacement")
     learn: LearnConfig = dataclasses.field(
-        default_factory=lambda: LearnConfig(max_length=RetrievalQASettings().max_length, **LEARNER_DEFAULTS)
+        default_factory=lambda: LearnConfig(
+            max_length=RetrievalQASettings().max_length,
+            algorithm_config=FTWConfig(**FTW_DEFAULTS),
+            **LEARNER_DEFAULTS,
+        )
     )
     task: RetrievalQASettings = dataclasses.field(default_factory=RetrievalQASettings)
 

@@ -136,10 +136,10 @@ _RETRIEVAL_FILES = {
 
 
 def _add_retrieval_arguments(train: argparse.ArgumentParser) -> None:
-    from ftw_jax.retrieval_learner import LEARNER_DEFAULTS
+    from ftw_jax.retrieval_learner import FTW_DEFAULTS, LEARNER_DEFAULTS
 
     shown = {item.name: item.default for item in _retrieval_settings()}
-    shown.update(LEARNER_DEFAULTS)
+    shown.update({**LEARNER_DEFAULTS, **FTW_DEFAULTS})
     shared = {item.name: item.flag for item in training_settings()}
     group = train.add_argument_group(
         "retrieval-qa",
@@ -176,7 +176,13 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
     from ftw_jax.core.settings import describe
     from ftw_jax.envs.retrieval_qa.task import RetrievalQASettings
     from ftw_jax.episode_learner import LearnConfig
-    from ftw_jax.retrieval_learner import LEARNER_DEFAULTS, RetrievalFiles, RetrievalTrainConfig, train_retrieval_qa
+    from ftw_jax.retrieval_learner import (
+        FTW_DEFAULTS,
+        LEARNER_DEFAULTS,
+        RetrievalFiles,
+        RetrievalTrainConfig,
+        train_retrieval_qa,
+    )
 
     for name in ("questions", "test_questions", "corpus", "model"):
         if getattr(args, name) is None:
@@ -186,7 +192,7 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
     learn = LearnConfig(
         **{**LEARNER_DEFAULTS, **given_settings(args, learner)},
         max_length=task.max_length,
-        algorithm_config=FTWConfig(**given_settings(args, describe(FTWConfig))),
+        algorithm_config=FTWConfig(**{**FTW_DEFAULTS, **given_settings(args, describe(FTWConfig))}),
     )
     config = RetrievalTrainConfig(**given_settings(args, describe(RetrievalTrainConfig)), learn=learn, task=task)
     paths = {name: getattr(args, name) for name in _RETRIEVAL_FILES}

@@ -97,10 +97,12 @@ class RetrievalQA:
     def prompt(self, question: Question) -> str:
         """The question as the model reads it: its chat messages (the file's, else `INSTRUCTION` and the question)
         through the checkpoint's chat template, ending with the opening of the assistant's turn."""
+        import jinja2
+
         messages = question.messages or ({"role": "user", "content": INSTRUCTION + question.question},)
         try:
             return self.tokenizer.chat(list(messages))
-        except Exception as error:  # jinja2's errors, or no template at all
+        except (jinja2.TemplateError, ValueError) as error:  # the template raised, or there is none
             raise BadData(f"{question.where}: the chat template does not render this question ({error}).") from None
 
     def check(self, questions: list[Question]) -> None:
