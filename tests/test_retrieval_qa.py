@@ -385,6 +385,7 @@ def test_lm_train_retrieval_qa_writes_weights_and_resumes_exactly(world, tmp_pat
     from ftw_jax.running.signals import Interrupted
 
     extra = ["--demonstrations", str(world["demonstrations"]), "--warm-start-steps", "4", "--iterations", "2"]
+    extra += ["--elite-rule", "top_k"]  # a random model answers nothing right: beat_minimum would keep nothing
     assert lm_train(world, tmp_path / "whole", *extra) == 0
     whole = json.loads(capsys.readouterr().out)
     assert [row["iteration"] for row in whole["evaluations"]] == [0, 2]
