@@ -158,7 +158,7 @@ def learner_inputs(
     if placement not in PLACEMENTS:
         raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}.")
     params = _abstract_params(learner.model_config, mesh)
-    state = jax.eval_shape(learner.init, params)
+    state = jax.eval_shape(learner.init_program(params), params)  # not `init`: it checks this host's memory
     examples = learner.config.episodes_per_iteration
     batch = jax.eval_shape(
         lambda: jax.tree.map(
@@ -252,7 +252,7 @@ def init_memory(
     params = _abstract_params(model, device_mesh)
     if device_mesh is None or placement == "learn":
         return _sizes(learner.init_program(params).lower(params).compile())
-    state = jax.eval_shape(learner.init, params)
+    state = jax.eval_shape(learner.init_program(params), params)  # not `init`: it checks this host's memory
     shardings = jax.tree.map(lambda spec: NamedSharding(device_mesh, spec), param_specs(state, device_mesh))
     return _sizes(jax.jit(learner.init, out_shardings=shardings).lower(params).compile())
 
