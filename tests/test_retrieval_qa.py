@@ -375,6 +375,15 @@ def test_the_command_refuses_bad_input_in_one_line(world, tmp_path, capsys):
     assert "--prompt-tokens is a setting of --task retrieval-qa" in capsys.readouterr().err
 
 
+def test_a_missing_optional_dependency_is_named_and_leaves_no_run_folder(world, tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "bm25s", None)  # as if not installed: importing it raises ImportError
+    assert lm_train(world, tmp_path / "runs") == 2
+    assert "pip install 'ftw_jax[retrieval]'" in capsys.readouterr().err
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
 @pytest.mark.slow
 def test_lm_train_retrieval_qa_writes_weights_and_resumes_exactly(world, tmp_path, capsys, monkeypatch):
     """Two iterations whole, and the same run stopped by SIGTERM after the first and resumed: the same weights and

@@ -201,9 +201,10 @@ _UNSTARTED = {"config.json", ".lock", "checkpoints"}
 
 
 def _discard_if_refused(folder: pathlib.Path, created: bool, error_type, error, traceback) -> bool:
-    """After a new run is refused (ValueError, OSError: bad input) before its first checkpoint, removes what it
-    wrote (the folder too, if the run made it), so a retry under the same name is not refused as taken."""
-    if error_type is None or not issubclass(error_type, (ValueError, OSError)) or not folder.is_dir():
+    """After a new run is refused (ValueError, OSError: bad input; ImportError: a missing optional dependency) before
+    its first checkpoint, removes what it wrote (the folder too, if the run made it), so a retry under the same name
+    is not refused as taken."""
+    if error_type is None or not issubclass(error_type, (ValueError, OSError, ImportError)) or not folder.is_dir():
         return False
     entries = {path.name: path for path in folder.iterdir()}
     checkpoints = entries.get("checkpoints")
