@@ -5,11 +5,11 @@ reloads.
 
     .venv/bin/python experiments/search_r1/engine_check.py --out results/engine-retrieval-qa
 
-On a small generated world (`make_tiny.py`'s, 80 people) and a tiny random chat checkpoint. It checks, and
-writes to OUT/engine_check.json: every round's episodes were learnt from (the learner's version advances one
-iteration a round), and on the first version the importance log-ratio of the kept episodes
-(`elite_log_weight_mean`: the learner's log-prob minus the engine's, per episode) is about 0, the behaviour
-log-probs being the learner's own. Exit status 1 where a check fails.
+On a small generated world (`make_tiny.py`'s, 80 people, in runs/engine-retrieval-qa/) and a tiny random chat
+checkpoint. It checks, and writes to OUT/engine_check.json: every round's episodes were learnt from (one
+iteration a round), on the first version the importance log-ratio of the kept episodes (`elite_log_weight_mean`:
+the learner's log-prob minus the engine's, per episode) is about 0, the behaviour log-probs being the learner's
+own, and SIGTERM stops the learner checkpointed. Exit status 1 where a check fails.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def wait_for(url: str, process: subprocess.Popen, seconds: float = 300) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("runs/engine-retrieval-qa"))
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/engine-retrieval-qa"))
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--port", type=int, default=8011)
@@ -53,7 +53,7 @@ def main() -> None:
     sys.path.insert(0, str(ROOT / "experiments"))
     from lm_parity import build_venv
 
-    work = args.out / "work"
+    work = ROOT / "runs" / "engine-retrieval-qa"  # the world, the model, the episodes and the learner's run
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     subprocess.run(

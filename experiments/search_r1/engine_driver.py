@@ -88,6 +88,12 @@ def play_round(server: str, task: RetrievalQA, questions: list, version: int, se
     ]
 
 
+def iterations_learnt(run: pathlib.Path) -> int:
+    """The learner's iterations so far: the rows of its metrics.jsonl (one an iteration, each B episodes)."""
+    path = run / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
 def latest_version(run: pathlib.Path) -> tuple[int, pathlib.Path | None]:
     """(version, folder) of the learner's newest weights; (0, None) before it wrote any."""
     path = run / "weights" / "latest.json"
@@ -122,7 +128,7 @@ def main() -> None:
     task.check(questions)
     loaded = 0
     for number in range(args.rounds):
-        while latest_version(args.learner_run)[0] < number - args.ahead:  # learnt from each round before the last
+        while iterations_learnt(args.learner_run) < number - args.ahead:  # each round before, but `ahead`, learnt
             time.sleep(0.2)
         version, folder = latest_version(args.learner_run)
         if folder is not None and version != loaded:
