@@ -126,23 +126,23 @@ def evaluate(task: RetrievalQA, sampler: Any, params: Any, questions: list[Quest
     return row
 
 
-def _warm_started(
-    config: RetrievalTrainConfig, task: RetrievalQA, learner: EpisodeLearner, params: dict, path: pathlib.Path, log
-) -> dict:
-    """The CausalLM params fitted to the demonstrations in `path` (`warm_start.fit_trajectories`)."""
+def _demonstrations(task: RetrievalQA, path: pathlib.Path, vocab_size: int, max_length: int) -> Any:
+    """The demonstrations in `path` played through the task (`RetrievalQA.demonstration`): trajectories [D, T]."""
+    records = [task.demonstration(question, turns) for question, turns in read_demonstrations(path)]
+    episodes = [episode_of(record, vocab_size=vocab_size, max_length=max_length) for record in records]
+    return to_trajectories(episodes, max_length)
+
+
+def _warm_started(config: RetrievalTrainConfig, learner: EpisodeLearner, params: dict, demos: Any, log) -> dict:
+    """The CausalLM params fitted to the demonstrations [D, T] (`warm_start.fit_trajectories`)."""
     from ftw_jax.warm_start import WarmStart, fit_trajectories
 
-    vocab, length = learner.model_config.vocab_size, config.learn.max_length
-    records = [task.demonstration(question, turns) for question, turns in read_demonstrations(path)]
-    demos = to_trajectories([episode_of(record, vocab_size=vocab, max_length=length) for record in records], length)
-    settings = WarmStart(
-        len(records), config.warm_start_steps, config.warm_start_learning_rate, config.warm_start_batch_size
-    )
+    count, steps = demos.action.shape[0], config.warm_start_steps
+    settings = WarmStart(count, steps, config.warm_start_learning_rate, config.warm_start_batch_size)
     fit = jax.jit(lambda key, params, demos: fit_trajectories(key, learner.policy, params, demos, settings))
     fitted, losses = fit(jax.random.key(config.learn.seed), policy_params(params), demos)
     losses = np.asarray(losses)
-    steps = config.warm_start_steps
-    log(f"warm start: {len(records)} demonstrations, {steps} steps, cross-entropy {losses[0]:.3f} -> {losses[-1]:.3f}")
+    log(f"warm start: {count} demonstrations, {steps} steps, cross-entropy {losses[0]:.3f} -> {losses[-1]:.3f}")
     return {"params": fitted["params"]["lm"]}
 
 
@@ -167,6 +167,7 @@ class _Prepared:
     model: Any
     params: dict
     learner: EpisodeLearner
+    demonstrations: Any  # trajectories [D, T] to fit before learning, or None
 
 
 def _prepared(config: RetrievalTrainConfig, files: RetrievalFiles, model_path: pathlib.Path, log) -> _Prepared:
@@ -175,6 +176,8 @@ def _prepared(config: RetrievalTrainConfig, files: RetrievalFiles, model_path: p
     from ftw_jax.lm.load import load
     from ftw_jax.lm.tokenizer import load_tokenizer
 
+    if (files.demonstrations is None) != (config.warm_start_steps == 0):
+        raise ValueError("`demonstrations` and `warm_start_steps` (above 0) go together: give both or neither.")
     tokenizer = load_tokenizer(model_path)
     train_questions, test_questions = read_questions(files.questions), read_questions(files.test_questions)
     test_questions = test_questions[: config.eval_questions]
@@ -187,8 +190,11 @@ def _prepared(config: RetrievalTrainConfig, files: RetrievalFiles, model_path: p
             f"{model_path}: the model's vocabulary ({model.config.vocab_size}) is smaller than its tokenizer's "
             f"({tokenizer.vocab_size})."
         )
+    demos = None
+    if files.demonstrations is not None and config.warm_start_steps:
+        demos = _demonstrations(task, files.demonstrations, model.config.vocab_size, config.learn.max_length)
     learner = EpisodeLearner.build(config.learn, model.config)
-    return _Prepared(task, train_questions, test_questions, model, params, learner)
+    return _Prepared(task, train_questions, test_questions, model, params, learner, demos)
 
 
 def _play_and_learn(
@@ -239,9 +245,8 @@ def train_retrieval_qa(
         log(f"resumed after iteration {done}")
     else:
         done, evaluations, skipped = 0, [], dict.fromkeys(skips.TOTALS, 0)
-        if files.demonstrations is not None and config.warm_start_steps:
-            fitted = _warm_started(config, run.task, run.learner, run.params, files.demonstrations, log)
-            state = run.learner.init(fitted)
+        if run.demonstrations is not None:
+            state = run.learner.init(_warm_started(config, run.learner, run.params, run.demonstrations, log))
     report.resumed(done)
     sampler, greedy = run.task.turn_sampler(run.model), run.task.turn_sampler(run.model, greedy=True)
 

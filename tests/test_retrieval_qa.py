@@ -371,6 +371,8 @@ def test_the_command_refuses_bad_input_in_one_line(world, tmp_path, capsys):
     assert capsys.readouterr().err.strip().count("\n") == 0
     assert lm_train(world, tmp_path, "--seeds", "1,2") == 2
     assert "--seeds is a setting of the text search task" in capsys.readouterr().err
+    assert lm_train(world, tmp_path, "--warm-start-steps", "3") == 2
+    assert "--demonstrations and --warm-start-steps (above 0) go together" in capsys.readouterr().err
     assert cli.main(["lm", "train", "--prompt-tokens", "64", "--iterations", "1"]) == 2
     assert "--prompt-tokens is a setting of --task retrieval-qa" in capsys.readouterr().err
 
