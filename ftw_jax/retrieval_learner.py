@@ -224,6 +224,20 @@ def _play_and_learn(
     return state, row, skipped
 
 
+def _starting_state(run: _Prepared, config: RetrievalTrainConfig, checkpointer: Checkpointer | None, log):
+    """(iterations done, learner state, evaluations so far, skipped-update totals): the checkpointer's latest, else
+    a new run's, from the warm start where there are demonstrations."""
+    state = run.learner.init(run.params)
+    restored = checkpointer.restore(state) if checkpointer else None
+    if restored:
+        done, state, record = restored
+        log(f"resumed after iteration {done}")
+        return done, state, record["evaluations"], {**dict.fromkeys(skips.TOTALS, 0), **record["skipped"]}
+    if run.demonstrations is not None:
+        state = run.learner.init(_warm_started(config, run.learner, run.params, run.demonstrations, log))
+    return 0, state, [], dict.fromkeys(skips.TOTALS, 0)
+
+
 def train_retrieval_qa(
     config: RetrievalTrainConfig,
     files: RetrievalFiles,
@@ -237,16 +251,7 @@ def train_retrieval_qa(
     (`evaluations`) in it."""
     started, log, batch = time.perf_counter(), report.log, config.learn.episodes_per_iteration
     run = _prepared(config, files, model_path, log)
-    state = run.learner.init(run.params)
-    restored = checkpointer.restore(state) if checkpointer else None
-    if restored:
-        done, state, record = restored
-        evaluations, skipped = record["evaluations"], {**dict.fromkeys(skips.TOTALS, 0), **record["skipped"]}
-        log(f"resumed after iteration {done}")
-    else:
-        done, evaluations, skipped = 0, [], dict.fromkeys(skips.TOTALS, 0)
-        if run.demonstrations is not None:
-            state = run.learner.init(_warm_started(config, run.learner, run.params, run.demonstrations, log))
+    done, state, evaluations, skipped = _starting_state(run, config, checkpointer, log)
     report.resumed(done)
     sampler, greedy = run.task.turn_sampler(run.model), run.task.turn_sampler(run.model, greedy=True)
 
@@ -261,6 +266,7 @@ def train_retrieval_qa(
     log(f"{config.num_iterations} iterations of {batch} of {questions} questions; run folder {run_folder}")
     limit = skips.limit_of(config.learn.stop_after_skipped, config.learn.algorithm_config.updates_per_iteration)
     whole = "a whole iteration" if config.learn.stop_after_skipped is None else ""
+    weights = None
     for iteration in range(done, config.num_iterations):
         raise_if_stopped()
         state, row, skipped = _play_and_learn(run, config, sampler, state, iteration, files, skipped)
@@ -271,11 +277,13 @@ def train_retrieval_qa(
         if (iteration + 1) % config.eval_every == 0 or last:
             evaluated(iteration + 1)
         if (iteration + 1) % config.learn.save_every == 0 or last:
-            save_weights(run_folder, run.learner, state, model_path)
+            weights = save_weights(run_folder, run.learner, state, model_path)
         stop = skips.stop_for_skips(["the learner"], skipped, limit, whole=whole, nonfinite_advice=NONFINITE_ADVICE)
         save_then_stop(
             checkpointer, iteration + 1, state, {"evaluations": evaluations, "skipped": skipped}, last=last, stop=stop
         )
+    if weights is None:  # resumed after its last iteration: the newest weights, found (written) again
+        weights = save_weights(run_folder, run.learner, state, model_path)
     return {
         "iterations": config.num_iterations,
         "version": int(host_array(state.policy.version)),
@@ -285,6 +293,6 @@ def train_retrieval_qa(
         "test_questions": len(run.test_questions),
         "evaluations": evaluations,
         **{name: skipped[name] for name in ("updates_skipped", "updates_nonfinite")},
-        "weights": str(save_weights(run_folder, run.learner, state, model_path)),
+        "weights": str(weights),
         "seconds": time.perf_counter() - started,
     }

@@ -24,8 +24,8 @@ from ftw_jax.envs.retrieval_qa import (
 )
 from ftw_jax.envs.retrieval_qa.answers import reward
 from ftw_jax.envs.retrieval_qa.data import Corpus, read_demonstrations
-from ftw_jax.envs.retrieval_qa.synthetic import write_synthetic
-from ftw_jax.envs.retrieval_qa.task import INSTRUCTION, INVALID_ACTION
+from ftw_jax.envs.retrieval_qa.synthetic import tokenizer_texts, write_synthetic
+from ftw_jax.envs.retrieval_qa.task import INVALID_ACTION
 from ftw_jax.episodes import episode_of, sample_records, to_trajectories
 from ftw_jax.lm.sampler import SamplingConfig
 from ftw_jax.lm.tiny import write_tiny_checkpoint
@@ -40,9 +40,7 @@ def world(tmp_path_factory) -> dict:
     """A small world in Search-R1's formats and a tiny chat checkpoint whose BPE tokenizer was trained on it."""
     folder = tmp_path_factory.mktemp("world")
     paths = write_synthetic(folder, people=40, distractors=20, seed=1)
-    rows = [json.loads(line) for name in ("corpus", "train_jsonl") for line in paths[name].open()]
-    texts = [row.get("contents") or " ".join([row["question"], *row["demonstration"]]) for row in rows]
-    paths["model"] = write_tiny_checkpoint(folder / "model", [*texts, INSTRUCTION, INVALID_ACTION] * 2, 600)
+    paths["model"] = write_tiny_checkpoint(folder / "model", tokenizer_texts(paths, ("train_jsonl",)), 600)
     return paths
 
 

@@ -11,11 +11,9 @@ Then (docs/results.md's CPU run):
 """
 
 import argparse
-import json
 import pathlib
 
-from ftw_jax.envs.retrieval_qa.synthetic import write_synthetic
-from ftw_jax.envs.retrieval_qa.task import INSTRUCTION, INVALID_ACTION
+from ftw_jax.envs.retrieval_qa.synthetic import tokenizer_texts, write_synthetic
 from ftw_jax.lm.memory import QWEN2_5
 from ftw_jax.lm.tiny import write_tiny_checkpoint
 
@@ -23,20 +21,14 @@ from ftw_jax.lm.tiny import write_tiny_checkpoint
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=pathlib.Path)
-    parser.add_argument("--people", type=int, default=280, help="people in the world (at most 280)")
+    parser.add_argument("--people", type=int, default=280, help="people in the world (at most 1,200)")
     parser.add_argument("--vocab-size", type=int, default=1024, help="the BPE tokenizer's vocabulary at most")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--shape", choices=sorted(QWEN2_5), help="random weights of this Qwen2.5 shape, to time it")
     args = parser.parse_args()
     paths = write_synthetic(args.folder, people=args.people, seed=args.seed)
-    lines = [
-        json.loads(line) for name in ("corpus", "train_jsonl", "demonstrations_jsonl") for line in open(paths[name])
-    ]
-    texts = [row.get("contents") or " ".join([row["question"], *row["demonstration"]]) for row in lines]
     shape = QWEN2_5[args.shape] if args.shape else None
-    write_tiny_checkpoint(
-        args.folder / "model", [*texts, INSTRUCTION, INVALID_ACTION] * 2, args.vocab_size, args.seed, shape
-    )
+    write_tiny_checkpoint(args.folder / "model", tokenizer_texts(paths), args.vocab_size, args.seed, shape)
     print(f"wrote {', '.join(sorted(path.name for path in paths.values()))} and model/ in {args.folder}")
 
 

@@ -118,11 +118,22 @@ def _retrieval_settings() -> list:
     from ftw_jax.algos.ftw import FTWConfig
     from ftw_jax.core.settings import describe
     from ftw_jax.envs.retrieval_qa.task import RetrievalQASettings
-    from ftw_jax.episode_learner import LearnConfig
     from ftw_jax.retrieval_learner import RetrievalTrainConfig
 
-    learner = [item for item in describe(LearnConfig) if item.name not in _SET_BY_THE_RUN]
-    return [*describe(RetrievalTrainConfig), *describe(RetrievalQASettings), *learner, *describe(FTWConfig)]
+    return [
+        *describe(RetrievalTrainConfig),
+        *describe(RetrievalQASettings),
+        *_learner_settings(),
+        *describe(FTWConfig),
+    ]
+
+
+def _learner_settings() -> list:
+    """`lm learn`'s settings that `--task retrieval-qa` takes: all but those an in-process run sets itself."""
+    from ftw_jax.core.settings import describe
+    from ftw_jax.episode_learner import LearnConfig
+
+    return [item for item in describe(LearnConfig) if item.name not in _SET_BY_THE_RUN]
 
 
 _SET_BY_THE_RUN = ("max_length", "follow", "idle_timeout", "poll_seconds")  # LearnConfig's, for `lm learn` alone
@@ -188,9 +199,8 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
         if getattr(args, name) is None:
             raise ValueError(f"--task retrieval-qa needs `{name}`.")
     task = RetrievalQASettings(**given_settings(args, describe(RetrievalQASettings)))
-    learner = [item for item in describe(LearnConfig) if item.name not in _SET_BY_THE_RUN]
     learn = LearnConfig(
-        **{**LEARNER_DEFAULTS, **given_settings(args, learner)},
+        **{**LEARNER_DEFAULTS, **given_settings(args, _learner_settings())},
         max_length=task.max_length,
         algorithm_config=FTWConfig(**{**FTW_DEFAULTS, **given_settings(args, describe(FTWConfig))}),
     )

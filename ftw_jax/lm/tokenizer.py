@@ -70,12 +70,18 @@ class Tokenizer:
         rows = [self.encode(text) for text in texts]
         if not rows or not all(rows):
             raise ValueError("every text must have at least one token.")
-        length = max(map(len, rows))
-        ids = np.full((len(rows), length), pad, np.int32)
-        mask = np.zeros((len(rows), length), bool)
-        for row, tokens in enumerate(rows):
-            ids[row, length - len(tokens) :], mask[row, length - len(tokens) :] = tokens, True
-        return ids, mask
+        return left_pad(rows, max(map(len, rows)), pad)
+
+
+def left_pad(rows: list[list[int]], width: int, pad_id: int) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids [B, width], each row's ids at its end after `pad_id`s, and the mask of real tokens (a row may have
+    none). Rows longer than `width` are the caller's to refuse."""
+    ids = np.full((len(rows), width), pad_id, np.int32)
+    mask = np.zeros((len(rows), width), bool)
+    for row, tokens in enumerate(rows):
+        if tokens:
+            ids[row, width - len(tokens) :], mask[row, width - len(tokens) :] = tokens, True
+    return ids, mask
 
 
 def _template(source: str):

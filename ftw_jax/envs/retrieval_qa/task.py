@@ -146,12 +146,10 @@ class RetrievalQA:
         return make_turn_sampler(model, config, self.settings.max_length)
 
     def _left_padded(self, rows: list[list[int]], width: int) -> tuple[np.ndarray, np.ndarray]:
-        ids = np.full((len(rows), width), self.tokenizer.pad_id, np.int32)
-        mask = np.zeros((len(rows), width), bool)
-        for row, tokens in enumerate(rows):
-            if tokens:
-                ids[row, width - len(tokens) :], mask[row, width - len(tokens) :] = tokens, True
-        return ids, mask
+        from ftw_jax.lm.tokenizer import left_pad
+
+        assert self.tokenizer.pad_id is not None  # checked in __init__
+        return left_pad(rows, width, self.tokenizer.pad_id)
 
     def play(self, sampler: TurnSampler, params: Any, key: jax.Array, questions: list[Question]) -> Played:
         """One episode per question, all in one batch (see the module's docstring); the key is consumed."""
