@@ -1,4 +1,4 @@
-"""The LLM learner: FTW updates from episodes that any rollout engine wrote, and weights for it to reload.
+"""The LLM learner: updates from episodes that any rollout engine wrote, and weights for it to reload.
 
     learner = EpisodeLearner.build(LearnConfig(max_length=65), model_config)
     state = learner.init(params)                      # the CausalLM's params ({"params": ...}): policy and reference
@@ -6,9 +6,12 @@
     lm.save(folder, model_config, learner.model_params(state))
 
 The policy is the model's next-token distribution over its whole vocabulary (`LMPolicy`), and the update is
-the training program's own (`algos.ftw`): the batch goes into the pool, then U updates, each keeping the top K
-of J minibatches of C pool entries by reward and fitting the model by token-level cross-entropy on their
-model-written tokens plus β·KL to the reference (exact, from the logits). Staleness and importance ratios
+the training program's own, of the algorithm the config names (`algos`). FTW's: the batch goes into the pool,
+then U updates, each keeping the top K of J minibatches of C pool entries by reward and fitting the model by
+token-level cross-entropy on their model-written tokens plus β·KL to the reference (exact, from the logits).
+GRPO and RLOO (`reinforce` with `leave_one_out`) compare each episode with the others of its `group` (the
+batch is put group by group first); PPO learns a critic, a value head on its own copy of the model, started
+from the same checkpoint and kept in the learner state (so checkpoints resume it). Staleness and importance ratios
 read each token's own version and behaviour log-prob, so an episode written by several hot-loaded policy
 versions is measured token by token. The in-process loop (`ftw-jax lm train`) calls the same `algos.ftw`
 learner on the episodes it rolls out, so both paths make the same updates from the same episodes (tested).
@@ -29,13 +32,20 @@ import numpy as np
 
 from ftw_jax import algos
 from ftw_jax.algos.base import Context, Learner
-from ftw_jax.algos.ftw import FTWConfig, FTWLearnerState
 from ftw_jax.algos.learner_settings import LearnerSettings, make_optimizer
 from ftw_jax.core import diagnostics
 from ftw_jax.core.checks import check_seed
 from ftw_jax.core.pool import Trajectory
 from ftw_jax.core.settings import check_settings, check_takes_effect, setting
-from ftw_jax.episodes import Episode, EpisodeFeed, EpisodeTail, check_versions, to_trajectories
+from ftw_jax.episodes import (
+    Episode,
+    EpisodeFeed,
+    EpisodeTail,
+    check_versions,
+    grouped,
+    tied_group_share,
+    to_trajectories,
+)
 from ftw_jax.lm.config import LMConfig, read_json
 from ftw_jax.policies.lm import LMPolicy, logits_chunk_for
 from ftw_jax.running import run_files, skips
@@ -50,7 +60,13 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class LearnConfig(LearnerSettings):
-    """The LM learner's settings; the update's are `algorithm_config` (an `FTWConfig`; None: its defaults)."""
+    """The LM learner's settings; the update's are `algorithm_config` (the algorithm's config; None: its defaults)."""
+
+    algorithm: Literal["ftw", "grpo", "reinforce", "ppo"] = setting(
+        "ftw",
+        "the update: FTW, or a baseline as LLM trainers run it (GRPO, REINFORCE (RLOO with `leave_one_out`), PPO "
+        "with a critic); GRPO and RLOO read each episode's `group`",
+    )
 
     max_length: int = setting(
         128, "the longest episode in tokens, prompt and tool output included (longer ones are refused)"
@@ -80,11 +96,15 @@ class LearnConfig(LearnerSettings):
     algorithm_config: Any = None
 
     def __post_init__(self):
-        if self.algorithm_config is None:
-            object.__setattr__(self, "algorithm_config", FTWConfig())
-        if not isinstance(self.algorithm_config, FTWConfig):
-            raise ValueError(f"algorithm_config must be an FTWConfig, got {type(self.algorithm_config).__name__}.")
         check_settings(self)
+        algorithm = algos.get(self.algorithm)
+        if self.algorithm_config is None:
+            object.__setattr__(self, "algorithm_config", algorithm.config())
+        if not isinstance(self.algorithm_config, algorithm.config):
+            raise ValueError(
+                f"algorithm_config must be a {algorithm.config.__name__} for {self.algorithm}, got "
+                f"{type(self.algorithm_config).__name__}."
+            )
         self.check_learner_settings()
         check_seed("seed", self.seed)
         if not (isinstance(self.max_length, int) and self.max_length >= 2):
@@ -101,12 +121,29 @@ class LearnConfig(LearnerSettings):
             check_takes_effect(self, name, self.follow, "`follow`")
         if not (isinstance(self.save_every, int) and self.save_every >= 1):
             raise ValueError(f"save_every must be an int >= 1, got {self.save_every!r}.")
-        algos.get("ftw").check(self.algorithm_config, self.episodes_per_iteration)
+        algorithm.check(self.algorithm_config, self.episodes_per_iteration)
+
+    def learns_a_batch_of(self, size: int) -> bool:
+        """Whether the algorithm learns from a batch of `size` episodes (a short last one) with these settings."""
+        try:
+            algos.get(self.algorithm).check(self.algorithm_config, size)
+        except ValueError:
+            return False
+        return True
+
+    @property
+    def steps_per_batch(self) -> int:
+        """The optimizer steps each batch is followed by (FTW, GRPO, REINFORCE: U; PPO: U epochs of M)."""
+        return algos.get(self.algorithm).steps_per_batch(self.algorithm_config)
 
     @property
     def num_steps(self) -> int:
         """T: a trajectory's steps (each token after the first is one)."""
         return self.max_length - 1
+
+
+# The algorithm's learner state (`FTWLearnerState`, `PPOLearnerState`, ...): its `policy` is a `PolicyState`.
+LearnerState = Any
 
 
 def example_trajectory(num_steps: int) -> Trajectory:
@@ -136,13 +173,13 @@ def policy_params(model_params: dict) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeLearner:
-    """FTW over token trajectories for one model shape."""
+    """The configured algorithm over token trajectories for one model shape."""
 
     config: LearnConfig
     model_config: LMConfig
     policy: LMPolicy
     learner: Learner
-    learn: Callable[[FTWLearnerState, Trajectory, Any], tuple[FTWLearnerState, dict]]  # (state, batch, iteration)
+    learn: Callable[[LearnerState, Trajectory, Any], tuple[LearnerState, dict]]  # (state, batch, iteration)
     # `learn` compiled per batch size (a short last batch is another program), each checked before it first runs.
     programs: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -154,9 +191,9 @@ class EpisodeLearner:
             max_length=config.num_steps,
             logits_chunk=logits_chunk_for(model_config.vocab_size, config.logits_chunk),
         )
-        learner = _ftw_learner(config, policy)
+        learner = _learner(config, policy)
         seed = config.seed
-        hyperparameters = functools.partial(config.member_hyperparameters, "ftw", config.algorithm_config)
+        hyperparameters = functools.partial(config.member_hyperparameters, config.algorithm, config.algorithm_config)
 
         def learn(state, batch, iteration):  # everything but the state and the batch is made inside: with several
             key = jax.random.fold_in(jax.random.key(seed), iteration)  # processes, every input must be global
@@ -164,7 +201,7 @@ class EpisodeLearner:
 
         return cls(config, model_config, policy, learner, learn)
 
-    def init(self, model_params: dict) -> FTWLearnerState:
+    def init(self, model_params: dict) -> LearnerState:
         """The learner state starting from (and KL-anchored to) these CausalLM params: an empty pool, version 0.
         Compiled (`init_program`); where the weights are laid out on a mesh (`lm.sharding.shard_params`), so is
         the state: the reference and Adam's moments like the weights (`param_specs`), the pool whole on every
@@ -184,13 +221,13 @@ class EpisodeLearner:
             return self.learner.init(
                 jax.random.key(0),
                 jnp.zeros((1,), jnp.int32),
-                self.config.member_hyperparameters("ftw", self.config.algorithm_config),
+                self.config.member_hyperparameters(self.config.algorithm, self.config.algorithm_config),
                 policy_params(params),
             )
 
         return jax.jit(init, out_shardings=_state_shardings(init, model_params))
 
-    def step(self, state: FTWLearnerState, batch: Trajectory, iteration: int) -> tuple[FTWLearnerState, dict]:
+    def step(self, state: LearnerState, batch: Trajectory, iteration: int) -> tuple[LearnerState, dict]:
         """(state, metrics with leaves [U]) after adding the batch [B, T] (numpy, or global arrays) to the pool and
         running U updates, with iteration `iteration`'s key (the same on a resumed run as on one never stopped).
         Its first call with a batch size compiles the program and refuses it, before it runs, where its working
@@ -217,12 +254,12 @@ class EpisodeLearner:
         return jax.jit(self.learn, donate_argnums=0 if donate else (), out_shardings=(layout, None))
 
     @staticmethod
-    def model_params(state: FTWLearnerState) -> dict:
+    def model_params(state: LearnerState) -> dict:
         """The CausalLM's params in a learner state (for `lm.save`)."""
         return {"params": state.policy.params["params"]["lm"]}
 
 
-def _state_shardings(init: Callable[[dict], FTWLearnerState], model_params: dict) -> Any:
+def _state_shardings(init: Callable[[dict], LearnerState], model_params: dict) -> Any:
     """Shardings of the state `init` makes from weights on a mesh, every leaf laid out by `param_specs` (left to
     XLA, a compiled init copied Adam's moments whole onto every device: 7B on 2 x 4 devices, 67.4 GiB each
     instead of 17.7); None for weights that are not on a mesh."""
@@ -237,15 +274,18 @@ def _state_shardings(init: Callable[[dict], FTWLearnerState], model_params: dict
     return jax.tree.map(lambda spec: NamedSharding(mesh, spec), param_specs(jax.eval_shape(init, model_params), mesh))
 
 
-def _ftw_learner(config: LearnConfig, policy: LMPolicy) -> Learner:
+def _learner(config: LearnConfig, policy: LMPolicy) -> Learner:
+    """The configured algorithm's learner over `policy`; a critic (PPO's) is the same model under a value head,
+    started from the same checkpoint."""
     context = Context(
         policy=policy,
-        make_network=None,
+        make_network=lambda outputs: policy.clone(num_actions=outputs, logits_chunk=0),
         optimizer=make_optimizer(config),
         example=example_trajectory(config.num_steps),
         episodes_per_iteration=config.episodes_per_iteration,
+        critic_from_start=True,
     )
-    return algos.get("ftw").make_learner(config.algorithm_config, context)
+    return algos.get(config.algorithm).make_learner(config.algorithm_config, context)
 
 
 def metrics_row(metrics: dict) -> dict:
@@ -271,7 +311,7 @@ def weights_folder(run_folder: pathlib.Path, version: int) -> pathlib.Path:
 
 
 def save_weights(
-    run_folder: pathlib.Path, learner: EpisodeLearner, state: FTWLearnerState, model_path: pathlib.Path
+    run_folder: pathlib.Path, learner: EpisodeLearner, state: LearnerState, model_path: pathlib.Path
 ) -> pathlib.Path:
     """Writes the state's weights as a Hugging Face folder (once per version; atomic) in the dtype the model
     computes in (what the learner's log-probs were computed with), with the starting checkpoint's config.json
@@ -334,8 +374,8 @@ class LearnReport(Protocol):
 
 
 def _resumed(
-    checkpointer: Checkpointer | None, state: FTWLearnerState, log: Callable[[str], None]
-) -> tuple[int, FTWLearnerState, int, dict]:
+    checkpointer: Checkpointer | None, state: LearnerState, log: Callable[[str], None]
+) -> tuple[int, LearnerState, int, dict]:
     """(iterations done, state, episodes learnt from, skipped-update totals): the checkpointer's latest, else
     a new run's."""
     restored = checkpointer.restore(state) if checkpointer else None
@@ -350,22 +390,27 @@ def _resumed(
 
 def learn_batch(
     learner: EpisodeLearner,
-    state: FTWLearnerState,
+    state: LearnerState,
     place: Callable[[Any], Any],
     episodes: list[Episode],
     iteration: int,
     path: pathlib.Path,
     skipped: dict,
-) -> tuple[FTWLearnerState, dict, dict]:
+) -> tuple[LearnerState, dict, dict]:
     """One iteration on a batch of episodes of the file at `path`: (state, its metrics row, the skipped-update
     totals: `skipped`, those before it, with its own added)."""
     version_before = int(host_array(state.policy.version))
     check_versions(episodes, version_before, path)
+    group_size = learner.learner.group_size
+    if group_size > 1:
+        episodes = grouped(episodes, group_size, path)
     batch = to_trajectories(episodes, learner.config.max_length)
     state, metrics = learner.step(state, place(batch), iteration)
+    max_staleness = getattr(learner.config.algorithm_config, "max_staleness", None)  # FTW's; the others learn all
     row = {
         "reward_mean": float(np.mean([episode.reward for episode in episodes])),
-        "episodes_stale": stale_episodes(batch, version_before, learner.config.algorithm_config.max_staleness),
+        "episodes_stale": stale_episodes(batch, version_before, max_staleness),
+        **({"groups_tied": tied_group_share(episodes, group_size)} if group_size > 1 else {}),
         **metrics_row(metrics),
         **iteration_counts(metrics),
     }
@@ -416,7 +461,13 @@ def learn_from_file(
         episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length, skip_bad_lines=skip_bad_lines
     )
     feed = EpisodeFeed(
-        tail, config.episodes_per_iteration, config.follow, config.idle_timeout, config.poll_seconds, report.log
+        tail,
+        config.episodes_per_iteration,
+        config.follow,
+        config.idle_timeout,
+        config.poll_seconds,
+        report.log,
+        short_batch_ok=config.learns_a_batch_of,
     )
     learner = EpisodeLearner.build(config, model.config)
     done, state, used, skipped = _resumed(checkpointer, learner.init(params), report.log)
@@ -425,7 +476,7 @@ def learn_from_file(
     total, plan = feed.plan(done)
     report.log(f"{plan}; run folder {run_folder}")
     weights, iteration = None, done
-    limit = skips.limit_of(config.stop_after_skipped, config.algorithm_config.updates_per_iteration)
+    limit = skips.limit_of(config.stop_after_skipped, config.steps_per_batch)
     whole = "a whole iteration" if config.stop_after_skipped is None else ""
     for chunk in feed.batches(before_each=raise_if_stopped):
         state, row, skipped = learn_batch(learner, state, place, chunk, iteration, episodes_path, skipped)
@@ -442,11 +493,17 @@ def learn_from_file(
     version = int(host_array(state.policy.version))
     if weights != weights_folder(run_folder, version):  # the newest version, written once
         weights = save_weights(run_folder, learner, state, model_path)
-    if config.follow and feed.pending:
-        waiting = len(feed.pending)
+    waiting = len(feed.pending)
+    if config.follow and waiting:
         report.log(f"stopped following after {config.idle_timeout} s without a new line; {waiting} episodes wait")
+    elif waiting:
+        report.log(
+            f"{waiting} episodes wait: {config.algorithm} learns from no batch of {waiting} with these settings; a "
+            "resume learns them with the lines appended since"
+        )
     return {
         "episodes": used,
+        "episodes_waiting": waiting,
         "bad_lines_skipped": len(tail.report.skipped),
         "iterations": iteration,
         "version": version,

@@ -5,6 +5,8 @@ One line per multi-turn episode (schema version 1; fields not listed are ignored
     {"tokens": [1, 9, 10, ...],          # the whole episode: prompt, the model's turns, the tools' turns
      "spans": [{"start": 12, "end": 15, "version": 3, "logprobs": [-0.11, -0.52, -0.02]}, ...],
      "reward": 1.0,                      # the terminal reward (the pool ranks by it)
+     "group": "q17",                     # optional for FTW: the prompt (a string or an int) the engine sampled G
+                                         # episodes for; GRPO and RLOO compare each episode with its group's
      "id": "any string"}                 # optional, named in messages
 
 Each span is a stretch `tokens[start:end]` the model wrote, with the policy version that wrote it (weights an
@@ -52,6 +54,7 @@ class Episode:
     id: str | None = None
     span_versions: tuple[int, ...] = ()  # [spans] the version that wrote each span
     line: int | None = None  # its line in the file it was read from
+    group: str | None = None  # the prompt it was sampled for, one of G (`"group"`; an int is kept as its digits)
 
 
 class BadEpisode(ValueError):
@@ -138,7 +141,9 @@ def episode_of(record: Any, *, vocab_size: int, max_length: int) -> Episode:
         start, end, version, values = _checked_span(f"spans[{index}]", span, previous_end, len(tokens))
         written[start:end], logprobs[start:end], versions[start:end] = True, values, version
         previous_end = end
-    episode_id = record.get("id")
+    episode_id, group = record.get("id"), record.get("group")
+    if group is not None and not (isinstance(group, str) or _is_int(group)):
+        raise BadEpisode(f"group: {group!r} is not a string or an int (the prompt the episode was sampled for)")
     return Episode(
         tokens=np.asarray(tokens, np.int32),
         written=written,
@@ -147,6 +152,7 @@ def episode_of(record: Any, *, vocab_size: int, max_length: int) -> Episode:
         reward=float(record["reward"]),
         id=None if episode_id is None else str(episode_id),
         span_versions=tuple(span["version"] for span in spans),
+        group=None if group is None else str(group),
     )
 
 
@@ -230,6 +236,35 @@ def check_versions(episodes: list[Episode], learner_version: int, path: str | os
                     f"{learner_version} when it learns this line (an engine writes the version of the weights it "
                     "played with: at most weights/latest.json's)."
                 )
+
+
+def grouped(episodes: list[Episode], group_size: int, path: str | os.PathLike[str]) -> list[Episode]:
+    """A batch's episodes group by group (groups in the order they first appear, each in file order), for an
+    algorithm that compares each episode with the other G − 1 of its prompt (GRPO, RLOO). ValueError naming the
+    file and line of an episode without a `group`, or of the first of a group that has other than G episodes in
+    the batch (an engine writes a prompt's G episodes together, and B is a multiple of G)."""
+    groups: dict[str, list[Episode]] = {}
+    for episode in episodes:
+        if episode.group is None:
+            raise ValueError(
+                f"{path}:{episode.line}: group: missing; GRPO and RLOO compare each episode with the others sampled "
+                f"for its prompt, so every episode names it (groups of G={group_size})."
+            )
+        groups.setdefault(episode.group, []).append(episode)
+    for name, members in groups.items():
+        if len(members) != group_size:
+            raise ValueError(
+                f"{path}:{members[0].line}: group {name!r} has {len(members)} episodes in a batch of {len(episodes)}, "
+                f"expected G={group_size}: an engine writes a prompt's G episodes together, and B is a multiple of G."
+            )
+    return [episode for members in groups.values() for episode in members]
+
+
+def tied_group_share(episodes: list[Episode], group_size: int) -> float:
+    """The share of a grouped batch's groups (`grouped`) whose G rewards are all equal: their group-relative
+    advantages are 0, so they teach GRPO and RLOO nothing."""
+    rewards = np.asarray([episode.reward for episode in episodes]).reshape(-1, group_size)
+    return float(np.mean(np.all(rewards == rewards[:, :1], axis=1)))
 
 
 def to_trajectories(episodes: list[Episode], max_length: int) -> Trajectory:
@@ -328,7 +363,9 @@ def sample_records(sample: Sample, rewards: npt.ArrayLike, version: int) -> list
 
 class EpisodeFeed:
     """The episodes of a file still to learn from, `batch_size` at a time in file order: those read, then
-    (`follow`) those an engine appends, until `idle_timeout` seconds pass without a new line."""
+    (`follow`) those an engine appends, until `idle_timeout` seconds pass without a new line. Without `follow` the
+    last batch may be short where `short_batch_ok(size)` says the algorithm learns from one of that size; else
+    its episodes wait (`pending`) for a resume with more lines."""
 
     def __init__(
         self,
@@ -338,8 +375,10 @@ class EpisodeFeed:
         idle_timeout: float | None,
         poll_seconds: float,
         log: Callable[[str], None],
+        short_batch_ok: Callable[[int], bool] = lambda size: True,
     ):
         self.tail, self.batch_size, self.follow, self.log = tail, batch_size, follow, log
+        self.short_batch_ok = short_batch_ok
         self.idle_timeout, self.poll_seconds = idle_timeout, poll_seconds
         self.pending = tail.read(complete=not follow)  # read, not learnt from yet (a follower waits for a last
         self._log_bad_lines(0)  # line's newline)
@@ -363,7 +402,8 @@ class EpisodeFeed:
 
     def plan(self, done: int) -> tuple[int | None, str]:
         """(the iteration the run ends at after `done`, None while following; what it will learn from, in words)."""
-        total = None if self.follow else done + -(-len(self.pending) // self.batch_size)
+        whole, rest = divmod(len(self.pending), self.batch_size)
+        total = None if self.follow else done + whole + int(rest > 0 and self.short_batch_ok(rest))
         plan = (
             f"then those appended to {self.tail.path} as they come, {self.batch_size} an iteration"
             if total is None
@@ -409,7 +449,7 @@ class EpisodeFeed:
             else:
                 time.sleep(self.poll_seconds)
             return []
-        if not self.pending:
+        if not self.pending or (len(self.pending) < self.batch_size and not self.short_batch_ok(len(self.pending))):
             return None
         batch, self.pending = self.pending[: self.batch_size], self.pending[self.batch_size :]
         self.handed_out = True

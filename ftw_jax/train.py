@@ -283,6 +283,7 @@ def make_train(config: TrainConfig, **env_options: Any) -> Trainer:
         example=example_trajectory(env, env_params, policy),
         episodes_per_iteration=config.episodes_per_iteration,
         init_params=make_init_params(config, env, env_params, policy),
+        critic_from_start=pretrained is not None,
     )
     start_params = None
     if pretrained is not None:

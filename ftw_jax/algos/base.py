@@ -80,6 +80,9 @@ class Context:
     # init_params(key, observation, start) -> the policy's starting params: `start` (a checkpoint's, or None for
     # `policy.init`'s), fitted to demonstrations where the run asks for a warm start. Default: `given_or_fresh_params`.
     init_params: Callable[[jax.Array, Any, Any], Any] | None = None
+    # A critic (PPO's) takes the starting params where it shares their names: the model of a pretrained LM under a
+    # fresh value head. False: the critic starts fresh.
+    critic_from_start: bool = False
 
     def init_policy(
         self, key: jax.Array, observation: Any, hyperparameters: Hyperparameters, start: Any = None
@@ -117,6 +120,10 @@ def _no_hyperparameters(config: Any) -> None:
     del config
 
 
+def _updates_per_iteration(config: Any) -> int:
+    return config.updates_per_iteration
+
+
 @dataclasses.dataclass(frozen=True)
 class Algorithm:
     """One registry entry."""
@@ -128,5 +135,7 @@ class Algorithm:
     hyperparameters: Callable[[Any], Any] = _no_hyperparameters
     # Refuses a config that does not fit B episodes per iteration (raises ValueError).
     check: Callable[[Any, int], None] = _no_check
+    # The optimizer steps `learn` tries on each batch (`Learner.steps_per_batch`), from the config alone.
+    steps_per_batch: Callable[[Any], int] = _updates_per_iteration
     # Setting -> the values `compare --search` tries, beside those every algorithm shares (`ftw_jax.tuning`).
     search_space: Mapping[str, tuple] = dataclasses.field(default_factory=dict)

@@ -13,44 +13,22 @@ import functools
 from collections.abc import Callable
 from typing import Any, Literal
 
-import chex
 import jax
-import jax.numpy as jnp
 
 from ftw_jax.algos.base import Algorithm, Context, Learner, updates_per_iteration_setting
 from ftw_jax.algos.policy_gradient import (
-    ADVANTAGE_EPSILON,
     ENTROPY_COEFS,
     clip_epsilon_setting,
     entropy_coef_setting,
+    group_advantages,
     make_policy_gradient_update,
     repeated_steps_learner,
 )
 from ftw_jax.core.checks import check_non_negative, check_positive_int
+from ftw_jax.core.losses import ChunkedLogits
 from ftw_jax.core.pool import Trajectory
 from ftw_jax.core.settings import check_settings, setting
 from ftw_jax.core.state import PolicyState
-
-
-def group_advantages(returns: jax.Array, group_size: int, *, normalise: bool = True) -> jax.Array:
-    """(R_i − mean of its group) / (sd of its group + ε), or without the division. Groups are consecutive.
-
-    Args:
-      returns: [B] with B a multiple of `group_size`.
-      group_size: G.
-      normalise: divide by the group's standard deviation (GRPO as published) or not.
-
-    Returns:
-      [B]; a group of equal returns gets advantage 0 either way.
-    """
-    chex.assert_rank(returns, 1)
-    if returns.shape[0] % group_size:
-        raise ValueError(f"B={returns.shape[0]} returns do not split into groups of G={group_size}.")
-    grouped = returns.reshape(-1, group_size)
-    centred = grouped - jnp.mean(grouped, axis=1, keepdims=True)
-    if normalise:
-        centred = centred / (jnp.std(grouped, axis=1, keepdims=True) + ADVANTAGE_EPSILON)
-    return centred.reshape(-1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,11 +55,15 @@ class GRPOConfig:
 
 
 def make_step(
-    config: GRPOConfig, apply_fn: Callable[[Any, Any], jax.Array]
+    config: GRPOConfig, apply_fn: Callable[[Any, Any], jax.Array], chunked: ChunkedLogits | None = None
 ) -> Callable[[PolicyState, Trajectory, jax.Array], tuple[PolicyState, dict]]:
     """GRPO's step: the clipped ratio to the behaviour policy + β·KL (k3 or exact) − the entropy bonus."""
     return make_policy_gradient_update(
-        apply_fn, clip_epsilon=config.clip_epsilon, kl_estimate=config.kl_estimate, entropy_coef=config.entropy_coef
+        apply_fn,
+        clip_epsilon=config.clip_epsilon,
+        kl_estimate=config.kl_estimate,
+        entropy_coef=config.entropy_coef,
+        chunked=chunked,
     )
 
 
@@ -93,7 +75,7 @@ def advantages(config: GRPOConfig, returns: jax.Array) -> jax.Array:
 def make_learner(config: GRPOConfig, context: Context) -> Learner:
     return repeated_steps_learner(
         context,
-        make_step(config, context.policy.apply),
+        make_step(config, context.policy.apply, context.policy.chunked_logits()),
         functools.partial(advantages, config),
         config.updates_per_iteration,
         group_size=config.group_size,

@@ -54,6 +54,27 @@ def mean_baseline_advantages(returns: jax.Array) -> jax.Array:
     return returns - jnp.mean(returns)
 
 
+def group_advantages(returns: jax.Array, group_size: int, *, normalise: bool = True) -> jax.Array:
+    """(R_i − mean of its group) / (sd of its group + ε), or without the division. Groups are consecutive.
+
+    Args:
+      returns: [B] with B a multiple of `group_size`.
+      group_size: G.
+      normalise: divide by the group's standard deviation (GRPO as published) or not.
+
+    Returns:
+      [B]; a group of equal returns gets advantage 0 either way.
+    """
+    chex.assert_rank(returns, 1)
+    if returns.shape[0] % group_size:
+        raise ValueError(f"B={returns.shape[0]} returns do not split into groups of G={group_size}.")
+    grouped = returns.reshape(-1, group_size)
+    centred = grouped - jnp.mean(grouped, axis=1, keepdims=True)
+    if normalise:
+        centred = centred / (jnp.std(grouped, axis=1, keepdims=True) + ADVANTAGE_EPSILON)
+    return centred.reshape(-1)
+
+
 def k3_kl(log_probs: jax.Array, reference_log_probs: jax.Array) -> jax.Array:
     """The k3 estimate of KL(π ‖ π_ref) at actions sampled from π: exp(d) − d − 1, d = log π_ref − log π.
 
@@ -80,41 +101,50 @@ def make_policy_gradient_update(
     apply_fn: Callable[[Any, Any], jax.Array],
     *,
     clip_epsilon: float | None = None,
-    kl_estimate: Literal["exact", "k3"] = "exact",
+    kl_estimate: Literal["exact", "k3"] | None = "exact",
     entropy_coef: float = 0.0,
+    chunked: losses.ChunkedLogits | None = None,
 ) -> Callable[[PolicyState, Trajectory, jax.Array], tuple[PolicyState, dict]]:
     """`update(state, batch, advantages) -> (state, metrics)`: one gradient step on a batch of B trajectories.
 
     loss = surrogate + β·KL − entropy_coef·entropy, each averaged over the policy's steps. The surrogate is
     −A·log π (plain policy gradient), or the clipped ratio to the behaviour policy when `clip_epsilon` is
     given; the KL to `state.reference_params` is KL(π ‖ π_ref) exact from the logits ("exact", its gradient
-    that KL's), or the k3 estimate at the sampled actions ("k3", whose gradient follows KL(π_ref ‖ π): see
-    `k3_kl`). `advantages` are [B] per trajectory or [B, T] per step (PPO). A step whose loss, gradients or
-    updates are not finite is skipped (`metrics["applied"]` False), as in the FTW update.
+    that KL's), the k3 estimate at the sampled actions ("k3", whose gradient follows KL(π_ref ‖ π): see
+    `k3_kl`), or none (None: the KL is paid in the rewards, PPO's `kl_in_reward`; no reference pass).
+    `advantages` are [B] per trajectory or [B, T] per step (PPO). With `chunked` (an LM over a real vocabulary)
+    the logits are made a chunk of steps at a time. A step whose loss, gradients or updates are not finite is
+    skipped (`metrics["applied"]` False), as in the FTW update.
     """
 
-    def per_trajectory(params, reference_params, trajectory):
-        logits = apply_fn(params, trajectory.observation)
-        reference_logits = jax.lax.stop_gradient(apply_fn(reference_params, trajectory.observation))
-        log_probs = losses.log_likelihood(logits, trajectory.action, trajectory.mask)
-        if kl_estimate == "k3":
-            reference_log_probs = losses.log_likelihood(reference_logits, trajectory.action, trajectory.mask)
-            kl = jnp.where(trajectory.mask, k3_kl(log_probs, reference_log_probs), 0.0)
+    def terms(logits, reference_logits, action, mask):
+        log_probs = losses.log_likelihood(logits, action, mask)
+        if kl_estimate is None:
+            kl = jnp.zeros_like(log_probs)
+        elif kl_estimate == "k3":
+            reference_log_probs = losses.log_likelihood(reference_logits, action, mask)
+            kl = jnp.where(mask, k3_kl(log_probs, reference_log_probs), 0.0)
         else:
-            kl = losses.categorical_kl(logits, reference_logits, trajectory.mask)
-        return log_probs, kl, losses.entropy(logits, trajectory.mask)
+            kl = losses.categorical_kl(logits, reference_logits, mask)
+        return {"log_probs": log_probs, "kl": kl, "entropy": losses.entropy(logits, mask)}
+
+    step_terms = losses.per_step_terms(apply_fn, terms, chunked)
 
     def loss_fn(params, reference_params, kl_coef, batch: Trajectory, advantages):
-        log_probs, kl, entropy = jax.vmap(per_trajectory, in_axes=(None, None, 0))(params, reference_params, batch)
+        reference_params = None if kl_estimate is None else reference_params
+        per_step = jax.vmap(step_terms, in_axes=(None, None, 0, 0, 0))(
+            params, reference_params, batch.observation, batch.action, batch.mask
+        )
+        log_probs = per_step["log_probs"]
         chex.assert_equal_shape((log_probs, batch.mask))
         steps = jnp.maximum(jnp.sum(batch.mask), 1)
-        per_step = advantages if advantages.ndim == 2 else advantages[:, None]
+        per_step_advantages = advantages if advantages.ndim == 2 else advantages[:, None]
         if clip_epsilon is not None:
-            surrogate = clipped_surrogate(log_probs, batch.behaviour_logp, per_step, clip_epsilon)
+            surrogate = clipped_surrogate(log_probs, batch.behaviour_logp, per_step_advantages, clip_epsilon)
         else:
-            surrogate = -per_step * log_probs
+            surrogate = -per_step_advantages * log_probs
         mean = lambda per_step: jnp.sum(jnp.where(batch.mask, per_step, 0.0)) / steps  # noqa: E731
-        terms = {"surrogate": mean(surrogate), "kl": mean(kl), "entropy": mean(entropy)}
+        terms = {"surrogate": mean(surrogate), "kl": mean(per_step["kl"]), "entropy": mean(per_step["entropy"])}
         return terms["surrogate"] + kl_coef * terms["kl"] - entropy_coef * terms["entropy"], terms
 
     def update(state: PolicyState, batch: Trajectory, advantages: jax.Array):

@@ -28,8 +28,10 @@ from ftw_jax.algos.policy_gradient import (
     entropy_coef_setting,
     make_policy_gradient_update,
 )
+from ftw_jax.core import losses
 from ftw_jax.core.actions import split_legal_actions
 from ftw_jax.core.checks import check_non_negative, check_positive_int
+from ftw_jax.core.losses import ChunkedLogits
 from ftw_jax.core.pool import Trajectory
 from ftw_jax.core.settings import check_settings, setting
 from ftw_jax.core.state import PolicyState, apply_if_finite
@@ -95,6 +97,14 @@ class PPOConfig:
     entropy_coef: float = entropy_coef_setting(0.01)
     discount: float = setting(1.0, "PPO: gamma")
     gae_lambda: float = setting(0.95, "PPO: GAE lambda")
+    kl_in_reward: bool = setting(
+        False,
+        "PPO: pay the KL penalty in the rewards, beta (log q - log pi_ref) at each of the policy's steps, as "
+        "Search-R1 and verl's PPO do, instead of beta KL(pi || pi_ref) in the loss",
+    )
+    critic_learning_rate_scale: float | None = setting(
+        None, "PPO: the critic's learning rate is the policy's times this (Search-R1: 10, 1e-5 against 1e-6); None: 1"
+    )
 
     def __post_init__(self):
         check_settings(self)
@@ -106,6 +116,10 @@ class PPOConfig:
         for name in ("discount", "gae_lambda"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)!r}.")
+        if self.critic_learning_rate_scale is not None and not self.critic_learning_rate_scale > 0:
+            raise ValueError(
+                f"critic_learning_rate_scale must be None or > 0, got {self.critic_learning_rate_scale!r}."
+            )
 
 
 class Critic(flax.struct.PyTreeNode):
@@ -162,41 +176,84 @@ def ppo_advantages(
 
 
 def make_step(
-    config: PPOConfig, apply_fn: Callable[[Any, Any], jax.Array]
+    config: PPOConfig, apply_fn: Callable[[Any, Any], jax.Array], chunked: ChunkedLogits | None = None
 ) -> Callable[[PolicyState, Trajectory, jax.Array], tuple[PolicyState, dict]]:
-    """PPO's policy step: the clipped ratio to the behaviour policy + β·KL(π ‖ π_ref), exact, − the entropy bonus."""
-    return make_policy_gradient_update(apply_fn, clip_epsilon=config.clip_epsilon, entropy_coef=config.entropy_coef)
+    """PPO's policy step: the clipped ratio to the behaviour policy + β·KL(π ‖ π_ref), exact (none where the KL is
+    paid in the rewards), − the entropy bonus."""
+    return make_policy_gradient_update(
+        apply_fn,
+        clip_epsilon=config.clip_epsilon,
+        kl_estimate=None if config.kl_in_reward else "exact",
+        entropy_coef=config.entropy_coef,
+        chunked=chunked,
+    )
+
+
+def rewards_with_kl(
+    batch: Trajectory, reference_log_probs: jax.Array, kl_coef: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """(rewards [B, T] − β (log q − log π_ref) at the policy's steps, that KL's mean over them): the KL penalty
+    paid in the rewards, at the behaviour policy's log-probs (`kl_in_reward`)."""
+    kl = jnp.where(batch.mask, batch.behaviour_logp - reference_log_probs, 0.0)
+    return batch.reward - kl_coef * kl, jnp.sum(kl) / jnp.maximum(jnp.sum(batch.mask), 1)
+
+
+def starting_critic(fresh: Any, start: Any) -> Any:
+    """The critic's fresh params with every subtree the policy's starting params share with it (by name) taken
+    from those: a value head on its own copy of the pretrained model."""
+    if isinstance(fresh, dict) and isinstance(start, dict):
+        return {name: starting_critic(value, start[name]) if name in start else value for name, value in fresh.items()}
+    chex.assert_trees_all_equal_shapes_and_dtypes(fresh, start)
+    return start
 
 
 def make_learner(config: PPOConfig, context: Context) -> Learner:
-    policy_update = make_step(config, context.policy.apply)
+    policy = context.policy
+    policy_update = make_step(config, policy.apply, policy.chunked_logits())
     if context.make_network is None:
         raise ValueError("PPO needs a critic network of the policy's architecture, and this policy provides none.")
     critic_network = context.make_network(1)
     value_fn = lambda params, observation: critic_network.apply(  # noqa: E731
         params, without_legal_actions(observation)
     )[:, 0]
+    critic_optimizer = context.optimizer
+    if config.critic_learning_rate_scale is not None:  # after the injected rate: a sweep's or an annealed one's
+        critic_optimizer = optax.chain(critic_optimizer, optax.scale(config.critic_learning_rate_scale))
     critic_update = make_critic_update(
-        value_fn, context.optimizer, config.clip_epsilon if config.clip_value_loss else None
+        value_fn, critic_optimizer, config.clip_epsilon if config.clip_value_loss else None
+    )
+    reference_log_probs = losses.per_step_terms(
+        policy.apply,
+        lambda logits, _, action, mask: losses.log_likelihood(logits, action, mask),
+        policy.chunked_logits(),
     )
 
     def init(key, observation, hyperparameters, start=None):
         policy_key, critic_key = jax.random.split(key)
         critic_params = critic_network.init(critic_key, without_legal_actions(observation))
-        opt_state = with_learning_rate(context.optimizer.init(critic_params), hyperparameters.learning_rate)
+        if context.critic_from_start and start is not None:
+            critic_params = starting_critic(critic_params, start)
+        opt_state = with_learning_rate(critic_optimizer.init(critic_params), hyperparameters.learning_rate)
         return PPOLearnerState(
             policy=context.init_policy(policy_key, observation, hyperparameters, start),
             critic=Critic(params=critic_params, opt_state=opt_state),
         )
 
     def learn(state: PPOLearnerState, batch, key, hyperparameters):
+        extra = {}
+        if config.kl_in_reward:
+            reference = jax.vmap(reference_log_probs, in_axes=(None, None, 0, 0, 0))(
+                state.policy.reference_params, None, batch.observation, batch.action, batch.mask
+            )
+            rewards, extra["kl"] = rewards_with_kl(batch, reference, state.policy.kl_coef)
+            batch = batch.replace(reward=rewards)
         advantages, targets, values = ppo_advantages(config, value_fn, state.critic.params, batch)
 
         def minibatch_step(state, indices):
             part = jax.tree.map(lambda leaf: leaf[indices], batch)
             policy, metrics = policy_update(state.policy, part, normalised(advantages[indices], part.mask))
             critic, value_loss = critic_update(state.critic, part, targets[indices], values[indices])
-            return PPOLearnerState(policy=policy, critic=critic), {**metrics, "value_loss": value_loss}
+            return PPOLearnerState(policy=policy, critic=critic), {**metrics, **extra, "value_loss": value_loss}
 
         def epoch(state, epoch_key):
             order = minibatch_indices(epoch_key, batch.reward.shape[0], config.num_minibatches)
@@ -205,7 +262,12 @@ def make_learner(config: PPOConfig, context: Context) -> Learner:
         state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, config.updates_per_iteration))
         return state, jax.tree.map(lambda leaf: leaf.reshape(-1, *leaf.shape[2:]), metrics)  # [U·M] steps
 
-    return Learner(init=init, learn=learn, steps_per_batch=config.updates_per_iteration * config.num_minibatches)
+    return Learner(init=init, learn=learn, steps_per_batch=steps_per_batch(config))
+
+
+def steps_per_batch(config: PPOConfig) -> int:
+    """U epochs of M minibatch steps."""
+    return config.updates_per_iteration * config.num_minibatches
 
 
 def check(config: PPOConfig, episodes_per_iteration: int) -> None:
@@ -221,5 +283,6 @@ ALGORITHM = Algorithm(
     config=PPOConfig,
     make_learner=make_learner,
     check=check,
+    steps_per_batch=steps_per_batch,
     search_space={"num_minibatches": (1, 4), "entropy_coef": ENTROPY_COEFS},
 )

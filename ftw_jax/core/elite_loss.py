@@ -61,7 +61,6 @@ def make_step_losses(
     def terms(logits, reference_logits, action, mask):
         chex.assert_rank(logits, 2)
         chex.assert_equal_shape((logits, reference_logits))
-        reference_logits = jax.lax.stop_gradient(reference_logits)
         if config.kl_direction == "policy_to_reference":
             kl = losses.categorical_kl(logits, reference_logits, mask)
         else:
@@ -72,18 +71,7 @@ def make_step_losses(
             "entropy": losses.entropy(logits, mask),
         }
 
-    def step_losses(params, reference_params, observation, action, mask):
-        if chunked is None:
-            return terms(apply_fn(params, observation), apply_fn(reference_params, observation), action, mask)
-        features, head = chunked.features(params, observation), chunked.head
-        reference_features = jax.lax.stop_gradient(chunked.features(reference_params, observation))
-
-        def chunk_terms(features, reference_features, action, mask):
-            return terms(head(params, features), head(reference_params, reference_features), action, mask)
-
-        return losses.map_chunks(chunk_terms, chunked.chunk, features, reference_features, action, mask)
-
-    return step_losses
+    return losses.per_step_terms(apply_fn, terms, chunked)
 
 
 def step_coefficients(config: UpdateConfig, step_weights: jax.Array) -> jax.Array:

@@ -92,3 +92,33 @@ def map_chunks(fn: Callable[..., Any], chunk: int, *per_step: Any) -> Any:
 
     out = jax.lax.map(lambda chunks: jax.checkpoint(fn)(*chunks), jax.tree.map(split, per_step))
     return jax.tree.map(lambda leaf: leaf.reshape((num_chunks * chunk,) + leaf.shape[2:])[:num_steps], out)
+
+
+def per_step_terms(
+    apply_fn: Callable[[Any, Any], jax.Array],
+    terms: Callable[..., Any],
+    chunked: ChunkedLogits | None = None,
+) -> Callable[..., Any]:
+    """`step_terms(params, reference_params, observation [T, ...], *per_step) -> leaves [T]`: `terms(logits,
+    reference_logits, *per_step)` of one sequence, the reference's logits without a gradient (`reference_params`
+    None: `reference_logits` None, and no reference pass). With `chunked`, the logits are made and used
+    `chunked.chunk` steps at a time (`map_chunks`): the same values, one chunk's [chunk, A] alive at a time."""
+
+    def reference(logits_of, reference_params, inputs):
+        return None if reference_params is None else jax.lax.stop_gradient(logits_of(reference_params, inputs))
+
+    def step_terms(params, reference_params, observation, *per_step):
+        if chunked is None:
+            return terms(apply_fn(params, observation), reference(apply_fn, reference_params, observation), *per_step)
+        features = chunked.features(params, observation)
+        reference_features = reference(chunked.features, reference_params, observation)
+
+        def chunk_terms(features, reference_features, *per_step):
+            reference_logits = (
+                None if reference_features is None else chunked.head(reference_params, reference_features)
+            )
+            return terms(chunked.head(params, features), reference_logits, *per_step)
+
+        return map_chunks(chunk_terms, chunked.chunk, features, reference_features, *per_step)
+
+    return step_terms
