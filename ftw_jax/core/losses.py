@@ -110,14 +110,12 @@ def per_step_terms(
     def step_terms(params, reference_params, observation, *per_step):
         if chunked is None:
             return terms(apply_fn(params, observation), reference(apply_fn, reference_params, observation), *per_step)
-        features = chunked.features(params, observation)
+        features, head = chunked.features(params, observation), chunked.head
         reference_features = reference(chunked.features, reference_params, observation)
 
         def chunk_terms(features, reference_features, *per_step):
-            reference_logits = (
-                None if reference_features is None else chunked.head(reference_params, reference_features)
-            )
-            return terms(chunked.head(params, features), reference_logits, *per_step)
+            reference_logits = None if reference_features is None else head(reference_params, reference_features)
+            return terms(head(params, features), reference_logits, *per_step)
 
         return map_chunks(chunk_terms, chunked.chunk, features, reference_features, *per_step)
 
