@@ -99,6 +99,25 @@ DEFAULTS: dict[str, Defaults] = {
 }
 
 
+# The baselines as Search-R1 runs them on its LLM search agent (train_grpo.sh, train_ppo.sh, over its verl's
+# ppo_trainer.yaml): G = 5 episodes per question; GRPO's KL the k3 estimate in the loss; PPO's KL in the rewards,
+# gamma = lambda = 1, one epoch of two minibatches (512 questions a batch, 256 a step), the critic at 10x the
+# policy's learning rate; an entropy bonus of 0.001. `lm learn` and retrieval QA start the baselines from these.
+SEARCH_R1: dict[str, dict[str, Any]] = {
+    "grpo": dict(group_size=5, kl_estimate="k3", entropy_coef=0.001),
+    "reinforce": dict(leave_one_out=5),
+    "ppo": dict(
+        kl_in_reward=True,
+        discount=1.0,
+        gae_lambda=1.0,
+        num_minibatches=2,
+        updates_per_iteration=1,
+        entropy_coef=0.001,
+        critic_learning_rate_scale=10.0,
+    ),
+}
+
+
 def of(env: str, algorithm: str) -> dict[str, Any]:
     """The settings a run of `algorithm` on `env` starts from: the environment's run defaults and the algorithm's
     own there (empty where the table has neither)."""
@@ -109,7 +128,11 @@ def of(env: str, algorithm: str) -> dict[str, Any]:
 def shown(env: str, name: str) -> str | None:
     """`name`'s default on `env` as a flag's help shows it ("4"; "ftw 4, ppo 1" where algorithms differ); None where
     the table does not set it."""
-    entry = DEFAULTS.get(env, Defaults())
+    return shown_in(DEFAULTS.get(env, Defaults()), name)
+
+
+def shown_in(entry: Defaults, name: str) -> str | None:
+    """`shown` for a table entry of a command's own (`lm learn`'s: `Defaults(algorithms=SEARCH_R1)`)."""
     if name in entry.run:
         return _text(entry.run[name])
     values = {algorithm: _text(settings[name]) for algorithm, settings in entry.algorithms.items() if name in settings}

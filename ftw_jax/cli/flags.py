@@ -155,13 +155,14 @@ def add_settings(
             shown = {env: defaults.shown(env, item.name) for env in defaults.DEFAULTS}
             default += "".join(f"; {env} {value}" for env, value in shown.items() if value is not None)
         metavar = None if item.choices else item.flag[2:].upper().replace("-", "_")
+        bare = {"nargs": "?", "const": True, "metavar": "yes|no"} if kind is bool else {}  # `--follow` = `--follow yes`
         parser.add_argument(
             *filter(None, (item.flag, item.short)),
             dest=item.name,
             type=_VALUE_TYPES[kind],
             choices=item.choices,
             default=None,
-            metavar=metavar,
+            **{"metavar": metavar, **bare},
             help=f"{item.help} ({default})",  # names in `quotes` become flags when printed (`as_flags`)
         )
 

@@ -39,16 +39,17 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_learn_parser(commands) -> None:
-    from ftw_jax.algos.ftw import FTWConfig
+    from ftw_jax.algos.defaults import SEARCH_R1
     from ftw_jax.core.settings import describe
     from ftw_jax.episode_learner import LearnConfig
 
     learn = commands.add_parser(
         "learn",
-        help="FTW updates from episodes in a JSON Lines file; weights written as Hugging Face folders",
+        help="FTW (or a baseline) updates from episodes in a JSON Lines file; weights written as Hugging Face folders",
         description="Reads episodes (one JSON object per line: tokens, the spans the model wrote with their policy "
-        "version and log-probs, the reward; schema in docs/lm.md), B at a time into the pool, each "
-        "batch followed by U FTW updates, and writes RUN/weights/version-NNNNNN/ (model.safetensors, "
+        "version and log-probs, the reward, the prompt's group; schema in docs/lm.md), B at a time, each "
+        "batch followed by --algorithm's updates (FTW: into the pool, then U updates; GRPO, REINFORCE (RLOO) "
+        "and PPO as Search-R1 runs them), and writes RUN/weights/version-NNNNNN/ (model.safetensors, "
         "config.json, the tokenizer files) every --save-every iterations, RUN/weights/latest.json "
         "naming the newest.",
     )
@@ -79,10 +80,54 @@ def _add_learn_parser(commands) -> None:
         help="shard the weights over DATA x MODEL devices (of every process), e.g. 2x4: fully sharded "
         "data parallel over DATA, tensor parallel over MODEL (default: one device)",
     )
-    add_settings(learn, [*describe(LearnConfig), *describe(FTWConfig)])
+    add_settings(learn, describe(LearnConfig))
+    add_settings(learn, _algorithm_settings(), defaults_here=_algorithm_defaults_shown(SEARCH_R1))
     add_run_folder_arguments(learn)
     add_cluster_arguments(learn)
     learn.set_defaults(handler=run_learn)
+
+
+def _algorithm_settings() -> list:
+    """Every algorithm's settings, FTW's first (a name several declare is one flag)."""
+    from ftw_jax import algos
+    from ftw_jax.core.settings import describe
+
+    return [item for entry in algos.ALGORITHMS.values() for item in describe(entry.config)]
+
+
+def _algorithm_defaults_shown(table: dict[str, dict]) -> dict[str, str]:
+    """{setting: its default for each algorithm that declares it, as the help shows it ("grpo 5, ppo 1")} where
+    the command's `table` (algorithm -> its settings) differs from the configs' own defaults."""
+    from ftw_jax import algos
+    from ftw_jax.core.settings import describe
+
+    declared = {
+        name: {item.name: item.default for item in describe(entry.config)} for name, entry in algos.ALGORITHMS.items()
+    }
+    shown = {}
+    for setting in {item.name for item in _algorithm_settings()}:
+        if any(setting in table.get(name, {}) for name in declared):
+            values = {
+                name: table.get(name, {}).get(setting, own[setting]) for name, own in declared.items() if setting in own
+            }
+            shown[setting] = ", ".join(f"{name} {value}" for name, value in values.items())
+    return shown
+
+
+def algorithm_config(args: argparse.Namespace, algorithm: str, defaults: dict, log) -> object:
+    """`algorithm`'s config: the command's defaults for it, then the flags given; the flags given that only other
+    algorithms declare are named and left out."""
+    from ftw_jax import algos
+    from ftw_jax.core.settings import describe
+
+    own = {item.name for item in describe(algos.get(algorithm).config)}
+    given = given_settings(args, _algorithm_settings())
+    ignored = sorted(name for name in given if name not in own)
+    if ignored:
+        flags = ", ".join("--" + name.replace("_", "-") for name in ignored)
+        log(f"note: {flags} do(es) not apply to {algorithm}; ignored.")
+    settings = {**defaults.get(algorithm, {}), **{name: value for name, value in given.items() if name in own}}
+    return algos.get(algorithm).config(**settings)
 
 
 def _add_train_parser(commands) -> None:
@@ -234,12 +279,13 @@ def _mesh(text: str) -> tuple[int, int]:
 
 
 def run_learn(args: argparse.Namespace, session: Session) -> int:
-    from ftw_jax.algos.ftw import FTWConfig
+    from ftw_jax.algos.defaults import SEARCH_R1
     from ftw_jax.core.settings import describe
     from ftw_jax.episode_learner import LearnConfig, learn_from_file
 
     own = given_settings(args, describe(LearnConfig))
-    config = LearnConfig(**own, algorithm_config=FTWConfig(**given_settings(args, describe(FTWConfig))))
+    algorithm = own.get("algorithm", "ftw")
+    config = LearnConfig(**own, algorithm_config=algorithm_config(args, algorithm, SEARCH_R1, logger(args)))
     fingerprint = {
         "episodes": str(args.episodes.resolve()),  # resolved: a resume may name them relative or absolute
         "model": str(args.model.resolve()),
@@ -256,7 +302,7 @@ def run_learn(args: argparse.Namespace, session: Session) -> int:
         report = outputs.LearnOutputs(
             folder,
             log=logger(args) if main_process else (lambda message: None),
-            updates=config.algorithm_config.updates_per_iteration,
+            updates=config.steps_per_batch,
             writer=main_process,
         )
         try:
