@@ -1,6 +1,7 @@
 """The LLM learner: the episode schema and its validator, token trajectories, per-token versions, the JSONL
 learner against the in-process one, versioned weights, resume."""
 
+import dataclasses
 import json
 import pathlib
 import re
@@ -950,3 +951,152 @@ def test_a_follower_killed_while_writing_weights_leaves_a_loadable_latest_versio
     _, whole = load(tmp_path / "whole" / "weights" / "version-000003")
     for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(whole)):
         np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------------------------------ the baselines in the learner
+
+
+def test_a_batch_is_put_group_by_group_and_a_broken_group_is_named(tmp_path):
+    from ftw_jax.episodes import grouped, tied_group_share
+
+    def episode(line, group, reward=0.0):
+        record = {**GOOD, "reward": reward, **({} if group is None else {"group": group})}
+        return dataclasses.replace(parse_episode(json.dumps(record), vocab_size=64, max_length=16), line=line)
+
+    batch = [episode(1, "a", 1.0), episode(2, 7), episode(3, "a", 1.0), episode(4, 7, 1.0)]
+    assert [e.line for e in grouped(batch, 2, "f.jsonl")] == [1, 3, 2, 4]
+    assert episode(2, 7).group == "7"
+    assert tied_group_share(grouped(batch, 2, "f.jsonl"), 2) == 0.5  # group a: 1, 1
+    with pytest.raises(ValueError, match=r"^f.jsonl:2: group '7' has 1 episodes in a batch of 3, expected G=2"):
+        grouped(batch[:3], 2, "f.jsonl")
+    with pytest.raises(ValueError, match=r"^f.jsonl:5: group: missing; GRPO and RLOO"):
+        grouped([*batch, episode(5, None)], 2, "f.jsonl")
+    with pytest.raises(ValueError, match="group: True is not a string or an int"):
+        parse_episode(json.dumps({**GOOD, "group": True}), vocab_size=64, max_length=16)
+
+
+LEARNING_SETTINGS = {  # the tiny Qwen2's settings where each algorithm learns the test's reward in 20 iterations
+    "ftw": dict(pool_capacity=64, num_batches=8, batch_size=8, num_elites=2, monitor_entries=0),
+    "grpo": dict(group_size=4),
+    "reinforce": dict(leave_one_out=4),
+    "ppo": dict(),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["ftw", "grpo", "reinforce", "ppo"])
+def test_each_algorithm_raises_the_reward_of_an_engines_groups(algorithm):
+    """The in-process engine (`lm.make_sampler`) samples G = 4 completions of 6 tokens for each of 4 random prompts
+    from the newest weights of the transformers-written tiny Qwen2, and writes them as an engine does (JSON
+    records with the prompt's `group`); the reward is the share of even token ids among the completion's.
+    Each algorithm, with Search-R1's settings of it (`SEARCH_R1`), lifts the reward from about a half."""
+    from ftw_jax import algos
+    from ftw_jax.algos.defaults import SEARCH_R1
+    from ftw_jax.episodes import episode_of, grouped, sample_records
+    from ftw_jax.lm import SamplingConfig, make_sampler
+
+    model, params = load(pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied")
+    vocab, prompt_length, new_tokens, group_size, prompts = model.config.vocab_size, 4, 6, 4, 4
+    settings = {**SEARCH_R1.get(algorithm, {}), **LEARNING_SETTINGS[algorithm]}
+    config = LearnConfig(
+        algorithm=algorithm,
+        max_length=prompt_length + new_tokens,
+        episodes_per_iteration=group_size * prompts,
+        learning_rate=1e-2,
+        algorithm_config=algos.get(algorithm).config(**settings),
+    )
+    learner = EpisodeLearner.build(config, model.config)
+    state = learner.init(params)
+    sampler = jax.jit(make_sampler(model, SamplingConfig(max_new_tokens=new_tokens)))
+    rng, rewards = np.random.default_rng(0), []
+    for iteration in range(20):
+        tokens = jnp.asarray(np.repeat(rng.integers(0, vocab, (prompts, prompt_length)), group_size, axis=0))
+        sample = sampler(learner.model_params(state), jax.random.key(iteration), tokens, jnp.ones_like(tokens, bool))
+        generated = np.asarray(sample.generated)
+        reward = (np.asarray(sample.tokens) % 2 == 0)[generated].reshape(len(tokens), -1).mean(axis=1)
+        records = sample_records(sample, reward, version=int(state.policy.version))
+        episodes = [
+            episode_of({**record, "group": f"{iteration}-{row // group_size}"}, vocab_size=vocab, max_length=10)
+            for row, record in enumerate(records)
+        ]
+        if learner.learner.group_size > 1:
+            episodes = grouped(episodes, group_size, "engine")
+        state, metrics = learner.step(state, to_trajectories(episodes, config.max_length), iteration)
+        assert np.all(np.asarray(metrics["applied"]))
+        rewards.append(float(reward.mean()))
+    assert np.mean(rewards[:3]) < 0.6 and np.mean(rewards[-3:]) > 0.8, rewards
+
+
+def grouped_records(trajectories, group_size):
+    """The engine's episodes as records, every `group_size` consecutive ones a prompt's group."""
+    return [{**record, "group": row // group_size} for row, record in enumerate(episode_records(trajectories))]
+
+
+BASELINE_FLAGS = {
+    "grpo": ("--group-size", "4", "--updates-per-iteration", "2"),
+    "reinforce": ("--leave-one-out", "4"),
+    "ppo": ("--num-minibatches", "2", "--updates-per-iteration", "2"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["grpo", "reinforce", "ppo"])
+def test_each_baseline_resumes_to_the_weights_and_critic_of_a_run_never_stopped(
+    algorithm, engine, model_folder, tmp_path, capsys
+):
+    """24 grouped episodes in 3 batches; the same file cut after 16 and the run resumed on the whole file: the
+    same weights, bit for bit, and (PPO) the same critic in the last checkpoint."""
+    _, _, trajectories = played(engine, 24)
+    episodes = tmp_path / "episodes.jsonl"
+    write_episodes(episodes, grouped_records(trajectories, 4))
+    flags = ("--algorithm", algorithm, "--kl-coef", "0.01", *BASELINE_FLAGS[algorithm])
+    assert lm_learn(model_folder, episodes, tmp_path / "whole", *flags) == 0
+    assert "do(es) not apply" in capsys.readouterr().err  # lm_learn's FTW flags, named and left out
+    growing = tmp_path / "growing.jsonl"
+    growing.write_text("".join(episodes.read_text().splitlines(keepends=True)[:16]))
+    assert lm_learn(model_folder, growing, tmp_path / "parts", *flags) == 0
+    growing.write_text(episodes.read_text())
+    assert lm_learn(model_folder, growing, tmp_path / "parts", *flags, "--resume", str(tmp_path / "parts" / "run")) == 0
+    summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+    steps = {"grpo": 2, "reinforce": 1, "ppo": 4}[algorithm]
+    assert summary["iterations"] == 3 and summary["version"] == 3 * steps
+    whole, parts = (
+        load(tmp_path / name / "run" / "weights" / f"version-{3 * steps:06d}")[1] for name in ("whole", "parts")
+    )
+    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(parts)):
+        np.testing.assert_array_equal(a, b)
+    rows = [json.loads(line) for line in (tmp_path / "parts" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["episodes"] for row in rows] == [8, 16, 24]
+    if algorithm != "ppo":
+        assert all(0 <= row["groups_tied"] <= 1 for row in rows)
+        return
+    whole, parts = (stored_critic(tmp_path / name / "run") for name in ("whole", "parts"))
+    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(parts), strict=True):
+        np.testing.assert_array_equal(a, b)
+    _, start = load(model_folder)
+    np.testing.assert_array_equal(  # a value head on the checkpoint's model: its embedding moved, its shape kept
+        np.asarray(whole["params"]["lm"]["embed_tokens"]["embedding"]).shape,
+        start["params"]["embed_tokens"]["embedding"].shape,
+    )
+
+
+def stored_critic(run: pathlib.Path) -> dict:
+    """The critic's params in the newest checkpoint of a PPO run, read without a template."""
+    import orbax.checkpoint as ocp
+
+    step = max(int(path.name) for path in (run / "checkpoints").iterdir() if path.name.isdigit())
+    return ocp.StandardCheckpointer().restore((run / "checkpoints" / str(step) / "carry").absolute())["critic"][
+        "params"
+    ]
+
+
+@pytest.mark.slow
+def test_lm_learn_refuses_episodes_without_groups_for_grpo_in_one_line(engine, model_folder, tmp_path, capsys):
+    _, _, trajectories = played(engine, 8)
+    episodes = tmp_path / "episodes.jsonl"
+    write_episodes(episodes, episode_records(trajectories))
+    assert lm_learn(model_folder, episodes, tmp_path, "--algorithm", "grpo", "--group-size", "4") == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"error: {episodes}:1: group: missing; GRPO and RLOO compare each episode with the others sampled for its "
+        "prompt, so every episode names it (groups of G=4)."
+    )

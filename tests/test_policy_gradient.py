@@ -313,3 +313,67 @@ def test_a_baseline_step_with_a_nan_gradient_and_a_finite_loss_changes_nothing(a
     )
     assert np.isfinite(float(value_loss))
     chex.assert_trees_all_equal(new_critic, critic)  # params, Adam's state
+
+
+# ------------------------------------------------------------------------------ the baselines as LLM trainers run them
+
+
+def test_leave_one_out_advantages_by_hand():
+    """RLOO (Ahmadian et al. 2024): each episode's baseline is the mean of the other G − 1 of its group."""
+    returns = jnp.array([1.0, 0.0, 0.0, 1.0, 3.0, 3.0, 0.0, 6.0])
+    expected = [1 - 1 / 3, 0 - 2 / 3, 0 - 2 / 3, 1 - 1 / 3, 3 - 3, 3 - 3, 0 - 4, 6 - 2]
+    config = reinforce.ReinforceConfig(leave_one_out=4)
+    np.testing.assert_allclose(reinforce.advantages(config, returns), expected, rtol=1e-6)
+    np.testing.assert_allclose(  # no groups: the batch's mean
+        reinforce.advantages(reinforce.ReinforceConfig(), returns), returns - jnp.mean(returns), rtol=1e-6
+    )
+    with pytest.raises(ValueError, match=r"multiple of leave_one_out \(G=4\)"):
+        reinforce.check(config, 6)
+
+
+def test_grpo_advantages_follow_trls_documented_formula():
+    """TRL's GRPOTrainer: A_i = (r_i − mean(r)) / (std(r) + ε) over the G completions of one prompt (ε 1e-4 in
+    TRL, 1e-6 here, as verl); a group of equal rewards gives 0."""
+    rewards = np.array([0.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 2.0, 0.0, 1.0, 5.0])
+    grouped = rewards.reshape(-1, 4)
+    expected = (grouped - grouped.mean(1, keepdims=True)) / (grouped.std(1, keepdims=True) + 1e-6)
+    config = grpo.GRPOConfig(group_size=4)
+    np.testing.assert_allclose(grpo.advantages(config, jnp.asarray(rewards)), expected.reshape(-1), rtol=1e-5)
+    assert np.all(np.asarray(grpo.advantages(config, jnp.asarray(rewards)))[4:8] == 0)
+
+
+def test_ppos_kl_in_the_rewards_by_hand():
+    """Search-R1's PPO pays β (log q − log π_ref) at every model step in the rewards (verl's `kl_penalty: kl`)
+    and none in the loss; with γ = λ = 1 the advantage of a step is the rewards from it on minus its value."""
+    batch = make_trajectories(2, 4, seed=3)
+    batch = batch.replace(
+        mask=jnp.array([[False, True, True, True], [True, False, True, False]]),
+        alive=jnp.array([[True] * 4, [True, True, True, False]]),
+        reward=jnp.array([[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.5, 0.0]]),
+        behaviour_logp=jnp.array([[0.0, -1.0, -0.5, -2.0], [-0.3, 0.0, -0.1, 0.0]]),
+    )
+    reference = jnp.array([[-9.0, -1.5, -0.5, -1.0], [-0.1, -9.0, -0.4, -9.0]])
+    rewards, kl = ppo.rewards_with_kl(batch, reference, jnp.float32(0.1))
+    differences = np.array([[0, 0.5, 0.0, -1.0], [-0.2, 0, 0.3, 0]])  # log q − log π_ref at the model's steps
+    np.testing.assert_allclose(rewards, np.asarray(batch.reward) - 0.1 * differences, rtol=1e-6)
+    np.testing.assert_allclose(kl, differences.sum() / 5, rtol=1e-6)
+    values = jnp.array([[0.2, 0.1, -0.3, 0.4], [0.0, 0.5, 0.1, 7.0]])
+    advantages = gae_advantages(rewards, batch.alive, values, discount=1.0, gae_lambda=1.0)
+    to_go = np.cumsum(np.asarray(rewards)[:, ::-1], axis=1)[:, ::-1]
+    np.testing.assert_allclose(advantages, np.where(batch.alive, to_go - values, 0.0), rtol=1e-5, atol=1e-6)
+    step = ppo.make_step(ppo.PPOConfig(kl_in_reward=True, entropy_coef=0.0), lambda p, o: o @ p)
+    params = 0.3 * jax.random.normal(jax.random.key(5), (3, 2))
+    far = PolicyState.create(params, optax.sgd(0.1), kl_coef=100.0).replace(reference_params=-params)
+    near = PolicyState.create(params, optax.sgd(0.1), kl_coef=100.0)
+    (_, far_metrics), (_, near_metrics) = (step(state, batch, advantages) for state in (far, near))
+    assert float(far_metrics["loss"]) == float(near_metrics["loss"])  # the reference is not in the loss
+
+
+def test_a_critic_starts_from_the_policys_weights_under_a_fresh_head():
+    fresh = {"params": {"lm": {"w": jnp.zeros((2, 3))}, "head": {"kernel": jnp.ones((3, 1))}}}
+    start = {"params": {"lm": {"w": jnp.full((2, 3), 7.0)}}}
+    critic = ppo.starting_critic(fresh, start)
+    np.testing.assert_array_equal(critic["params"]["lm"]["w"], 7.0)
+    np.testing.assert_array_equal(critic["params"]["head"]["kernel"], 1.0)
+    with pytest.raises(AssertionError):
+        ppo.starting_critic(fresh, {"params": {"lm": {"w": jnp.zeros((3, 3))}}})

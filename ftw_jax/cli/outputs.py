@@ -327,6 +327,18 @@ def print_comparison(table: str, summary: dict) -> None:
 # ------------------------------------------------------------------------------------------------------ lm learn
 
 
+# The metrics an `lm learn` log line shows, where the algorithm's row has them: (name, label, format).
+LEARN_LOG = (
+    ("elite_return_mean", "elite reward", ".3f"),  # FTW's
+    ("cross_entropy", "cross-entropy", ".4f"),
+    ("surrogate", "surrogate", ".4f"),  # the baselines'
+    ("value_loss", "value loss", ".4f"),  # PPO's critic
+    ("kl", "kl", ".4f"),
+    ("groups_tied", "groups tied", ".2f"),  # GRPO's and RLOO's groups of equal rewards
+    ("pool_staleness_mean", "staleness", ".1f"),
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class LearnOutputs:
     """What `lm learn` writes and prints (`ftw_jax.episode_learner.LearnReport`): a metrics.jsonl row and a log line per
@@ -334,7 +346,7 @@ class LearnOutputs:
 
     folder: pathlib.Path
     log: typing.Callable[[str], None]
-    updates: int  # U, of which the log line counts those skipped
+    updates: int  # the optimizer steps per batch (U; PPO: U x M), of which the log line counts those skipped
     writer: bool = True
 
     def resumed(self, iterations: int) -> None:
@@ -344,11 +356,10 @@ class LearnOutputs:
     def iteration(self, row: dict, total: int | None) -> None:
         if self.writer:
             run_files.append_lines(self.folder / "metrics.jsonl", [row])
+        shown = "".join(f"  {label} {row[name]:{spec}}" for name, label, spec in LEARN_LOG if name in row)
         self.log(
-            f"iteration {row['iteration']:>4}{'' if total is None else f'/{total}'}  reward {row['reward_mean']:.3f}  "
-            f"elite reward {row['elite_return_mean']:.3f}  cross-entropy {row['cross_entropy']:.4f}  "
-            f"kl {row['kl']:.4f}  staleness {row['pool_staleness_mean']:.1f}  version {row['version']}  "
-            f"skipped {row['skipped_count']}/{self.updates}"
+            f"iteration {row['iteration']:>4}{'' if total is None else f'/{total}'}  reward {row['reward_mean']:.3f}"
+            f"{shown}  version {row['version']}  skipped {row['skipped_count']}/{self.updates}"
         )
 
     def finished(self, summary: dict) -> None:
