@@ -200,10 +200,13 @@ def _prepared(config: RetrievalTrainConfig, files: RetrievalFiles, model_path: p
 def _play_and_learn(
     run: _Prepared, config: RetrievalTrainConfig, sampler: Any, state: Any, iteration: int, files, skipped: dict
 ) -> tuple[Any, dict, dict]:
-    """One iteration: B training questions played, their episodes into the pool, U updates: (state, its row, the
-    skipped-update totals)."""
-    batch, learn = config.learn.episodes_per_iteration, config.learn
-    questions = [run.train_questions[i] for i in _order(learn.seed, len(run.train_questions), iteration, batch)]
+    """One iteration: B training questions played (B/G questions G times each where the algorithm compares an
+    episode with its group's), then the algorithm's updates on their episodes: (state, its row, the skipped-update
+    totals)."""
+    batch, learn, group_size = config.learn.episodes_per_iteration, config.learn, run.learner.learner.group_size
+    chosen = _order(learn.seed, len(run.train_questions), iteration, batch // group_size)  # G episodes of each
+    groups = [index for index in chosen for _ in range(group_size)]
+    questions = [run.train_questions[index] for index in groups]
     version = int(host_array(state.policy.version))
     key = jax.random.fold_in(jax.random.key(learn.seed + 1), iteration)
     started = time.perf_counter()
@@ -211,7 +214,10 @@ def _play_and_learn(
     played_seconds = time.perf_counter() - started
     records = sample_records(played.sample, played.rewards, version)
     vocab = run.model.config.vocab_size
-    episodes = [episode_of(record, vocab_size=vocab, max_length=learn.max_length) for record in records]
+    episodes = [
+        episode_of({**record, "group": index}, vocab_size=vocab, max_length=learn.max_length)
+        for record, index in zip(records, groups)
+    ]
     state, row, skipped = learn_batch(
         run.learner, state, lambda tree: tree, episodes, iteration, files.questions, skipped
     )
@@ -264,7 +270,7 @@ def train_retrieval_qa(
         evaluated(0)
     questions = len(run.train_questions)
     log(f"{config.num_iterations} iterations of {batch} of {questions} questions; run folder {run_folder}")
-    limit = skips.limit_of(config.learn.stop_after_skipped, config.learn.algorithm_config.updates_per_iteration)
+    limit = skips.limit_of(config.learn.stop_after_skipped, config.learn.steps_per_batch)
     whole = "a whole iteration" if config.learn.stop_after_skipped is None else ""
     weights = None
     for iteration in range(done, config.num_iterations):

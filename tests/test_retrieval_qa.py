@@ -419,3 +419,15 @@ def test_lm_train_retrieval_qa_writes_weights_and_resumes_exactly(world, tmp_pat
     _, b = lm.load(pathlib.Path(resumed["weights"]))
     for left, right in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
         np.testing.assert_array_equal(left, right)
+
+
+@pytest.mark.slow
+def test_lm_train_retrieval_qa_runs_grpo_on_groups_of_one_question(world, tmp_path, capsys):
+    """--algorithm grpo: B = 4 episodes an iteration are 2 questions played G = 2 times each, grouped by question
+    (a broken group would be refused); one update applied, the share of tied groups logged."""
+    flags = ["--algorithm", "grpo", "--group-size", "2", "--iterations", "1", "--eval-questions", "2"]
+    assert lm_train(world, tmp_path, *flags) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["version"] == 1
+    (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert 0 <= row["groups_tied"] <= 1 and "surrogate" in row and "elite_return_mean" not in row

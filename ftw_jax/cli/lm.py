@@ -159,8 +159,7 @@ def _add_train_parser(commands) -> None:
 
 def _retrieval_settings() -> list:
     """The settings `--task retrieval-qa` reads: its run's, the protocol's, the learner's (`lm learn`'s but what an
-    in-process run sets itself) and FTW's."""
-    from ftw_jax.algos.ftw import FTWConfig
+    in-process run sets itself) and every algorithm's."""
     from ftw_jax.core.settings import describe
     from ftw_jax.envs.retrieval_qa.task import RetrievalQASettings
     from ftw_jax.retrieval_learner import RetrievalTrainConfig
@@ -169,7 +168,7 @@ def _retrieval_settings() -> list:
         *describe(RetrievalTrainConfig),
         *describe(RetrievalQASettings),
         *_learner_settings(),
-        *describe(FTWConfig),
+        *_algorithm_settings(),
     ]
 
 
@@ -192,10 +191,10 @@ _RETRIEVAL_FILES = {
 
 
 def _add_retrieval_arguments(train: argparse.ArgumentParser) -> None:
-    from ftw_jax.retrieval_learner import FTW_DEFAULTS, LEARNER_DEFAULTS
+    from ftw_jax.retrieval_learner import LEARNER_DEFAULTS
 
     shown = {item.name: item.default for item in _retrieval_settings()}
-    shown.update({**LEARNER_DEFAULTS, **FTW_DEFAULTS})
+    shown.update({**LEARNER_DEFAULTS, **_algorithm_defaults_shown(_retrieval_algorithm_defaults())})
     shared = {item.name: item.flag for item in training_settings()}
     group = train.add_argument_group(
         "retrieval-qa",
@@ -205,6 +204,15 @@ def _add_retrieval_arguments(train: argparse.ArgumentParser) -> None:
     for name, help in _RETRIEVAL_FILES.items():
         group.add_argument(f"--{name.replace('_', '-')}", type=pathlib.Path, metavar="PATH", help=help)
     add_settings(group, [item for item in _retrieval_settings() if item.name not in shared], defaults_here=shown)
+
+
+def _retrieval_algorithm_defaults() -> dict[str, dict]:
+    """Each algorithm's settings in retrieval QA where they are not its config's own: FTW's `beat_minimum` on
+    exact match, the baselines as Search-R1 runs them."""
+    from ftw_jax.algos.defaults import SEARCH_R1
+    from ftw_jax.retrieval_learner import FTW_DEFAULTS
+
+    return {"ftw": FTW_DEFAULTS, **SEARCH_R1}
 
 
 def _run_train(args: argparse.Namespace, session: Session) -> int:
@@ -228,12 +236,10 @@ def _retrieval_only() -> list[str]:
 
 
 def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
-    from ftw_jax.algos.ftw import FTWConfig
     from ftw_jax.core.settings import describe
     from ftw_jax.envs.retrieval_qa.task import RetrievalQASettings
     from ftw_jax.episode_learner import LearnConfig
     from ftw_jax.retrieval_learner import (
-        FTW_DEFAULTS,
         LEARNER_DEFAULTS,
         RetrievalFiles,
         RetrievalTrainConfig,
@@ -244,10 +250,12 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
         if getattr(args, name) is None:
             raise ValueError(f"--task retrieval-qa needs `{name}`.")
     task = RetrievalQASettings(**given_settings(args, describe(RetrievalQASettings)))
+    learner_settings = {**LEARNER_DEFAULTS, **given_settings(args, _learner_settings())}
+    algorithm = learner_settings.get("algorithm", "ftw")
     learn = LearnConfig(
-        **{**LEARNER_DEFAULTS, **given_settings(args, _learner_settings())},
+        **learner_settings,
         max_length=task.max_length,
-        algorithm_config=FTWConfig(**{**FTW_DEFAULTS, **given_settings(args, describe(FTWConfig))}),
+        algorithm_config=algorithm_config(args, algorithm, _retrieval_algorithm_defaults(), logger(args)),
     )
     config = RetrievalTrainConfig(**given_settings(args, describe(RetrievalTrainConfig)), learn=learn, task=task)
     paths = {name: getattr(args, name) for name in _RETRIEVAL_FILES}
@@ -255,7 +263,7 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
     model = pathlib.Path(args.model).resolve()
     fingerprint = {"model": str(model), **{k: str(v) for k, v in dataclasses.asdict(files).items()}}
     folder, checkpointer = open_run(args, session, "retrieval-qa", {**fingerprint, **dataclasses.asdict(config)})
-    report = outputs.LearnOutputs(folder, log=logger(args), updates=config.learn.algorithm_config.updates_per_iteration)
+    report = outputs.LearnOutputs(folder, log=logger(args), updates=config.learn.steps_per_batch)
     try:
         summary = train_retrieval_qa(config, files, model, folder, checkpointer, report)
     finally:
