@@ -5,7 +5,7 @@ version, the engine is told to load it.
 
     python experiments/search_r1/engine_driver.py --server http://127.0.0.1:8011 --model START \\
         --questions train.parquet --corpus corpus.jsonl --episodes episodes.jsonl --learner-run runs/learner \\
-        --rounds 10 --batch 16 --response-tokens 500 --information-tokens 500 --prompt-tokens 2048
+        --rounds 10 --batch 16 --response-tokens 500 --information-tokens 500 --prompt-tokens 2048 [--group-size 4]
 
 Each turn is one `/v1/completions` request for every conversation still going: the prompt as token ids, the
 stop strings `</search>` and `</answer>` kept in the output, the tokens back as ids with the log-probability of
@@ -37,8 +37,9 @@ def post(url: str, payload: dict, timeout: float = 600) -> dict:
         return json.loads(response.read())
 
 
-def play_round(server: str, task: RetrievalQA, questions: list, version: int, seed: int) -> list[dict]:
-    """One episode record per question (`ftw_jax.episodes`' schema), its turns written by the engine."""
+def play_round(server: str, task: RetrievalQA, questions: list, version: int, seed: int | None) -> list[dict]:
+    """One episode record per question (`ftw_jax.episodes`' schema), its turns written by the engine (`seed` None:
+    the engine's own draws, so that a question asked G times gets G different episodes)."""
     tokenizer, settings = task.tokenizer, task.settings
     conversations = [tokenizer.encode(task.prompt(question)) for question in questions]
     spans: list[list[dict]] = [[] for _ in questions]
@@ -53,7 +54,7 @@ def play_round(server: str, task: RetrievalQA, questions: list, version: int, se
             "include_stop_str_in_output": True,
             "logprobs": 1,
             "return_tokens_as_token_ids": True,
-            "seed": seed * 1000 + turn,
+            **({} if seed is None else {"seed": seed * 1000 + turn}),
         }
         choices = post(f"{server}/v1/completions", request)["choices"]
         texts = {}
@@ -113,11 +114,19 @@ def main() -> None:
     parser.add_argument("--learner-run", type=pathlib.Path, required=True, help="lm learn's run folder")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--batch", type=int, default=16, help="episodes a round (lm learn's B)")
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        default=1,
+        help="G: each question asked G times a round, its episodes a `group` (GRPO, RLOO; Search-R1: 5)",
+    )
     parser.add_argument("--ahead", type=int, default=0, help="rounds the engine may run ahead of the learner")
     parser.add_argument("--seed", type=int, default=0)
     for name in ("search_turns", "response_tokens", "information_tokens", "prompt_tokens", "top_k"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(RetrievalQASettings(), name))
     args = parser.parse_args()
+    if args.group_size < 1 or args.batch % args.group_size:
+        raise ValueError(f"--batch ({args.batch}) must be a multiple of --group-size ({args.group_size}).")
     settings = RetrievalQASettings(
         **{name: getattr(args, name) for name in ("search_turns", "response_tokens", "information_tokens")},
         prompt_tokens=args.prompt_tokens,
@@ -134,9 +143,13 @@ def main() -> None:
         if folder is not None and version != loaded:
             post(f"{args.server}/update_weights_from_disk", {"model_path": str(folder)})
             loaded = version
-        chosen = [questions[(number * args.batch + i) % len(questions)] for i in range(args.batch)]
+        asked = args.batch // args.group_size
+        chosen = [questions[(number * asked + i // args.group_size) % len(questions)] for i in range(args.batch)]
         started = time.perf_counter()
-        records = play_round(args.server, task, chosen, loaded, args.seed + number)
+        seed = args.seed + number if args.group_size == 1 else None  # one seed would give a group G equal episodes
+        records = play_round(args.server, task, chosen, loaded, seed)
+        for slot, record in enumerate(records):
+            record["group"] = f"{number}-{slot // args.group_size}"  # this round's, so a question asked again is new
         with args.episodes.open("a") as file:
             file.writelines(json.dumps(record) + "\n" for record in records)
         mean = sum(record["reward"] for record in records) / len(records)
