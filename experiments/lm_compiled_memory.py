@@ -43,6 +43,7 @@ if __name__ == "__main__":  # the device count is fixed when jax starts: set it 
 
 import argparse
 import dataclasses
+import itertools
 import json
 import pathlib
 import resource
@@ -109,11 +110,24 @@ def learn_config(
     num_batches: int = NUM_BATCHES,
     batch_size: int = BATCH_SIZE,
     num_elites: int = NUM_ELITES,
+    algorithm: str = "ftw",
 ) -> LearnConfig:
     """`lm learn`'s settings for one row. loss "dense": logits of the whole batch; "chunked": `chunk` steps at a
-    time (None: LearnConfig's automatic choice)."""
+    time (None: LearnConfig's automatic choice). A baseline (`algorithm`) learns from the B episodes with lm
+    learn's settings of it (Search-R1's), in groups of 4 (B = 8 is no multiple of Search-R1's 5)."""
     if loss not in LOSSES:
         raise ValueError(f"loss must be one of {LOSSES}, got {loss!r}.")
+    if algorithm != "ftw":
+        from ftw_jax import algos
+        from ftw_jax.algos.defaults import SEARCH_R1
+
+        groups = {"grpo": {"group_size": 4}, "reinforce": {"leave_one_out": 4}}.get(algorithm, {})
+        baseline = algos.get(algorithm).config(**{**SEARCH_R1.get(algorithm, {}), **groups})
+        return dataclasses.replace(
+            learn_config(loss=loss, chunk=chunk, param_dtype=param_dtype, max_length=max_length, episodes=episodes),
+            algorithm=algorithm,
+            algorithm_config=baseline,
+        )
     return LearnConfig(
         max_length=max_length,
         episodes_per_iteration=episodes,
@@ -269,7 +283,8 @@ class Row:
     chunk: int | None = None  # the chunked loss's steps per chunk (None: LearnConfig's automatic choice)
     monitor_entries: int = 0
     param_dtype: Dtype = "float32"
-    reference_dtype: Dtype | None = None  # None: the parameters' (as init makes it)
+    reference_dtype: Dtype | None = None  # None: as init makes it (the compute dtype's, under float32 masters)
+    algorithm: str = "ftw"  # lm learn's --algorithm
     task: str = "lm-learn"  # the update's sizes: lm learn's rows above, or `lm train --task retrieval-qa`'s defaults
 
     @property
@@ -309,6 +324,7 @@ def measure(settings: Row, *, donated: bool = True) -> dict[str, Any]:
         chunk=settings.chunk,
         param_dtype=settings.param_dtype,
         monitor_entries=settings.monitor_entries,
+        algorithm=settings.algorithm,
         **task_sizes(settings.task),
     )
     mesh, placement = settings.devices, settings.placement if settings.placement != "-" else "learn"
@@ -371,6 +387,8 @@ def table(rows: list[dict]) -> str:
         model = f"Qwen2.5-{row['model']}" + (", bfloat16 weights" if row["param_dtype"] == "bfloat16" else "")
         if row.get("reference_dtype"):
             model += f", {row['reference_dtype']} reference"
+        if row.get("algorithm", "ftw") != "ftw":
+            model += f", {row['algorithm']}"
         placement = {"learn": "as lm learn", "sharded": "all sharded"}.get(row["placement"], row["placement"])
         lines.append(
             f"| {model} | {row['mesh']} | {placement} | {'on' if row['remat'] else 'off'} | "
@@ -411,6 +429,7 @@ def main() -> None:
     parser.add_argument(
         "--task", default="lm-learn", help="the update's sizes: lm-learn or retrieval-qa (its defaults)"
     )
+    parser.add_argument("--algorithms", default="ftw", help="lm learn's --algorithm: ftw, grpo, reinforce, ppo")
     parser.add_argument("--no-donated", action="store_true", help="skip the second compile, with the state donated")
     parser.add_argument("--out", type=pathlib.Path, help="append each row to this JSON Lines file; skip rows in it")
     parser.add_argument("--table", type=pathlib.Path, help="print the table of this JSON Lines file's rows and stop")
@@ -425,6 +444,7 @@ def main() -> None:
     remats = [value == "on" for value in _choices(args.remat, ("on", "off"), "--remat")]
     losses = _choices(args.losses, LOSSES, "--losses")
     placements = _choices(args.placement, PLACEMENTS, "--placement")
+    algorithms = _choices(args.algorithms, ("ftw", "grpo", "reinforce", "ppo"), "--algorithms")
     plan = []
     for name in models:
         meshes = [DEFAULT_MESH[name]] if args.mesh == "auto" else [text.strip() for text in args.mesh.split(",")]
@@ -434,7 +454,7 @@ def main() -> None:
                 raise SystemExit(f"a {mesh} mesh needs more than the {jax.device_count()} devices here.")
             for placement in placements if data * model > 1 else ["-"]:
                 for remat in remats:
-                    for loss in losses:
+                    for loss, algorithm in itertools.product(losses, algorithms):
                         plan.append(
                             Row(
                                 model=name,
@@ -447,6 +467,7 @@ def main() -> None:
                                 param_dtype=args.param_dtype,
                                 reference_dtype=args.reference_dtype,
                                 task=args.task,
+                                algorithm=algorithm,
                             )
                         )
     done = []
@@ -456,7 +477,8 @@ def main() -> None:
     for index, settings in enumerate(plan, 1):
         key = dataclasses.asdict(settings)
         label = ", ".join(f"{name} {value}" for name, value in key.items())
-        previous = [row for row in done if all(row.get(name) == value for name, value in key.items())]
+        defaults = dataclasses.asdict(Row(settings.model))  # settings added since a row was written: their default
+        previous = [row for row in done if all(row.get(name, defaults[name]) == value for name, value in key.items())]
         if previous:
             print(f"[{index}/{len(plan)}] {label}: in {args.out} already", file=sys.stderr)
             rows.append(previous[-1])

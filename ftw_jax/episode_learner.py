@@ -284,6 +284,9 @@ def _learner(config: LearnConfig, policy: LMPolicy) -> Learner:
         example=example_trajectory(config.num_steps),
         episodes_per_iteration=config.episodes_per_iteration,
         critic_from_start=True,
+        reference_dtype=config.dtype
+        if config.dtype != config.param_dtype
+        else None,  # the logits it gives are the same
     )
     return algos.get(config.algorithm).make_learner(config.algorithm_config, context)
 

@@ -101,8 +101,8 @@ MUTATIONS = (
         "skipped-step-advances-optimizer",
         "the optimizer state moves on a skipped step",
         "ftw_jax/core/state.py",
-        "select_tree(applied, new_opt_state, opt_state)",
-        "new_opt_state",
+        "params, opt_state = jax.lax.cond(applied, step, lambda state: state, (params, opt_state))",
+        "params, opt_state = params, step((params, opt_state))[1]",
         UPDATE_TESTS,
     ),
     Mutation(

@@ -83,13 +83,17 @@ class Context:
     # A critic (PPO's) takes the starting params where it shares their names: the model of a pretrained LM under a
     # fresh value head. False: the critic starts fresh.
     critic_from_start: bool = False
+    # The KL reference's dtype where it is not the params' (an LM's compute dtype under float32 master weights).
+    reference_dtype: str | None = None
 
     def init_policy(
         self, key: jax.Array, observation: Any, hyperparameters: Hyperparameters, start: Any = None
     ) -> PolicyState:
         """Starting policy params (the KL's reference), the optimizer at the member's learning rate, β."""
         params = (self.init_params or self.given_or_fresh_params)(key, observation, start)
-        state = PolicyState.create(params, self.optimizer, kl_coef=hyperparameters.kl_coef)
+        state = PolicyState.create(
+            params, self.optimizer, kl_coef=hyperparameters.kl_coef, reference_dtype=self.reference_dtype
+        )
         return state.replace(opt_state=with_learning_rate(state.opt_state, hyperparameters.learning_rate))
 
     def given_or_fresh_params(self, key: jax.Array, observation: Any, start: Any) -> Any:

@@ -22,12 +22,25 @@ class PolicyState(flax.struct.PyTreeNode):
 
     @classmethod
     def create(
-        cls, params: Any, optimizer: optax.GradientTransformation, *, kl_coef: float | jax.Array = 0.0
+        cls,
+        params: Any,
+        optimizer: optax.GradientTransformation,
+        *,
+        kl_coef: float | jax.Array = 0.0,
+        reference_dtype: Any = None,
     ) -> PolicyState:
+        """The state at `params`, which are also the KL's reference: in `reference_dtype` where given (an LM that
+        computes in bfloat16 over float32 master weights casts every weight to bfloat16 where it is used, so a
+        bfloat16 reference gives the same logits at half the memory)."""
+        reference = params
+        if reference_dtype is not None:
+            reference = jax.tree.map(
+                lambda leaf: leaf.astype(reference_dtype) if jnp.issubdtype(leaf.dtype, jnp.floating) else leaf, params
+            )
         return cls(
             params=params,
             opt_state=optimizer.init(params),
-            reference_params=params,
+            reference_params=reference,
             kl_coef=jnp.asarray(kl_coef, jnp.float32),
             version=jnp.zeros((), jnp.int32),
             optimizer=optimizer,
@@ -65,17 +78,22 @@ def apply_if_finite(
 ) -> tuple[Any, optax.OptState, jax.Array, jax.Array]:
     """One Optax step, taken only where `ready` and the loss, gradients and updates are all finite.
 
-    Otherwise params and optimizer state stay as they were (a NaN must not reach Adam's moments either).
+    Otherwise params and optimizer state stay as they were (a NaN must not reach Adam's moments either). The check
+    comes before the new state is made: the updates are computed once to be checked (reduced as they are made,
+    never stored), and the step itself only where it is taken (`lax.cond`), so the old and the new weights and
+    moments are never alive together; with the state donated the step writes in place.
 
     Returns:
       (params, opt_state, applied [] bool, finite [] bool).
     """
-    updates, new_opt_state = optimizer.update(grads, opt_state, params)
+    updates, _ = optimizer.update(grads, opt_state, params)
     finite = jnp.isfinite(loss) & all_finite(grads) & all_finite(updates)
     applied = finite & ready
-    return (
-        select_tree(applied, optax.apply_updates(params, updates), params),
-        select_tree(applied, new_opt_state, opt_state),
-        applied,
-        finite,
-    )
+
+    def step(state):
+        params, opt_state = state
+        updates, new_opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), new_opt_state
+
+    params, opt_state = jax.lax.cond(applied, step, lambda state: state, (params, opt_state))
+    return params, opt_state, applied, finite

@@ -77,7 +77,8 @@ def apply_step(
     """Phase 3: one optimizer step if `ready` and everything is finite; "previous" moves the reference along."""
     new_state, applied, finite = state.apply_if_finite(grads, loss, ready)
     if config.reference == "previous":
-        new_state = new_state.replace(reference_params=select_tree(applied, state.params, state.reference_params))
+        moved = jax.tree.map(lambda new, old: new.astype(old.dtype), state.params, state.reference_params)
+        new_state = new_state.replace(reference_params=select_tree(applied, moved, state.reference_params))
     return new_state, applied, finite
 
 
