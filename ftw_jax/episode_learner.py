@@ -33,7 +33,6 @@ import numpy as np
 from ftw_jax import algos
 from ftw_jax.algos.base import Context, Learner
 from ftw_jax.algos.learner_settings import LearnerSettings, make_optimizer
-from ftw_jax.core import diagnostics
 from ftw_jax.core.checks import check_seed
 from ftw_jax.core.pool import Trajectory
 from ftw_jax.core.settings import check_settings, check_takes_effect, setting
@@ -43,6 +42,7 @@ from ftw_jax.episodes import (
     EpisodeTail,
     check_versions,
     grouped,
+    stale_episodes,
     tied_group_share,
     to_trajectories,
 )
@@ -55,7 +55,7 @@ from ftw_jax.running.memory import check_state_memory, check_working_memory, sta
 from ftw_jax.running.signals import raise_if_stopped
 
 if TYPE_CHECKING:
-    from jax.sharding import Mesh
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,26 +338,6 @@ def save_weights(
     return folder
 
 
-def replicated(tree: Any, mesh: Mesh) -> Any:
-    """Host arrays, the same on every process, as global arrays that every device of `mesh` holds whole."""
-    from jax.sharding import NamedSharding, PartitionSpec
-
-    sharding = NamedSharding(mesh, PartitionSpec())
-    return jax.tree.map(
-        lambda leaf: jax.make_array_from_callback(np.shape(leaf), sharding, lambda index: np.asarray(leaf)[index]), tree
-    )
-
-
-def stale_episodes(batch: Trajectory, version: int, max_staleness: int | None) -> int:
-    """How many of a batch's episodes [B, T] were written by a policy more than `max_staleness` versions before
-    `version` (their oldest model token's, `diagnostics.staleness`): the pool never selects them
-    (`--max-staleness`). 0 without a bound."""
-    if max_staleness is None:
-        return 0
-    staleness = diagnostics.staleness(jnp.int32(version), batch.behaviour_version, batch.mask)
-    return int(np.sum(np.asarray(staleness) > max_staleness))
-
-
 # What a learner that stops applying updates for non-finite values should try first: the model's dtypes.
 NONFINITE_ADVICE = "try `param_dtype` float32 or `dtype` float32, " + skips.NONFINITE_ADVICE.removeprefix("try ")
 
@@ -434,10 +414,23 @@ def _placed_model(model_path: pathlib.Path, config: LearnConfig, mesh: tuple[int
         )
     if mesh is None:
         return model, params, lambda tree: tree  # one process: numpy batches go to the step as they are
-    from ftw_jax.lm.sharding import make_mesh, shard_params
+    from ftw_jax.lm.sharding import make_mesh, replicated, shard_params
 
     device_mesh = make_mesh(*mesh)
     return model, shard_params(params, device_mesh), lambda tree: replicated(tree, device_mesh)
+
+
+def _say_what_waits(config: LearnConfig, waiting: int, log: Callable[[str], None]) -> int:
+    """Logs why `waiting` episodes read were not learnt from (a follower's idle timeout, or a short last batch the
+    algorithm cannot learn from); returns how many."""
+    if config.follow and waiting:
+        log(f"stopped following after {config.idle_timeout} s without a new line; {waiting} episodes wait")
+    elif waiting:
+        log(
+            f"{waiting} episodes wait: {config.algorithm} learns from no batch of {waiting} with these settings; a "
+            "resume learns them with the lines appended since"
+        )
+    return waiting
 
 
 def learn_from_file(
@@ -464,14 +457,9 @@ def learn_from_file(
         episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length, skip_bad_lines=skip_bad_lines
     )
     feed = EpisodeFeed(
-        tail,
-        config.episodes_per_iteration,
-        config.follow,
-        config.idle_timeout,
-        config.poll_seconds,
-        report.log,
+        tail, config.episodes_per_iteration, config.follow, config.idle_timeout, config.poll_seconds, report.log,
         short_batch_ok=config.learns_a_batch_of,
-    )
+    )  # fmt: skip
     learner = EpisodeLearner.build(config, model.config)
     done, state, used, skipped = _resumed(checkpointer, learner.init(params), report.log)
     feed.start_after(used)
@@ -496,17 +484,9 @@ def learn_from_file(
     version = int(host_array(state.policy.version))
     if weights != weights_folder(run_folder, version):  # the newest version, written once
         weights = save_weights(run_folder, learner, state, model_path)
-    waiting = len(feed.pending)
-    if config.follow and waiting:
-        report.log(f"stopped following after {config.idle_timeout} s without a new line; {waiting} episodes wait")
-    elif waiting:
-        report.log(
-            f"{waiting} episodes wait: {config.algorithm} learns from no batch of {waiting} with these settings; a "
-            "resume learns them with the lines appended since"
-        )
     return {
         "episodes": used,
-        "episodes_waiting": waiting,
+        "episodes_waiting": _say_what_waits(config, len(feed.pending), report.log),
         "bad_lines_skipped": len(tail.report.skipped),
         "iterations": iteration,
         "version": version,

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ftw_jax.core import diagnostics
 from ftw_jax.core.pool import Trajectory
 
 if TYPE_CHECKING:
@@ -265,6 +266,16 @@ def tied_group_share(episodes: list[Episode], group_size: int) -> float:
     advantages are 0, so they teach GRPO and RLOO nothing."""
     rewards = np.asarray([episode.reward for episode in episodes]).reshape(-1, group_size)
     return float(np.mean(np.all(rewards == rewards[:, :1], axis=1)))
+
+
+def stale_episodes(batch: Trajectory, version: int, max_staleness: int | None) -> int:
+    """How many of a batch's episodes [B, T] were written by a policy more than `max_staleness` versions before
+    `version` (their oldest model token's, `diagnostics.staleness`): the pool never selects them
+    (`--max-staleness`). 0 without a bound."""
+    if max_staleness is None:
+        return 0
+    staleness = diagnostics.staleness(np.int32(version), batch.behaviour_version, batch.mask)
+    return int(np.sum(np.asarray(staleness) > max_staleness))
 
 
 def to_trajectories(episodes: list[Episode], max_length: int) -> Trajectory:

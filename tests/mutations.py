@@ -492,18 +492,16 @@ MUTATIONS = (
         "grpo-unclipped",
         "GRPO's ratio never clipped",
         "ftw_jax/algos/grpo.py",
-        "apply_fn, clip_epsilon=config.clip_epsilon, kl_estimate=config.kl_estimate,",
-        "apply_fn, clip_epsilon=1e9, kl_estimate=config.kl_estimate,",
+        "clip_epsilon=config.clip_epsilon,",
+        "clip_epsilon=1e9,",
         BASELINE_TESTS,
     ),
     Mutation(
         "ppo-k3-kl",
         "PPO's KL replaced by GRPO's k3 estimate",
         "ftw_jax/algos/ppo.py",
-        "make_policy_gradient_update(apply_fn, clip_epsilon=config.clip_epsilon, entropy_coef=config.entropy_coef)",
-        "make_policy_gradient_update(\n"
-        '        apply_fn, clip_epsilon=config.clip_epsilon, kl_estimate="k3", entropy_coef=config.entropy_coef\n'
-        "    )",
+        'kl_estimate=None if config.kl_in_reward else "exact",',
+        'kl_estimate=None if config.kl_in_reward else "k3",',
         BASELINE_TESTS,
     ),
     # Task filtering.
@@ -715,9 +713,9 @@ MUTATIONS = (
     Mutation(
         "chunked-reference-with-policy-params",
         "the chunked loss's reference logits come from the policy's params",
-        "ftw_jax/core/elite_loss.py",
-        "terms(head(params, features), head(reference_params, reference_features), action, mask)",
-        "terms(head(params, features), head(params, reference_features), action, mask)",
+        "ftw_jax/core/losses.py",
+        "head(reference_params, reference_features)",
+        "head(params, reference_features)",
         ("tests/test_lm_learner.py::test_logits_in_chunks_give_the_dense_loss_and_gradient",),
     ),
     Mutation(

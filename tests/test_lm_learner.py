@@ -905,8 +905,7 @@ def test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file(tmp_path)
 
 
 def test_stale_episodes_are_counted_against_the_bound():
-    from ftw_jax.episode_learner import stale_episodes
-    from ftw_jax.episodes import parse_episode
+    from ftw_jax.episodes import parse_episode, stale_episodes
 
     episode = parse_episode(json.dumps(GOOD), vocab_size=64, max_length=16)  # written by version 2
     two, one = to_trajectories([episode, episode], 16), to_trajectories([episode], 16)

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import pathlib
+import typing
 
 from ftw_jax.cli import outputs
 from ftw_jax.cli import train as train_command
@@ -114,7 +115,9 @@ def _algorithm_defaults_shown(table: dict[str, dict]) -> dict[str, str]:
     return shown
 
 
-def algorithm_config(args: argparse.Namespace, algorithm: str, defaults: dict, log) -> object:
+def algorithm_config(
+    args: argparse.Namespace, algorithm: str, defaults: dict, log: typing.Callable[[str], None]
+) -> object:
     """`algorithm`'s config: the command's defaults for it, then the flags given; the flags given that only other
     algorithms declare are named and left out."""
     from ftw_jax import algos

@@ -76,3 +76,11 @@ def shard_params(params: Any, mesh: Mesh) -> Any:
         params,
         shardings,
     )
+
+
+def replicated(tree: Any, mesh: Mesh) -> Any:
+    """Host arrays, the same on every process, as global arrays that every device of `mesh` holds whole."""
+    sharding = NamedSharding(mesh, PartitionSpec())
+    return jax.tree.map(
+        lambda leaf: jax.make_array_from_callback(np.shape(leaf), sharding, lambda index: np.asarray(leaf)[index]), tree
+    )
