@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+import jax.numpy as jnp
 import numpy as np
 
 from ftw_jax.core import diagnostics
@@ -274,7 +275,7 @@ def stale_episodes(batch: Trajectory, version: int, max_staleness: int | None) -
     (`--max-staleness`). 0 without a bound."""
     if max_staleness is None:
         return 0
-    staleness = diagnostics.staleness(np.int32(version), batch.behaviour_version, batch.mask)
+    staleness = diagnostics.staleness(jnp.int32(version), batch.behaviour_version, batch.mask)
     return int(np.sum(np.asarray(staleness) > max_staleness))
 
 
