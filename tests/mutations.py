@@ -740,7 +740,7 @@ MUTATIONS = (
         "ftw_jax/episode_learner.py",
         "donate_argnums=0 if donate else ()",
         "donate_argnums=()",
-        ("tests/test_lm_memory.py::test_a_donated_state_or_a_bfloat16_reference_shrink_the_compiled_update",),
+        ("tests/test_lm_memory.py::test_a_donated_state_and_a_bfloat16_reference_shrink_the_compiled_update",),
     ),
     # Issue 32: the learner following an engine's file.
     Mutation(
