@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from ftw_jax import algos
 from ftw_jax.algos.base import Context, Learner
@@ -46,8 +47,9 @@ from ftw_jax.episodes import (
     tied_group_share,
     to_trajectories,
 )
+from ftw_jax.lm import lora
 from ftw_jax.lm.config import LMConfig, read_json
-from ftw_jax.policies.lm import LMPolicy, logits_chunk_for
+from ftw_jax.policies.lm import LMPolicy, frozen_in_lora, logits_chunk_for
 from ftw_jax.running import run_files, skips
 from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
 from ftw_jax.running.host import host_array
@@ -93,6 +95,13 @@ class LearnConfig(LearnerSettings):
     )
     idle_timeout: float | None = setting(None, "with `follow`: stop after this many seconds without a new line")
     poll_seconds: float = setting(0.5, "with `follow`: how often to look for new lines")
+    lora_rank: int | None = setting(
+        None,
+        "train low-rank adapters of this rank on every attention and MLP projection instead of the whole model: "
+        "the base frozen in `dtype`, only the adapters and their Adam state in float32; the weights written "
+        "merged (None: the whole model)",
+    )
+    lora_alpha: float | None = setting(None, "the adapters' product is scaled by alpha / rank (None: alpha = rank)")
     algorithm_config: Any = None
 
     def __post_init__(self):
@@ -113,6 +122,7 @@ class LearnConfig(LearnerSettings):
             )
         if self.logits_chunk is not None and not (isinstance(self.logits_chunk, int) and self.logits_chunk >= 0):
             raise ValueError(f"logits_chunk must be None or an int >= 0, got {self.logits_chunk!r}.")
+        self.check_lora()
         if self.idle_timeout is not None and not self.idle_timeout > 0:
             raise ValueError(f"idle_timeout must be None or > 0 seconds, got {self.idle_timeout!r}.")
         if not self.poll_seconds > 0:
@@ -122,6 +132,27 @@ class LearnConfig(LearnerSettings):
         if not (isinstance(self.save_every, int) and self.save_every >= 1):
             raise ValueError(f"save_every must be an int >= 1, got {self.save_every!r}.")
         algorithm.check(self.algorithm_config, self.episodes_per_iteration)
+
+    def check_lora(self) -> None:
+        if self.lora_rank is not None and not (
+            isinstance(self.lora_rank, int) and not isinstance(self.lora_rank, bool) and self.lora_rank >= 1
+        ):
+            raise ValueError(f"lora_rank must be None or an int >= 1, got {self.lora_rank!r}.")
+        if self.lora_alpha is not None and not self.lora_alpha > 0:
+            raise ValueError(f"lora_alpha must be None or > 0, got {self.lora_alpha!r}.")
+        check_takes_effect(self, "lora_alpha", self.lora_rank is not None, "`lora_rank`")
+        if self.lora_rank is not None and getattr(self.algorithm_config, "reference", "initial") != "initial":
+            raise ValueError(
+                "`reference` previous moves the KL's reference with the weights; with `lora_rank` the "
+                "reference is the base model (the adapters off): use `reference` initial."
+            )
+
+    def with_lora(self, model_config: LMConfig) -> LMConfig:
+        """The model's config with this run's adapters (unchanged without `lora_rank`)."""
+        if self.lora_rank is None:
+            return model_config
+        alpha = float(self.lora_rank if self.lora_alpha is None else self.lora_alpha)
+        return dataclasses.replace(model_config, lora_rank=self.lora_rank, lora_alpha=alpha)
 
     def learns_a_batch_of(self, size: int) -> bool:
         """Whether the algorithm learns from a batch of `size` episodes (a short last one) with these settings."""
@@ -185,6 +216,7 @@ class EpisodeLearner:
 
     @classmethod
     def build(cls, config: LearnConfig, model_config: LMConfig) -> EpisodeLearner:
+        model_config = config.with_lora(model_config)
         policy = LMPolicy(
             num_actions=model_config.vocab_size,
             config=model_config,
@@ -253,10 +285,11 @@ class EpisodeLearner:
         layout = jax.tree.map(lambda leaf: getattr(leaf, "sharding", None), state)
         return jax.jit(self.learn, donate_argnums=0 if donate else (), out_shardings=(layout, None))
 
-    @staticmethod
-    def model_params(state: LearnerState) -> dict:
-        """The CausalLM's params in a learner state (for `lm.save`)."""
-        return {"params": state.policy.params["params"]["lm"]}
+    def model_params(self, state: LearnerState) -> dict:
+        """The CausalLM's params in a learner state, as a plain checkpoint's (for `lm.save` and a sampler): with
+        adapters, merged into the weights (`lm.lora.merged`)."""
+        params = {"params": state.policy.params["params"]["lm"]}
+        return lora.merged(self.model_config, params) if self.model_config.lora_rank else params
 
 
 def _state_shardings(init: Callable[[dict], LearnerState], model_params: dict) -> Any:
@@ -277,16 +310,23 @@ def _state_shardings(init: Callable[[dict], LearnerState], model_params: dict) -
 def _learner(config: LearnConfig, policy: LMPolicy) -> Learner:
     """The configured algorithm's learner over `policy`; a critic (PPO's) is the same model under a value head,
     started from the same checkpoint."""
+    optimizer, frozen = make_optimizer(config), None
+    if config.lora_rank is not None:  # Adam's state for the adapters (and a critic's head) alone
+        frozen = frozen_in_lora
+        labels = lambda params: jax.tree_util.tree_map_with_path(  # noqa: E731
+            lambda path, _: "frozen" if frozen_in_lora(path) else "trained", params
+        )
+        optimizer = optax.multi_transform({"trained": optimizer, "frozen": optax.set_to_zero()}, labels)
+    compute_reference = config.dtype != config.param_dtype or config.lora_rank is not None
     context = Context(
         policy=policy,
         make_network=lambda outputs: policy.clone(num_actions=outputs, logits_chunk=0),
-        optimizer=make_optimizer(config),
+        optimizer=optimizer,
         example=example_trajectory(config.num_steps),
         episodes_per_iteration=config.episodes_per_iteration,
         critic_from_start=True,
-        reference_dtype=config.dtype
-        if config.dtype != config.param_dtype
-        else None,  # the logits it gives are the same
+        reference_dtype=config.dtype if compute_reference else None,  # the logits it gives are the same
+        frozen=frozen,
     )
     return algos.get(config.algorithm).make_learner(config.algorithm_config, context)
 
@@ -401,13 +441,23 @@ def learn_batch(
     return state, row, {name: int(value) for name, value in skips.totals_after(skipped, one_iteration).items()}
 
 
+def load_for_learning(model_path: pathlib.Path, config: LearnConfig) -> tuple[Any, dict]:
+    """(the model, its params) as `config` learns them: the weights in `param_dtype`; with `lora_rank`, in `dtype`
+    (frozen) with adapters beside them (B = 0: the same model). The model is the plain one a sampler runs (with
+    `EpisodeLearner.model_params`, the adapters merged)."""
+    from ftw_jax.lm.load import load
+
+    if config.lora_rank is None:
+        return load(model_path, dtype=config.dtype, param_dtype=config.param_dtype)
+    model, params = load(model_path, dtype=config.dtype, param_dtype=config.dtype)
+    return model, lora.with_adapters(jax.random.key(config.seed), config.with_lora(model.config), params)
+
+
 def _placed_model(model_path: pathlib.Path, config: LearnConfig, mesh: tuple[int, int] | None):
     """(model, params, place): the checkpoint, its weights laid out over `mesh` (data, model) of this host's
     devices if given (FSDP over "data", tensor parallel over "model"; the jitted step keeps the layout), and
     what puts a host batch where the step reads it."""
-    from ftw_jax.lm.load import load
-
-    model, params = load(model_path, dtype=config.dtype, param_dtype=config.param_dtype)
+    model, params = load_for_learning(model_path, config)
     if jax.process_count() > 1 and mesh is None:
         raise ValueError(
             f"{jax.process_count()} processes need `mesh` DATAxMODEL over all {jax.device_count()} devices."

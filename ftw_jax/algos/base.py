@@ -85,6 +85,9 @@ class Context:
     critic_from_start: bool = False
     # The KL reference's dtype where it is not the params' (an LM's compute dtype under float32 master weights).
     reference_dtype: str | None = None
+    # frozen(path) -> whether the params' leaf there never changes (a LoRA policy's pretrained weights): the
+    # optimizer leaves it and the KL's reference holds None there, reading the params' own (no second copy).
+    frozen: Callable[[tuple], bool] | None = None
 
     def init_policy(
         self, key: jax.Array, observation: Any, hyperparameters: Hyperparameters, start: Any = None
@@ -92,7 +95,11 @@ class Context:
         """Starting policy params (the KL's reference), the optimizer at the member's learning rate, β."""
         params = (self.init_params or self.given_or_fresh_params)(key, observation, start)
         state = PolicyState.create(
-            params, self.optimizer, kl_coef=hyperparameters.kl_coef, reference_dtype=self.reference_dtype
+            params,
+            self.optimizer,
+            kl_coef=hyperparameters.kl_coef,
+            reference_dtype=self.reference_dtype,
+            frozen=self.frozen,
         )
         return state.replace(opt_state=with_learning_rate(state.opt_state, hyperparameters.learning_rate))
 

@@ -94,6 +94,17 @@ def map_chunks(fn: Callable[..., Any], chunk: int, *per_step: Any) -> Any:
     return jax.tree.map(lambda leaf: leaf.reshape((num_chunks * chunk,) + leaf.shape[2:])[:num_steps], out)
 
 
+def filled_reference(reference_params: Any, params: Any) -> Any:
+    """The KL's reference params with the params' own (without a gradient) where it holds None: the leaves it
+    shares with the policy, stored once (`PolicyState.create`'s `frozen`)."""
+    return jax.tree.map(
+        lambda reference, own: jax.lax.stop_gradient(own) if reference is None else reference,
+        reference_params,
+        params,
+        is_leaf=lambda node: node is None,
+    )
+
+
 def per_step_terms(
     apply_fn: Callable[[Any, Any], jax.Array],
     terms: Callable[..., Any],
@@ -108,6 +119,8 @@ def per_step_terms(
         return None if reference_params is None else jax.lax.stop_gradient(logits_of(reference_params, inputs))
 
     def step_terms(params, reference_params, observation, *per_step):
+        if reference_params is not None:
+            reference_params = filled_reference(reference_params, params)
         if chunked is None:
             return terms(apply_fn(params, observation), reference(apply_fn, reference_params, observation), *per_step)
         features, head = chunked.features(params, observation), chunked.head

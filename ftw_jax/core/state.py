@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import flax.struct
@@ -28,15 +29,21 @@ class PolicyState(flax.struct.PyTreeNode):
         *,
         kl_coef: float | jax.Array = 0.0,
         reference_dtype: Any = None,
+        frozen: Callable[[tuple], bool] | None = None,
     ) -> PolicyState:
         """The state at `params`, which are also the KL's reference: in `reference_dtype` where given (an LM that
         computes in bfloat16 over float32 master weights casts every weight to bfloat16 where it is used, so a
-        bfloat16 reference gives the same logits at half the memory)."""
-        reference = params
-        if reference_dtype is not None:
-            reference = jax.tree.map(
-                lambda leaf: leaf.astype(reference_dtype) if jnp.issubdtype(leaf.dtype, jnp.floating) else leaf, params
-            )
+        bfloat16 reference gives the same logits at half the memory). Where `frozen(path)` (a leaf that never
+        changes: a LoRA policy's pretrained weights) the reference holds None and reads the params' own
+        (`losses.filled_reference`)."""
+
+        def reference_leaf(path: tuple, leaf: Any) -> Any:
+            if frozen is not None and frozen(path):
+                return None
+            floating = reference_dtype is not None and jnp.issubdtype(leaf.dtype, jnp.floating)
+            return leaf.astype(reference_dtype) if floating else leaf
+
+        reference = jax.tree_util.tree_map_with_path(reference_leaf, params)
         return cls(
             params=params,
             opt_state=optimizer.init(params),

@@ -53,6 +53,8 @@ class LMConfig:
     param_dtype: Literal["float32", "bfloat16"] | None = None  # the parameters' (None: `dtype`); float32 master
     # weights with bfloat16 compute keep the small updates that bfloat16 weights would round away
     remat: bool = False  # recompute each layer's activations in the backward pass (memory for time)
+    lora_rank: int = 0  # r > 0: a low-rank adapter beside every projection (`ftw_jax.lm.lora`); 0: none
+    lora_alpha: float = 0.0  # the adapters' product is scaled by alpha / r
 
     def __post_init__(self):
         sizes = {
@@ -79,6 +81,12 @@ class LMConfig:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}.")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}.")
+        if not (isinstance(self.lora_rank, int) and self.lora_rank >= 0):
+            raise ValueError(f"lora_rank must be an int >= 0, got {self.lora_rank!r}.")
+        if self.lora_rank and not self.lora_alpha > 0:
+            raise ValueError(
+                f"lora_alpha must be > 0 with adapters (lora_rank {self.lora_rank}), got {self.lora_alpha!r}."
+            )
         if self.param_dtype is not None and self.param_dtype not in DTYPES:
             raise ValueError(f"param_dtype must be one of {', '.join(DTYPES)} or None, got {self.param_dtype!r}.")
         if not (self.rms_norm_eps > 0 and self.rope_theta > 0 and self.initializer_range > 0):
@@ -86,6 +94,11 @@ class LMConfig:
                 f"rms_norm_eps, rope_theta and initializer_range must be > 0, got {self.rms_norm_eps}, "
                 f"{self.rope_theta}, {self.initializer_range}."
             )
+
+    @property
+    def lora_scale(self) -> float:
+        """alpha / r, the scale of the adapters' product (0 without adapters)."""
+        return self.lora_alpha / self.lora_rank if self.lora_rank else 0.0
 
     @property
     def weights_dtype(self) -> str:

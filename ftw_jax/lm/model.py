@@ -64,7 +64,9 @@ def _norm(config: LMConfig, name: str) -> RMSNorm:
     return RMSNorm(config.rms_norm_eps, jnp.dtype(config.dtype), jnp.dtype(config.weights_dtype), name=name)
 
 
-def _dense(config: LMConfig, features: int, use_bias: bool, name: str) -> nn.Dense:
+def _dense(config: LMConfig, features: int, use_bias: bool, name: str) -> nn.Module:
+    if config.lora_rank:
+        return LoRADense(config, features, use_bias, name=name)
     return nn.Dense(
         features,
         use_bias=use_bias,
@@ -87,6 +89,34 @@ def tokens_flat_dot(
     flat = inputs.reshape(-1, inputs.shape[-1])
     out = jax.lax.dot_general(flat, kernel, (((1,), (0,)), ((), ())), precision=precision, **kwargs)
     return out.reshape(*inputs.shape[:-1], kernel.shape[-1])
+
+
+class LoRADense(nn.Module):
+    """`_dense`'s projection (kernel [D_in, F] and bias at the same paths, the same product) plus a low-rank
+    adapter beside it: x W + b + (alpha / r) (x A) B, with A [D_in, r] and B [r, F] float32 parameters
+    (`ftw_jax.lm.lora`; B starts at zero, so the adapted model starts as the base)."""
+
+    config: LMConfig
+    features: int
+    use_bias: bool
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        c, dtype, weights = self.config, jnp.dtype(self.config.dtype), jnp.dtype(self.config.weights_dtype)
+        product = (((x.ndim - 1,), (0,)), ((), ()))
+        kernel = self.param(
+            "kernel", nn.initializers.normal(c.initializer_range), (x.shape[-1], self.features), weights
+        )
+        x = x.astype(dtype)
+        y = tokens_flat_dot(x, kernel.astype(dtype), product)
+        if self.use_bias:
+            y = y + self.param("bias", nn.initializers.zeros, (self.features,), weights).astype(dtype)
+        bound = 1.0 / x.shape[-1] ** 0.5  # PEFT's A: Kaiming-uniform with a = sqrt(5)
+        a_init = lambda key, shape, dtype: jax.random.uniform(key, shape, dtype, -bound, bound)  # noqa: E731
+        a = self.param("lora_a", a_init, (x.shape[-1], c.lora_rank), jnp.float32)
+        b = self.param("lora_b", nn.initializers.zeros, (c.lora_rank, self.features), jnp.float32)
+        low = tokens_flat_dot(tokens_flat_dot(x, a.astype(dtype), product), b.astype(dtype), product)
+        return y + (c.lora_scale * low).astype(dtype)
 
 
 class Attention(nn.Module):

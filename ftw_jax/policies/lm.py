@@ -13,7 +13,7 @@ state instead, as the value heads of LLM PPO implementations do.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from ftw_jax.core.actions import WithLegalActions, mask_illegal, split_legal_actions
 from ftw_jax.core.losses import ChunkedLogits
+from ftw_jax.lm import lora
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.load import Pretrained
 from ftw_jax.lm.model import CausalLM, head_logits, init_cache
@@ -52,6 +53,20 @@ def checkpoint_params(policy: LMPolicy, pretrained: Pretrained) -> dict:
     return {"params": {"lm": pretrained.read_weights()["params"]}}
 
 
+def frozen_in_lora(path: tuple) -> bool:
+    """Whether a leaf at this tree path stays as it is in a LoRA policy: the pretrained model's weights (under
+    "lm"), not its adapters nor a head of the policy's own (a critic's value head)."""
+    return any(getattr(entry, "key", None) == "lm" for entry in path) and not lora.is_adapter(path)
+
+
+def frozen_base(params: Any) -> Any:
+    """`params` with the `frozen_in_lora` leaves behind `stop_gradient`: their gradients are zeros no product
+    computes, so a step moves and measures the adapters (and a head of its own) alone."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, leaf: jax.lax.stop_gradient(leaf) if frozen_in_lora(path) else leaf, params
+    )
+
+
 class LMPolicy(PolicyNetwork):
     """`CausalLM` over one trajectory's tokens [T] (or `WithLegalActions`, whose illegal actions get
     `ILLEGAL_LOGIT`) -> logits [T, A]; with `cache` and `position`, one step: (logits [1, A], cache)."""
@@ -69,17 +84,23 @@ class LMPolicy(PolicyNetwork):
         if not self.logits_chunk or self.num_actions != self.config.vocab_size:
             return None
         model = CausalLM(self.config, head=False, parent=None)  # a model of its own, not a submodule
+        frozen = frozen_base if self.config.lora_rank else (lambda params: params)
 
         def features(params, tokens):
+            params = frozen(params)
             ids, legal = split_legal_actions(tokens)
             return model.apply({"params": params["params"]["lm"]}, ids[None])[0], legal  # ([T, D], [T, A] | None)
 
         def head(params, inputs):
-            hidden, legal = inputs
+            params, (hidden, legal) = frozen(params), inputs
             logits = head_logits(self.config, params["params"]["lm"], hidden)
             return mask_illegal(logits, legal)
 
         return ChunkedLogits(features=features, head=head, chunk=self.logits_chunk)
+
+    def apply(self, variables: Any, *args: Any, **kwargs: Any) -> Any:
+        """`nn.Module.apply`; with adapters (`config.lora_rank`) the pretrained weights are frozen (`frozen_base`)."""
+        return super().apply(frozen_base(variables) if self.config.lora_rank else variables, *args, **kwargs)
 
     def init_cache(self) -> tuple[jax.Array, jax.Array]:
         """An empty cache for one episode (keys and values [layers, 1, max_length, G, H])."""
