@@ -111,6 +111,7 @@ def learn_config(
     batch_size: int = BATCH_SIZE,
     num_elites: int = NUM_ELITES,
     algorithm: str = "ftw",
+    lora_rank: int | None = None,
 ) -> LearnConfig:
     """`lm learn`'s settings for one row. loss "dense": logits of the whole batch; "chunked": `chunk` steps at a
     time (None: LearnConfig's automatic choice). A baseline (`algorithm`) learns from the B episodes with lm
@@ -124,7 +125,14 @@ def learn_config(
         groups = {"grpo": {"group_size": 4}, "reinforce": {"leave_one_out": 4}}.get(algorithm, {})
         baseline = algos.get(algorithm).config(**{**SEARCH_R1.get(algorithm, {}), **groups})
         return dataclasses.replace(
-            learn_config(loss=loss, chunk=chunk, param_dtype=param_dtype, max_length=max_length, episodes=episodes),
+            learn_config(
+                loss=loss,
+                chunk=chunk,
+                param_dtype=param_dtype,
+                max_length=max_length,
+                episodes=episodes,
+                lora_rank=lora_rank,
+            ),
             algorithm=algorithm,
             algorithm_config=baseline,
         )
@@ -144,6 +152,7 @@ def learn_config(
             monitor_entries=monitor_entries,
         ),
         logits_chunk=0 if loss == "dense" else chunk,
+        lora_rank=lora_rank,
     )
 
 
@@ -285,6 +294,7 @@ class Row:
     param_dtype: Dtype = "float32"
     reference_dtype: Dtype | None = None  # None: as init makes it (the compute dtype's, under float32 masters)
     algorithm: str = "ftw"  # lm learn's --algorithm
+    lora_rank: int | None = None  # lm learn's --lora-rank: the base frozen in bfloat16, adapters float32
     task: str = "lm-learn"  # the update's sizes: lm learn's rows above, or `lm train --task retrieval-qa`'s defaults
 
     @property
@@ -318,13 +328,15 @@ def task_sizes(task: str) -> dict[str, int]:
 def measure(settings: Row, *, donated: bool = True) -> dict[str, Any]:
     """One table row: the compiled update's memory as lm learn runs it (and with the state donated), its init's,
     and the estimate for the same step."""
-    model = model_config(settings.model, remat=settings.remat, param_dtype=settings.param_dtype)
+    base_dtype = "bfloat16" if settings.lora_rank else settings.param_dtype  # LoRA's base: the compute dtype
+    model = model_config(settings.model, remat=settings.remat, param_dtype=base_dtype)
     config = learn_config(
         loss=settings.loss,
         chunk=settings.chunk,
         param_dtype=settings.param_dtype,
         monitor_entries=settings.monitor_entries,
         algorithm=settings.algorithm,
+        lora_rank=settings.lora_rank,
         **task_sizes(settings.task),
     )
     mesh, placement = settings.devices, settings.placement if settings.placement != "-" else "learn"
@@ -389,6 +401,8 @@ def table(rows: list[dict]) -> str:
             model += f", {row['reference_dtype']} reference"
         if row.get("algorithm", "ftw") != "ftw":
             model += f", {row['algorithm']}"
+        if row.get("lora_rank"):
+            model += f", LoRA rank {row['lora_rank']}"
         placement = {"learn": "as lm learn", "sharded": "all sharded"}.get(row["placement"], row["placement"])
         lines.append(
             f"| {model} | {row['mesh']} | {placement} | {'on' if row['remat'] else 'off'} | "
@@ -429,6 +443,7 @@ def main() -> None:
     parser.add_argument(
         "--task", default="lm-learn", help="the update's sizes: lm-learn or retrieval-qa (its defaults)"
     )
+    parser.add_argument("--lora-rank", type=int, default=None, help="lm learn's --lora-rank (default: the whole model)")
     parser.add_argument("--algorithms", default="ftw", help="lm learn's --algorithm: ftw, grpo, reinforce, ppo")
     parser.add_argument("--no-donated", action="store_true", help="skip the second compile, with the state donated")
     parser.add_argument("--out", type=pathlib.Path, help="append each row to this JSON Lines file; skip rows in it")
@@ -468,6 +483,7 @@ def main() -> None:
                                 reference_dtype=args.reference_dtype,
                                 task=args.task,
                                 algorithm=algorithm,
+                                lora_rank=args.lora_rank,
                             )
                         )
     done = []

@@ -35,6 +35,7 @@ from ftw_jax.episode_learner import (
     LearnConfig,
     LearnReport,
     learn_batch,
+    load_for_learning,
     policy_params,
     save_weights,
 )
@@ -173,7 +174,6 @@ class _Prepared:
 def _prepared(config: RetrievalTrainConfig, files: RetrievalFiles, model_path: pathlib.Path, log) -> _Prepared:
     """Reads and checks the tokenizer, the question files, the corpus (its index built or read) and the prompts,
     then loads the model: a bad file is refused before anything compiles."""
-    from ftw_jax.lm.load import load
     from ftw_jax.lm.tokenizer import load_tokenizer
 
     if (files.demonstrations is None) != (config.warm_start_steps == 0):
@@ -184,7 +184,7 @@ def _prepared(config: RetrievalTrainConfig, files: RetrievalFiles, model_path: p
     task = RetrievalQA(tokenizer, BM25Retriever.open(files.corpus, files.index, log=log), config.task)
     task.check(train_questions)
     task.check(test_questions)
-    model, params = load(model_path, dtype=config.learn.dtype, param_dtype=config.learn.param_dtype)
+    model, params = load_for_learning(model_path, config.learn)
     if model.config.vocab_size < tokenizer.vocab_size:
         raise ValueError(
             f"{model_path}: the model's vocabulary ({model.config.vocab_size}) is smaller than its tokenizer's "

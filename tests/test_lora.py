@@ -2,15 +2,18 @@
 cost less memory than the whole model; `lm learn --lora-rank`."""
 
 import dataclasses
+import json
 import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
+from ftw_jax import cli
 from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, load_for_learning
-from ftw_jax.episodes import to_trajectories
+from ftw_jax.episodes import episode_of, to_trajectories, write_episodes
 from ftw_jax.lm import CausalLM, load, lora, save
 
 QWEN2 = pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied"
@@ -72,8 +75,6 @@ def learner_and_batch(lora_rank: int | None, algorithm: str = "ftw"):
          "spans": [{"start": 4, "end": 12, "version": 0, "logprobs": (-rng.random(8)).tolist()}]}
         for row in range(4)
     ]  # fmt: skip
-    from ftw_jax.episodes import episode_of
-
     batch = to_trajectories([episode_of(r, vocab_size=96, max_length=12) for r in records], 12)
     return learner, params, batch
 
@@ -99,6 +100,7 @@ def test_a_lora_step_moves_the_adapters_alone_and_keeps_no_second_base():
     assert sum(np.size(leaf) for leaf in opt_leaves) == 2 * lora.adapter_count(new.policy.params)  # Adam's m, v
 
 
+@pytest.mark.slow
 def test_lora_compiles_to_less_memory_than_the_whole_model():
     """The same update at the same shape: Adam's moments and the reference for the adapters alone."""
     sizes = {}
@@ -108,3 +110,46 @@ def test_lora_compiles_to_less_memory_than_the_whole_model():
         compiled = learner.jitted(state).lower(state, batch, np.int32(0)).compile().memory_analysis()
         sizes[rank] = compiled.argument_size_in_bytes + compiled.temp_size_in_bytes
     assert sizes[2] < 0.8 * sizes[None], sizes
+
+
+@pytest.mark.slow
+def test_lm_learn_with_lora_writes_merged_weights_and_resumes_exactly(tmp_path, capsys):
+    """`lm learn --lora-rank 2 --lora-alpha 4` on the tiny Qwen2: the versions it writes are plain checkpoints
+    (the adapters merged: `lm.load` reads them, and transformers, experiments/lora_parity.py); a run cut after 8
+    of 12 episodes and resumed writes the same weights bit for bit; a resume with another rank is refused."""
+    rng = np.random.default_rng(3)
+    episodes = tmp_path / "episodes.jsonl"
+    records = [
+        {"tokens": rng.integers(0, 96, 12).tolist(), "reward": float(row % 3),
+         "spans": [{"start": 4, "end": 12, "version": 0, "logprobs": (-rng.random(8)).tolist()}]}
+        for row in range(12)
+    ]  # fmt: skip
+    write_episodes(episodes, records)
+    flags = ["--max-length", "12", "--episodes-per-iteration", "4", "--pool-capacity", "8", "--num-batches", "2"]
+    flags += ["--batch-size", "4", "--num-elites", "2", "--learning-rate", "0.01", "--kl-coef", "0.1"]
+    flags += ["--lora-rank", "2", "--lora-alpha", "4", "--json"]
+
+    def learn(file, out, *extra):
+        argv = ["lm", "learn", "--episodes", str(file), "--model", str(QWEN2), "--out", str(out), "--name", "run"]
+        return cli.main([*argv, *flags, *extra])
+
+    assert learn(episodes, tmp_path / "whole") == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["version"] == 3
+    model, written = load(tmp_path / "whole" / "run" / "weights" / "version-000003")
+    _, start = load(QWEN2)
+    moved = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(written), jax.tree.leaves(start)))
+    assert moved > 1e-4  # the adapters, merged, changed the weights
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text("".join(episodes.read_text().splitlines(keepends=True)[:8]))
+    assert learn(cut, tmp_path / "parts") == 0
+    cut.write_text(episodes.read_text())
+    run = tmp_path / "parts" / "run"
+    assert learn(cut, tmp_path / "parts", "--resume", str(run)) == 0
+    _, resumed = load(run / "weights" / "version-000003")
+    for a, b in zip(jax.tree.leaves(written), jax.tree.leaves(resumed)):
+        np.testing.assert_array_equal(a, b)
+    capsys.readouterr()
+    flags[flags.index("--lora-rank") + 1] = "4"
+    assert learn(cut, tmp_path / "parts", "--resume", str(run)) == 2
+    assert "lora_rank: 2 -> 4" in capsys.readouterr().err
