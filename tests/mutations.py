@@ -881,6 +881,47 @@ MUTATIONS = (
         "written.update(recent=recent)",
         ("tests/test_retrieval_qa.py", "-k", "stop_sequence_is_written"),
     ),
+    # Issue 53: the baselines in the LM learner, LoRA.
+    Mutation(
+        "rloo-without-its-factor",
+        "RLOO's baseline is the group's mean with the episode in it",
+        "ftw_jax/algos/reinforce.py",
+        "return group_size / (group_size - 1) * group_advantages(returns, group_size, normalise=False)",
+        "return group_advantages(returns, group_size, normalise=False)",
+        ("tests/test_policy_gradient.py", "-k", "leave_one_out"),
+    ),
+    Mutation(
+        "kl-in-reward-paid-backwards",
+        "PPO's KL in the rewards rewards moving away from the reference",
+        "ftw_jax/algos/ppo.py",
+        "return batch.reward - kl_coef * kl,",
+        "return batch.reward + kl_coef * kl,",
+        ("tests/test_policy_gradient.py", "-k", "kl_in_the_rewards"),
+    ),
+    Mutation(
+        "groups-left-in-file-order",
+        "GRPO's groups are read as consecutive episodes whatever their group",
+        "ftw_jax/episodes.py",
+        "return [episode for members in groups.values() for episode in members]",
+        "return episodes",
+        ("tests/test_lm_learner.py", "-k", "group_by_group"),
+    ),
+    Mutation(
+        "lora-base-trained",
+        "a LoRA step moves the pretrained weights",
+        "ftw_jax/policies/lm.py",
+        'return any(getattr(entry, "key", None) == "lm" for entry in path) and not lora.is_adapter(path)',
+        "return False",
+        ("tests/test_lora.py", "-k", "adapters_alone"),
+    ),
+    Mutation(
+        "lora-merged-unscaled",
+        "the exported weights leave out the adapters' alpha / r",
+        "ftw_jax/lm/lora.py",
+        "combined = kernel.astype(jnp.float32) + config.lora_scale * delta",
+        "combined = kernel.astype(jnp.float32) + delta",
+        ("tests/test_lora.py", "-k", "merge"),
+    ),
 )
 
 

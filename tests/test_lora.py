@@ -59,13 +59,15 @@ def lora_shapes(config) -> list[tuple[int, int]]:
 
 def learner_and_batch(lora_rank: int | None, algorithm: str = "ftw"):
     model, _ = load(QWEN2)
+    ftw = FTWConfig(pool_capacity=8, num_batches=2, batch_size=4, num_elites=2, monitor_entries=0)
     config = LearnConfig(
         max_length=12,
         episodes_per_iteration=4,
         learning_rate=1e-2,
         kl_coef=0.1,
         lora_rank=lora_rank,
-        algorithm_config=FTWConfig(pool_capacity=8, num_batches=2, batch_size=4, num_elites=2, monitor_entries=0),
+        algorithm=algorithm,
+        algorithm_config=ftw if algorithm == "ftw" else None,
     )
     _, params = load_for_learning(QWEN2, config)
     learner = EpisodeLearner.build(config, model.config)
@@ -98,6 +100,19 @@ def test_a_lora_step_moves_the_adapters_alone_and_keeps_no_second_base():
     assert not any(changed for name, changed in moved.items() if "lora_a" in name)  # A's gradient is 0 while B = 0
     opt_leaves = [leaf for leaf in jax.tree.leaves(new.policy.opt_state) if np.ndim(leaf)]
     assert sum(np.size(leaf) for leaf in opt_leaves) == 2 * lora.adapter_count(new.policy.params)  # Adam's m, v
+
+
+def test_ppos_critic_under_lora_trains_its_adapters_and_head_on_a_frozen_copy_of_the_base():
+    learner, params, batch = learner_and_batch(lora_rank=2, algorithm="ppo")
+    state = learner.init(params)
+    before = jax.tree.leaves(jax.tree.map(np.asarray, state.critic.params))
+    new, _ = learner.step(state, batch, 0)
+    moved = {
+        jax.tree_util.keystr(path): bool(np.any(np.asarray(leaf) != old))
+        for (path, leaf), old in zip(jax.tree_util.tree_flatten_with_path(new.critic.params)[0], before)
+    }
+    assert all(changed for name, changed in moved.items() if "head" in name or "lora_b" in name)
+    assert not any(changed for name, changed in moved.items() if "lora" not in name and "head" not in name)
 
 
 @pytest.mark.slow
