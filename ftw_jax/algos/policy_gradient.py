@@ -145,6 +145,7 @@ def make_policy_gradient_update(
             surrogate = -per_step_advantages * log_probs
         mean = lambda per_step: jnp.sum(jnp.where(batch.mask, per_step, 0.0)) / steps  # noqa: E731
         terms = {"surrogate": mean(surrogate), "kl": mean(per_step["kl"]), "entropy": mean(per_step["entropy"])}
+        terms["log_ratio"] = jax.lax.stop_gradient(mean(log_probs - batch.behaviour_logp))  # 0: on-policy
         return terms["surrogate"] + kl_coef * terms["kl"] - entropy_coef * terms["entropy"], terms
 
     def update(state: PolicyState, batch: Trajectory, advantages: jax.Array):
