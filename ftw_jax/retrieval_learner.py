@@ -29,17 +29,9 @@ from ftw_jax.core.settings import check_settings, setting
 from ftw_jax.envs.retrieval_qa.data import Question, read_demonstrations, read_questions
 from ftw_jax.envs.retrieval_qa.retriever import BM25Retriever
 from ftw_jax.envs.retrieval_qa.task import RetrievalQA, RetrievalQASettings
-from ftw_jax.episode_learner import (
-    NONFINITE_ADVICE,
-    EpisodeLearner,
-    LearnConfig,
-    LearnReport,
-    learn_batch,
-    load_for_learning,
-    policy_params,
-    save_weights,
-)
+from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, load_for_learning, policy_params
 from ftw_jax.episodes import episode_of, sample_records, to_trajectories
+from ftw_jax.lm_learn import NONFINITE_ADVICE, LearnReport, learn_batch, save_weights
 from ftw_jax.running import skips
 from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
 from ftw_jax.running.host import host_array

@@ -222,7 +222,7 @@ MUTATIONS = (
     Mutation(
         "skips-lm-learn-never-stops",
         "lm learn goes on when an iteration applies no update",
-        "ftw_jax/episode_learner.py",
+        "ftw_jax/lm_learn.py",
         "save_then_stop(checkpointer, iteration, state, record, last=last, stop=stop)",
         "save_then_stop(checkpointer, iteration, state, record, last=last, stop=None)",
         ("tests/test_lm_learner.py", "-k", "non_finite_stops"),
@@ -230,7 +230,7 @@ MUTATIONS = (
     Mutation(
         "skips-lm-learn-run-lost-on-resume",
         "lm learn forgets on resume the updates it skipped",
-        "ftw_jax/episode_learner.py",
+        "ftw_jax/lm_learn.py",
         '**record.get("skipped", {})}',
         "}",
         ("tests/test_lm_learner.py", "-k", "non_finite_stops"),
@@ -356,7 +356,7 @@ MUTATIONS = (
     Mutation(
         "learn-resume-rereads",
         "lm learn --resume learns from the episodes it already used again",
-        "ftw_jax/episode_learner.py",
+        "ftw_jax/lm_learn.py",
         'used = record["episodes_used"]',
         "used = 0",
         ("tests/test_lm_learner.py", "-k", "resume"),

@@ -68,7 +68,7 @@ LAYERS = {
     "running": ("running",),
     "programs": (
         "rollout", "warm_start", "probes", "episodes", "train", "sweep", "tuning", "compare", "comparison_tables",
-        "stats", "reproduction", "episode_learner", "retrieval_learner",
+        "stats", "reproduction", "episode_learner", "lm_learn", "retrieval_learner",
     ),
     "interface": ("cli", ""),  # "": the package's __init__
 }  # fmt: skip

@@ -292,7 +292,8 @@ def _mesh(text: str) -> tuple[int, int]:
 def run_learn(args: argparse.Namespace, session: Session) -> int:
     from ftw_jax.algos.defaults import SEARCH_R1
     from ftw_jax.core.settings import describe
-    from ftw_jax.episode_learner import LearnConfig, learn_from_file
+    from ftw_jax.episode_learner import LearnConfig
+    from ftw_jax.lm_learn import learn_from_file
 
     own = given_settings(args, describe(LearnConfig))
     algorithm = own.get("algorithm", "ftw")

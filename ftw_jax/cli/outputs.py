@@ -341,7 +341,7 @@ LEARN_LOG = (
 
 @dataclasses.dataclass(frozen=True)
 class LearnOutputs:
-    """What `lm learn` writes and prints (`ftw_jax.episode_learner.LearnReport`): a metrics.jsonl row and a log line per
+    """What `lm learn` writes and prints (`ftw_jax.lm_learn.LearnReport`): a metrics.jsonl row and a log line per
     iteration, and summary.json; only the process that writes (the main one) touches the files."""
 
     folder: pathlib.Path

@@ -1,0 +1,251 @@
+"""`ftw-jax lm learn`: the LM learner (`ftw_jax.episode_learner`) over the episodes of a JSON Lines file an engine
+writes, B at a time, with versioned weights for the engine to reload, checkpoints and an exact resume.
+
+    summary = learn_from_file(config, episodes_path, model_path, run_folder, checkpointer, report)
+
+`learn_batch` is one iteration on a list of episodes, shared with the in-process retrieval-QA loop
+(`ftw_jax.retrieval_learner`); `save_weights` writes a version as a Hugging Face folder.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import jax
+import numpy as np
+
+from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, LearnerState, load_for_learning
+from ftw_jax.episodes import (
+    Episode,
+    EpisodeFeed,
+    EpisodeTail,
+    check_versions,
+    grouped,
+    stale_episodes,
+    tied_group_share,
+    to_trajectories,
+)
+from ftw_jax.lm.config import read_json
+from ftw_jax.running import run_files, skips
+from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
+from ftw_jax.running.host import host_array
+from ftw_jax.running.signals import raise_if_stopped
+
+
+def metrics_row(metrics: dict) -> dict:
+    """The last update's scalar metrics as Python numbers (a JSONL row)."""
+    row = {}
+    for name, value in metrics.items():
+        value = host_array(value)[-1]
+        if value.ndim == 0:
+            row[name] = value.item()
+    return row
+
+
+def iteration_counts(metrics: dict) -> dict[str, int]:
+    """`skips.COUNTS` of one iteration's U updates (metrics leaves [U]) as Python ints."""
+    names = [name for name in ("applied", "ready", "nonfinite") if name in metrics]
+    counts = skips.update_counts({name: host_array(metrics[name]) for name in names})
+    return {name: int(value) for name, value in counts.items()}
+
+
+def weights_folder(run_folder: pathlib.Path, version: int) -> pathlib.Path:
+    """Where the weights of policy version `version` go: `weights/version-000012` (sorted by name = by version)."""
+    return run_folder / "weights" / f"version-{version:06d}"
+
+
+def save_weights(
+    run_folder: pathlib.Path, learner: EpisodeLearner, state: LearnerState, model_path: pathlib.Path
+) -> pathlib.Path:
+    """Writes the state's weights as a Hugging Face folder (once per version; atomic) in the dtype the model
+    computes in (what the learner's log-probs were computed with), with the starting checkpoint's config.json
+    and tokenizer files, and points `weights/latest.json` at it."""
+    from ftw_jax.lm.load import TOKENIZER_FILES, save
+
+    version = int(host_array(state.policy.version))
+    folder = weights_folder(run_folder, version)
+    params = jax.tree.map(host_array, learner.model_params(state))  # every process takes part in gathering
+    if jax.process_index() == 0:  # one writer
+        if not folder.exists():
+            save(
+                folder,
+                learner.model_config,
+                params,
+                config_json=read_json(model_path / "config.json"),
+                copy_files=[model_path / name for name in TOKENIZER_FILES if (model_path / name).is_file()],
+                dtype=learner.model_config.dtype,
+            )
+        run_files.write_json(run_folder / "weights" / "latest.json", {"version": version, "path": folder.name})
+    return folder
+
+
+# What a learner that stops applying updates for non-finite values should try first: the model's dtypes.
+NONFINITE_ADVICE = "try `param_dtype` float32 or `dtype` float32, " + skips.NONFINITE_ADVICE.removeprefix("try ")
+
+
+class LearnReport(Protocol):
+    """Where `learn_from_file` tells what it does: the command line's (`ftw_jax.cli.outputs.LearnOutputs`) logs it
+    and writes metrics.jsonl."""
+
+    @property
+    def log(self) -> Callable[[str], None]: ...
+
+    def resumed(self, iterations: int) -> None:
+        """The run goes on after iteration `iterations`: what was reported of later ones is dropped."""
+
+    def iteration(self, row: dict, total: int | None) -> None:
+        """One iteration's metrics (`row["iteration"]` of `total`, None while following)."""
+
+
+def _resumed(
+    checkpointer: Checkpointer | None, state: LearnerState, log: Callable[[str], None]
+) -> tuple[int, LearnerState, int, dict]:
+    """(iterations done, state, episodes learnt from, skipped-update totals): the checkpointer's latest, else
+    a new run's."""
+    restored = checkpointer.restore(state) if checkpointer else None
+    if not restored:
+        return 0, state, 0, dict.fromkeys(skips.TOTALS, 0)
+    done, state, record = restored
+    used = record["episodes_used"]
+    log(f"resumed after iteration {done} ({used} episodes learnt from)")
+    # "skipped" is absent from checkpoints written before skips were counted
+    return done, state, used, {**dict.fromkeys(skips.TOTALS, 0), **record.get("skipped", {})}
+
+
+def learn_batch(
+    learner: EpisodeLearner,
+    state: LearnerState,
+    place: Callable[[Any], Any],
+    episodes: list[Episode],
+    iteration: int,
+    path: pathlib.Path,
+    skipped: dict,
+) -> tuple[LearnerState, dict, dict]:
+    """One iteration on a batch of episodes of the file at `path`: (state, its metrics row, the skipped-update
+    totals: `skipped`, those before it, with its own added)."""
+    version_before = int(host_array(state.policy.version))
+    check_versions(episodes, version_before, path)
+    group_size = learner.learner.group_size
+    if group_size > 1:
+        episodes = grouped(episodes, group_size, path)
+    batch = to_trajectories(episodes, learner.config.max_length)
+    state, metrics = learner.step(state, place(batch), iteration)
+    max_staleness = getattr(learner.config.algorithm_config, "max_staleness", None)  # FTW's; the others learn all
+    row = {
+        "reward_mean": float(np.mean([episode.reward for episode in episodes])),
+        "episodes_stale": stale_episodes(batch, version_before, max_staleness),
+        **({"groups_tied": tied_group_share(episodes, group_size)} if group_size > 1 else {}),
+        **metrics_row(metrics),
+        **iteration_counts(metrics),
+    }
+    one_iteration = {name: [row[name]] for name in skips.COUNTS}  # [I = 1]
+    return state, row, {name: int(value) for name, value in skips.totals_after(skipped, one_iteration).items()}
+
+
+def _placed_model(model_path: pathlib.Path, config: LearnConfig, mesh: tuple[int, int] | None):
+    """(model, params, place): the checkpoint, its weights laid out over `mesh` (data, model) of this host's
+    devices if given (FSDP over "data", tensor parallel over "model"; the jitted step keeps the layout), and
+    what puts a host batch where the step reads it."""
+    model, params = load_for_learning(model_path, config)
+    if jax.process_count() > 1 and mesh is None:
+        raise ValueError(
+            f"{jax.process_count()} processes need `mesh` DATAxMODEL over all {jax.device_count()} devices."
+        )
+    if mesh is None:
+        return model, params, lambda tree: tree  # one process: numpy batches go to the step as they are
+    from ftw_jax.lm.sharding import make_mesh, replicated, shard_params
+
+    device_mesh = make_mesh(*mesh)
+    return model, shard_params(params, device_mesh), lambda tree: replicated(tree, device_mesh)
+
+
+def _warn_if_all_tied(config: LearnConfig, iterations: int, tied: int, log: Callable[[str], None]) -> None:
+    """A warning where every group of every iteration this run had equal rewards: a group-relative algorithm
+    then had no advantage to learn from (only the KL moved the weights), though every step was applied."""
+    if iterations and tied == iterations:
+        log(
+            f"warning: every group's rewards were tied in all {iterations} iterations: {config.algorithm} had no "
+            "advantage to learn from (`groups_tied` in metrics.jsonl); rewards that differ within a group are needed"
+        )
+
+
+def _say_what_waits(config: LearnConfig, waiting: int, log: Callable[[str], None]) -> int:
+    """Logs why `waiting` episodes read were not learnt from (a follower's idle timeout, or a short last batch the
+    algorithm cannot learn from); returns how many."""
+    if config.follow and waiting:
+        log(f"stopped following after {config.idle_timeout} s without a new line; {waiting} episodes wait")
+    elif waiting:
+        log(
+            f"{waiting} episodes wait: {config.algorithm} learns from no batch of {waiting} with these settings; a "
+            "resume learns them with the lines appended since"
+        )
+    return waiting
+
+
+def learn_from_file(
+    config: LearnConfig,
+    episodes_path: pathlib.Path,
+    model_path: pathlib.Path,
+    run_folder: pathlib.Path,
+    checkpointer: Checkpointer | None,
+    report: LearnReport,
+    *,
+    skip_bad_lines: bool = False,
+    mesh: tuple[int, int] | None = None,
+) -> dict:
+    """`ftw-jax lm learn`: the episodes of a JSONL file, B at a time in file order, each batch into the pool and
+    then U FTW updates; weights written every `save_every` iterations and after the last. Resumes from the
+    checkpointer's latest, with the episodes after those it had learnt from (an engine may have appended more).
+    With `config.follow` it then learns the lines an engine appends, a whole batch of B at a time, until a stop
+    is asked for (SIGINT, SIGTERM) or `idle_timeout` passes without a new line.
+    `mesh` (data, model) lays the weights out over that many of this host's devices (`lm.sharding`).
+    Returns the run's summary."""
+    started = time.perf_counter()
+    model, params, place = _placed_model(model_path, config, mesh)
+    tail = EpisodeTail(
+        episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length, skip_bad_lines=skip_bad_lines
+    )
+    feed = EpisodeFeed(
+        tail, config.episodes_per_iteration, config.follow, config.idle_timeout, config.poll_seconds, report.log,
+        short_batch_ok=config.learns_a_batch_of,
+    )  # fmt: skip
+    learner = EpisodeLearner.build(config, model.config)
+    done, state, used, skipped = _resumed(checkpointer, learner.init(params), report.log)
+    feed.start_after(used)
+    report.resumed(done)
+    total, plan = feed.plan(done)
+    report.log(f"{plan}; run folder {run_folder}")
+    weights, iteration, tied = None, done, 0
+    limit = skips.limit_of(config.stop_after_skipped, config.steps_per_batch)
+    whole = "a whole iteration" if config.stop_after_skipped is None else ""
+    for chunk in feed.batches(before_each=raise_if_stopped):
+        state, row, skipped = learn_batch(learner, state, place, chunk, iteration, episodes_path, skipped)
+        used, iteration, tied = used + len(chunk), iteration + 1, tied + (row.get("groups_tied") == 1.0)
+        report.iteration({"iteration": iteration, "episodes": used, **row}, total)
+        last = iteration == total
+        stop = skips.stop_for_skips(["the learner"], skipped, limit, whole=whole, nonfinite_advice=NONFINITE_ADVICE)
+        if iteration % config.save_every == 0 or last:
+            weights = save_weights(run_folder, learner, state, model_path)
+        record = {"episodes_used": used, "skipped": skipped}
+        save_then_stop(checkpointer, iteration, state, record, last=last, stop=stop)
+    if config.follow and checkpointer and iteration > done and iteration % checkpointer.every:
+        checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped}, final=True)
+    version = int(host_array(state.policy.version))
+    if weights != weights_folder(run_folder, version):  # the newest version, written once
+        weights = save_weights(run_folder, learner, state, model_path)
+    _warn_if_all_tied(config, iteration - done, tied, report.log)
+    return {
+        "episodes": used,
+        "episodes_waiting": _say_what_waits(config, len(feed.pending), report.log),
+        "bad_lines_skipped": len(tail.report.skipped),
+        "iterations": iteration,
+        "version": version,
+        "updates_applied": version,
+        **{name: skipped[name] for name in ("updates_skipped", "updates_nonfinite")},
+        "weights": str(weights),
+        "devices": jax.device_count(),
+        "seconds": time.perf_counter() - started,
+    }
