@@ -914,10 +914,13 @@ def test_stale_episodes_are_counted_against_the_bound():
 
 
 @pytest.mark.slow
-def test_a_follower_killed_while_writing_weights_leaves_a_loadable_latest_version(engine, model_folder, tmp_path):
+@pytest.mark.parametrize("algorithm", ["ftw", "ppo"])
+def test_a_follower_killed_while_writing_weights_leaves_a_loadable_latest_version(
+    algorithm, engine, model_folder, tmp_path
+):
     """SIGKILL while `lm learn --follow` writes version 2 (its staging folder seen): `latest.json` names a whole
     folder that loads, no partial version folder is left, and a resume finishes with the weights of a run never
-    stopped."""
+    stopped; for PPO with the critic of that run too, bit for bit."""
     import os
     import signal
     import subprocess
@@ -930,6 +933,8 @@ def test_a_follower_killed_while_writing_weights_leaves_a_loadable_latest_versio
     argv += ["--model", str(model_folder), "--out", str(tmp_path), "--max-length", str(MAX_LENGTH)]
     argv += ["--episodes-per-iteration", "8", "--pool-capacity", "16", "--num-batches", "4", "--batch-size", "4"]
     argv += ["--num-elites", "1", "--monitor-entries", "4"]
+    if algorithm == "ppo":  # one step a batch: versions 1, 2, 3 as FTW's
+        argv += ["--algorithm", "ppo", "--num-minibatches", "1"]
     follower = subprocess.Popen([*argv, "--name", "killed", "--follow", "true"], stderr=subprocess.PIPE)
     weights = tmp_path / "killed" / "weights"
     deadline = time.monotonic() + 300
@@ -950,6 +955,10 @@ def test_a_follower_killed_while_writing_weights_leaves_a_loadable_latest_versio
     _, whole = load(tmp_path / "whole" / "weights" / "version-000003")
     for a, b in zip(jax.tree.leaves(resumed), jax.tree.leaves(whole)):
         np.testing.assert_array_equal(a, b)
+    if algorithm == "ppo":
+        critics = [stored_critic(tmp_path / name) for name in ("killed", "whole")]
+        for a, b in zip(*(jax.tree.leaves(critic) for critic in critics), strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 # ------------------------------------------------------------------------------------ the baselines in the learner
@@ -1108,3 +1117,16 @@ def test_a_bool_setting_is_a_bare_flag_and_still_takes_yes_or_no():
     assert parser.parse_args([*base, "--follow", "true"]).follow is True
     assert parser.parse_args([*base, "--follow", "no"]).follow is False
     assert parser.parse_args(base).follow is None  # not given: the setting's default
+
+
+@pytest.mark.slow
+def test_lm_learn_warns_when_every_group_was_tied(engine, model_folder, tmp_path, capsys):
+    """GRPO on groups whose rewards are all equal applies its steps (only the KL moves the weights) and says
+    that it had nothing to learn from."""
+    _, _, trajectories = played(engine, 8)
+    episodes = tmp_path / "episodes.jsonl"
+    write_episodes(episodes, [{**record, "reward": 1.0} for record in grouped_records(trajectories, 4)])
+    assert lm_learn(model_folder, episodes, tmp_path, "--algorithm", "grpo", "--group-size", "4") == 0
+    assert "warning: every group's rewards were tied in all 1 iterations: grpo had no advantage" in (
+        capsys.readouterr().err
+    )
