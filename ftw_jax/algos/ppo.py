@@ -6,6 +6,10 @@ The critic is a network of the policy's architecture with one output and its own
 references share one optimizer over both networks). Values, advantages and targets come from before the
 epochs; advantages are normalised over each minibatch's policy steps; the critic fits ½ (V(h_t) − target_t)²,
 or with `clip_value_loss` ½ max of that and the same for V_old + clip(V − V_old, ±ε), averaged over the alive steps.
+
+For an LLM, as Search-R1 runs it (verl): `kl_in_reward` pays β (log q − log π_ref) per model token in the rewards
+instead of the loss, the critic starts from the pretrained model under a fresh value head where the context
+says so (`Context.critic_from_start`), and `critic_learning_rate_scale` sets its own learning rate.
 """
 
 from __future__ import annotations
