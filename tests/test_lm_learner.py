@@ -1048,12 +1048,13 @@ BASELINE_FLAGS = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ["grpo", "reinforce", "ppo"])
+@pytest.mark.parametrize("algorithm", ["grpo", "reinforce"])
 def test_each_baseline_resumes_to_the_weights_and_critic_of_a_run_never_stopped(
     algorithm, engine, model_folder, tmp_path, capsys
 ):
     """24 grouped episodes in 3 batches; the same file cut after 16 and the run resumed on the whole file: the
-    same weights, bit for bit, and (PPO) the same critic in the last checkpoint."""
+    same weights, bit for bit, and (PPO) the same critic in the last checkpoint. PPO runs here where a change
+    needs it; the suite resumes it after SIGKILL (`test_a_follower_killed_while_writing_weights...[ppo]`)."""
     _, _, trajectories = played(engine, 24)
     episodes = tmp_path / "episodes.jsonl"
     write_episodes(episodes, grouped_records(trajectories, 4))
