@@ -1043,18 +1043,14 @@ def grouped_records(trajectories, group_size):
 BASELINE_FLAGS = {
     "grpo": ("--group-size", "4", "--updates-per-iteration", "2"),
     "reinforce": ("--leave-one-out", "4"),
-    "ppo": ("--num-minibatches", "2", "--updates-per-iteration", "2"),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["grpo", "reinforce"])
-def test_each_baseline_resumes_to_the_weights_and_critic_of_a_run_never_stopped(
-    algorithm, engine, model_folder, tmp_path, capsys
-):
+def test_grpo_and_rloo_resume_to_the_weights_of_a_run_never_stopped(algorithm, engine, model_folder, tmp_path, capsys):
     """24 grouped episodes in 3 batches; the same file cut after 16 and the run resumed on the whole file: the
-    same weights, bit for bit, and (PPO) the same critic in the last checkpoint. PPO runs here where a change
-    needs it; the suite resumes it after SIGKILL (`test_a_follower_killed_while_writing_weights...[ppo]`)."""
+    same weights, bit for bit. (PPO, with its critic: after SIGKILL, `test_a_follower_killed_while_writing...`.)"""
     _, _, trajectories = played(engine, 24)
     episodes = tmp_path / "episodes.jsonl"
     write_episodes(episodes, grouped_records(trajectories, 4))
@@ -1067,7 +1063,7 @@ def test_each_baseline_resumes_to_the_weights_and_critic_of_a_run_never_stopped(
     growing.write_text(episodes.read_text())
     assert lm_learn(model_folder, growing, tmp_path / "parts", *flags, "--resume", str(tmp_path / "parts" / "run")) == 0
     summary = json.loads(capsys.readouterr().out.splitlines()[-1])
-    steps = {"grpo": 2, "reinforce": 1, "ppo": 4}[algorithm]
+    steps = {"grpo": 2, "reinforce": 1}[algorithm]
     assert summary["iterations"] == 3 and summary["version"] == 3 * steps
     whole, parts = (
         load(tmp_path / name / "run" / "weights" / f"version-{3 * steps:06d}")[1] for name in ("whole", "parts")
@@ -1076,17 +1072,7 @@ def test_each_baseline_resumes_to_the_weights_and_critic_of_a_run_never_stopped(
         np.testing.assert_array_equal(a, b)
     rows = [json.loads(line) for line in (tmp_path / "parts" / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [row["episodes"] for row in rows] == [8, 16, 24]
-    if algorithm != "ppo":
-        assert all(0 <= row["groups_tied"] <= 1 for row in rows)
-        return
-    whole, parts = (stored_critic(tmp_path / name / "run") for name in ("whole", "parts"))
-    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(parts), strict=True):
-        np.testing.assert_array_equal(a, b)
-    _, start = load(model_folder)
-    np.testing.assert_array_equal(  # a value head on the checkpoint's model: its embedding moved, its shape kept
-        np.asarray(whole["params"]["lm"]["embed_tokens"]["embedding"]).shape,
-        start["params"]["embed_tokens"]["embedding"].shape,
-    )
+    assert all(0 <= row["groups_tied"] <= 1 for row in rows)
 
 
 def stored_critic(run: pathlib.Path) -> dict:
