@@ -881,6 +881,23 @@ MUTATIONS = (
         "written.update(recent=recent)",
         ("tests/test_retrieval_qa.py", "-k", "stop_sequence_is_written"),
     ),
+    # Issue 54: beside a real engine, on a real cluster.
+    Mutation(
+        "weights-private",
+        "a version's folder and files keep the temporary folder's private modes (0700 / 0600)",
+        "ftw_jax/lm/load.py",
+        "        readable_as_umask_allows(staging)\n",
+        "",
+        ("tests/test_lm.py", "-k", "umask"),
+    ),
+    Mutation(
+        "flags-abbreviated",
+        "a prefix of a flag is taken for the flag (`--seed 5` as `--seeds 5`)",
+        "ftw_jax/cli/__init__.py",
+        'super().__init__(*args, **{"allow_abbrev": False, **kwargs})',
+        "super().__init__(*args, **kwargs)",
+        ("tests/test_bad_input.py", "-k", "abbreviation"),
+    ),
     # Issue 53: the baselines in the LM learner, LoRA.
     Mutation(
         "rloo-without-its-factor",

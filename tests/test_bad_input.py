@@ -106,6 +106,9 @@ CASES = [
     (["compare", "--env", "bandit", "--algos", "ftw", "--out", "{file}"], "cannot use"),
     (["bandit", "--out", "{file}"], "cannot use"),
     (["train", "--env", "bandit", "--name", "{not_a_run}"], "is not a run folder"),
+    # No flag by abbreviation: `--seed 5` would silently be `--seeds 5`.
+    pytest.param(["train", "--env", "bandit", "--seed", "5"], "unrecognized arguments: --seed", id="abbreviation seed"),
+    pytest.param(["bandit", "--seed", "5"], "unrecognized arguments: --seed", id="abbreviation bandit seed"),
 ]
 
 

@@ -252,3 +252,25 @@ def test_decoding_through_the_cache_equals_the_full_forward():
     decoded = np.concatenate(steps, axis=1)
     real = np.asarray(mask)
     assert np.abs(decoded[real] - full[real]).max() <= 1e-5
+
+
+def test_saved_weights_are_readable_as_the_umask_allows(tmp_path):
+    """A version folder and its files get the modes mkdir and open would give (0755 / 0644 under umask 022), not
+    the private ones of a temporary folder and of safetensors' file (0700 / 0600): an engine running as another
+    user reads them."""
+    import os
+    import stat
+
+    from ftw_jax.lm import CausalLM, save
+    from ftw_jax.lm.config import tiny_config
+
+    config = tiny_config(16)
+    params = CausalLM(config).init(jax.random.key(0), jnp.zeros((1, 4), jnp.int32))
+    old_mask = os.umask(0o022)
+    try:
+        save(tmp_path / "weights", config, params)
+    finally:
+        os.umask(old_mask)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in (tmp_path / "weights").iterdir()}
+    assert stat.S_IMODE((tmp_path / "weights").stat().st_mode) == 0o755
+    assert modes == {"model.safetensors": 0o644, "config.json": 0o644}

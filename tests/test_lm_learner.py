@@ -1097,12 +1097,13 @@ def test_lm_learn_refuses_episodes_without_groups_for_grpo_in_one_line(engine, m
     )
 
 
-def test_a_bool_setting_is_a_bare_flag_and_still_takes_yes_or_no():
+def test_a_bool_setting_is_a_bare_flag_with_a_no_flag_and_still_takes_yes_or_no():
     parser = cli.build_parser()
     base = ["lm", "learn", "--episodes", "e.jsonl", "--model", "m"]
     assert parser.parse_args([*base, "--follow"]).follow is True
     assert parser.parse_args([*base, "--follow", "true"]).follow is True
     assert parser.parse_args([*base, "--follow", "no"]).follow is False
+    assert parser.parse_args([*base, "--no-follow"]).follow is False
     assert parser.parse_args(base).follow is None  # not given: the setting's default
 
 

@@ -84,7 +84,7 @@ class _CommandParser(argparse.ArgumentParser):
         return as_flags(super().format_help())
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, **{"allow_abbrev": False, **kwargs})  # `--seed 5` is no `--seeds 5`
         # SUPPRESS: a subcommand's parser (lm train) must not reset what its parent's (lm) was given.
         self.add_argument(
             "--no-compile-cache",
@@ -100,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The `ftw-jax` parser, every command's; building it notes each flag by what it sets (`FLAGS`)."""
     parser = argparse.ArgumentParser(
         prog="ftw-jax",
+        allow_abbrev=False,
         description="Follow the Winners (FTW) in JAX. Every command lowers JAX's threefry hash unrolled on CPU, as JAX "
         f"does on GPU: the same random bits, compiled and run faster ({threefry.ENVIRONMENT_VARIABLE}=rolled: JAX's "
         "own loop).",

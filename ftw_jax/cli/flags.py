@@ -156,6 +156,7 @@ def add_settings(
             default += "".join(f"; {env} {value}" for env, value in shown.items() if value is not None)
         metavar = None if item.choices else item.flag[2:].upper().replace("-", "_")
         bare = {"nargs": "?", "const": True, "metavar": "yes|no"} if kind is bool else {}  # `--follow` = `--follow yes`
+        negation = f"--no-{item.flag[2:]}"
         parser.add_argument(
             *filter(None, (item.flag, item.short)),
             dest=item.name,
@@ -163,8 +164,11 @@ def add_settings(
             choices=item.choices,
             default=None,
             **{"metavar": metavar, **bare},
-            help=f"{item.help} ({default})",  # names in `quotes` become flags when printed (`as_flags`)
+            # names in `quotes` become flags when printed (`as_flags`)
+            help=f"{item.help} ({default}{f'; {negation}: no' if kind is bool else ''})",
         )
+        if kind is bool:  # `--no-follow` = `--follow no`
+            parser.add_argument(negation, dest=item.name, action="store_const", const=False, help=argparse.SUPPRESS)
 
 
 def given_settings(args: argparse.Namespace, settings: Iterable[Setting]) -> dict:

@@ -248,6 +248,30 @@ def hf_config(config: LMConfig) -> dict:
     return hf
 
 
+def process_umask() -> int:
+    """The process's file-mode creation mask, read without changing it where Linux shows it (`os.umask` sets it
+    for every thread while it reads it)."""
+    try:
+        for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def readable_as_umask_allows(folder: pathlib.Path) -> None:
+    """`folder` and its files with the modes a plain mkdir and open would give them (0755 and 0644 under umask
+    022): the temporary folder and safetensors' file are private (0700, 0600), and an engine running as another
+    user (a container, a shared cluster account) must read the weights."""
+    mask = process_umask()
+    os.chmod(folder, 0o777 & ~mask)
+    for file in folder.iterdir():
+        os.chmod(file, 0o666 & ~mask)
+
+
 def save(
     path: str | os.PathLike[str],
     config: LMConfig,
@@ -289,6 +313,7 @@ def save(
         (staging / "config.json").write_text(json.dumps(config_json, indent=2) + "\n")
         for file in copy_files:
             shutil.copyfile(file, staging / pathlib.Path(file).name)
+        readable_as_umask_allows(staging)
         os.replace(staging, folder)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
