@@ -135,6 +135,9 @@ class TrainConfig(LearnerSettings):
         check_settings(self)
         for name in ("num_iterations", "eval_every", "eval_episodes"):
             check_positive_int(name, getattr(self, name))
+        for name in ("hidden_sizes", "conv_channels"):  # a layer of width 0 would divide by zero in its init
+            if not all(isinstance(width, int) and width >= 1 for width in getattr(self, name)):
+                raise ValueError(f"{name} must be widths >= 1, got {getattr(self, name)!r}.")
         if self.num_iterations % self.eval_every:
             raise ValueError(
                 f"num_iterations ({self.num_iterations}) must be a multiple of eval_every ({self.eval_every})."

@@ -25,7 +25,7 @@ CASES = [
     (["bandit", "--arm-means", "1.0,nan"], "--arm-means must be finite"),
     (["sweep", "--env", "bandit", "--grid", "kl=nan"], "kl_coef must be finite"),
     (["sweep", "--env", "bandit", "--grid", "lr=inf"], "learning_rate must be finite"),
-    (["compare", "--env", "bandit", "--algos", "ftw", "--learning-rates", "nan"], "learning_rate must be finite"),
+    (["compare", "--env", "bandit", "--algos", "ftw", "--learning-rates", "nan"], "positive finite numbers, got nan"),
     # Sizes and seeds.
     (["train", "--env", "bandit", "--pool-capacity", "0"], "--pool-capacity (N) must be an int >= 1"),
     (["train", "--env", "bandit", "--pool-capacity", "3000000000"], "--pool-capacity must be < 2**31"),
@@ -106,6 +106,18 @@ CASES = [
     (["compare", "--env", "bandit", "--algos", "ftw", "--out", "{file}"], "cannot use"),
     (["bandit", "--out", "{file}"], "cannot use"),
     (["train", "--env", "bandit", "--name", "{not_a_run}"], "is not a run folder"),
+    # Values that would spin, divide by zero or be dropped silently.
+    pytest.param(
+        ["compare", "--env", "bandit", "--search", "2", "--learning-rates", "nan"],
+        "expected positive finite numbers, got nan",
+        id="learning rates nan",
+    ),
+    pytest.param(["train", "--env", "cartpole", "--hidden-sizes", "0"], "must be widths >= 1, got (0,)", id="width 0"),
+    pytest.param(
+        ["train", "--env", "bandit", "--seeds=0", "--num-seeds", "3"],
+        "argument --num-seeds: not allowed with argument --seeds",
+        id="seeds and num-seeds",
+    ),
     # No flag by abbreviation: `--seed 5` would silently be `--seeds 5`.
     pytest.param(["train", "--env", "bandit", "--seed", "5"], "unrecognized arguments: --seed", id="abbreviation seed"),
     pytest.param(["bandit", "--seed", "5"], "unrecognized arguments: --seed", id="abbreviation bandit seed"),

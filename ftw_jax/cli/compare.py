@@ -16,12 +16,12 @@ from ftw_jax.cli.flags import (
     add_seeds,
     add_settings,
     checkpoint_settings,
-    float_list,
     given_settings,
     logger,
     one_seed,
     open_run_folder,
     positive_int,
+    rate_list,
     seed_list,
     seeds_of,
     training_settings,
@@ -66,7 +66,7 @@ def _add_tuning_arguments(parser) -> None:
     """How each algorithm's settings are chosen: a learning-rate grid or a random search, with successive halving."""
     parser.add_argument(
         "--learning-rates",
-        type=float_list,
+        type=rate_list,
         default=None,
         help="the tuning grid (default: the environment's learning rate alone, no tuning); with --search, the "
         "rates it draws from (default: ftw_jax.tuning.LEARNING_RATES, the half-decades 1e-4...3e-2)",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import math
 import pathlib
 import re
 import sys
@@ -77,6 +78,15 @@ def float_list(text: str) -> tuple[float, ...]:
         return tuple(float(part) for part in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def rate_list(text: str) -> tuple[float, ...]:
+    """Comma-separated positive finite numbers (learning rates): NaN, infinities and rates <= 0 refused here."""
+    values = float_list(text)
+    bad = [value for value in values if not (math.isfinite(value) and value > 0)]
+    if bad:
+        raise argparse.ArgumentTypeError(f"expected positive finite numbers, got {bad[0]!r} in {text!r}")
+    return values
 
 
 def _yes_no(text: str) -> bool:
@@ -204,17 +214,19 @@ def add_seeds(parser: argparse.ArgumentParser, count: int = 3) -> None:
     seeds.add_argument(
         "--seeds", type=seed_list, help=f"comma-separated seeds (default {FIRST_SEED}..{FIRST_SEED + count - 1})"
     )
-    seeds.add_argument(
+    seeds.add_argument(  # default None: argparse misses a clash with --seeds when the value given is the default's
         "--num-seeds",
         type=_num_seeds,
-        default=count,
+        default=None,
         help=f"run seeds {FIRST_SEED}, {FIRST_SEED + 1}, ..., {FIRST_SEED} + N - 1 (default {count})",
     )
+    parser.set_defaults(default_num_seeds=count)
 
 
 def seeds_of(args: argparse.Namespace) -> list[int]:
     """The seeds of `--seeds`, or `--num-seeds` of them from 42."""
-    return args.seeds or [FIRST_SEED + i for i in range(args.num_seeds)]
+    count = args.num_seeds if args.num_seeds is not None else args.default_num_seeds
+    return args.seeds or [FIRST_SEED + i for i in range(count)]
 
 
 def add_env(parser: argparse.ArgumentParser) -> None:
