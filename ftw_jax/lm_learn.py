@@ -173,10 +173,11 @@ def _warn_if_all_tied(config: LearnConfig, iterations: int, tied: int, log: Call
 
 
 def _say_what_waits(config: LearnConfig, waiting: int, log: Callable[[str], None]) -> int:
-    """Logs why `waiting` episodes read were not learnt from (a follower's idle timeout, or a short last batch the
-    algorithm cannot learn from); returns how many."""
-    if config.follow and waiting:
-        log(f"stopped following after {config.idle_timeout} s without a new line; {waiting} episodes wait")
+    """Logs why a follower stopped, and why `waiting` episodes read were not learnt from (a follower's idle
+    timeout, or a short last batch the algorithm cannot learn from); returns how many."""
+    if config.follow:  # a follower ends here only when `idle_timeout` passed (a stop signal raises)
+        rest = f"; {waiting} episodes wait for a whole batch" if waiting else ""
+        log(f"stopped following: no new line for {config.idle_timeout} s (`idle_timeout`){rest}")
     elif waiting:
         log(
             f"{waiting} episodes wait: {config.algorithm} learns from no batch of {waiting} with these settings; a "

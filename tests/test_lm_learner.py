@@ -869,8 +869,10 @@ def test_lm_learn_follow_learns_each_appended_line_once_and_resumes_exactly(engi
     follow = ("--follow", "true", "--idle-timeout", "4", "--poll-seconds", "0.1")
     assert lm_learn(model_folder, growing, tmp_path / "followed", *follow) == 0
     engine_thread.join()
-    summary = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
     assert summary["episodes"] == 8 and summary["iterations"] == 1  # 12 lines: one batch, 4 waiting
+    assert "stopped following: no new line for 4.0 s (--idle-timeout); 4 episodes wait" in captured.err
     run = tmp_path / "followed" / "run"
     with growing.open("a") as file:
         file.writelines(lines[12:])
