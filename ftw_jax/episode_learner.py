@@ -93,13 +93,7 @@ class LearnConfig(LearnerSettings):
     def __post_init__(self):
         check_settings(self)
         algorithm = algos.get(self.algorithm)
-        if self.algorithm_config is None:
-            object.__setattr__(self, "algorithm_config", algorithm.config())
-        if not isinstance(self.algorithm_config, algorithm.config):
-            raise ValueError(
-                f"algorithm_config must be a {algorithm.config.__name__} for {self.algorithm}, got "
-                f"{type(self.algorithm_config).__name__}."
-            )
+        object.__setattr__(self, "algorithm_config", algos.config_of(self.algorithm, self.algorithm_config))
         self.check_learner_settings()
         check_seed("seed", self.seed)
         if not (isinstance(self.max_length, int) and self.max_length >= 2):

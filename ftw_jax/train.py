@@ -112,13 +112,7 @@ class TrainConfig(LearnerSettings):
 
     def __post_init__(self):
         algorithm = algos.get(self.algorithm)
-        if self.algorithm_config is None:
-            object.__setattr__(self, "algorithm_config", algorithm.config())
-        if not isinstance(self.algorithm_config, algorithm.config):
-            raise ValueError(
-                f"algorithm_config must be a {algorithm.config.__name__} for {self.algorithm}, got "
-                f"{type(self.algorithm_config).__name__}."
-            )
+        object.__setattr__(self, "algorithm_config", algos.config_of(self.algorithm, self.algorithm_config))
         entry = envs.entry(self.env)
         if self.policy is None:
             object.__setattr__(self, "policy", entry.policies[0])

@@ -4,6 +4,8 @@ algorithm = ALGORITHMS["ppo"]                 # an `Algorithm`: name, config cla
 learner = algorithm.make_learner(algorithm.config(), context)
 """
 
+from typing import Any
+
 from ftw_jax.algos import ftw, grpo, ppo, reinforce
 from ftw_jax.algos.base import Algorithm, Context, Hyperparameters, Learner
 
@@ -22,4 +24,17 @@ def get(name: str) -> Algorithm:
     return ALGORITHMS[name]
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "Context", "Hyperparameters", "Learner", "get"]
+def config_of(name: str, config: Any) -> Any:
+    """`name`'s config: `config`, or the algorithm's defaults where it is None; a ValueError where it is another
+    algorithm's (what `TrainConfig` and the LM learner's `LearnConfig` hold as `algorithm_config`)."""
+    algorithm = get(name)
+    if config is None:
+        return algorithm.config()
+    if not isinstance(config, algorithm.config):
+        raise ValueError(
+            f"algorithm_config must be a {algorithm.config.__name__} for {name}, got {type(config).__name__}."
+        )
+    return config
+
+
+__all__ = ["ALGORITHMS", "Algorithm", "Context", "Hyperparameters", "Learner", "config_of", "get"]

@@ -198,10 +198,15 @@ def training_settings() -> list[Setting]:
 def train_overrides(args: argparse.Namespace, log: Callable[[str], None], algorithm: str | None = None) -> dict:
     """The training settings whose flags were given; those that belong to other algorithms only are named and
     left out."""
+    overrides = given_settings(args, training_settings())
+    return applicable_settings(overrides, algorithm or overrides.get("algorithm", "ftw"), log)
+
+
+def applicable_settings(overrides: dict, algorithm: str, log: Callable[[str], None]) -> dict:
+    """The settings of `overrides` that apply to a run of `algorithm`; those that belong to other algorithms only
+    are named and left out."""
     from ftw_jax.train import split_overrides
 
-    overrides = given_settings(args, training_settings())
-    algorithm = algorithm or overrides.get("algorithm", "ftw")
     applicable, ignored = split_overrides(algorithm, overrides)
     if ignored:
         flags = ", ".join("--" + name.replace("_", "-") for name in ignored)

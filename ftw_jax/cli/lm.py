@@ -17,6 +17,7 @@ from ftw_jax.cli.flags import (
     add_run_folder_arguments,
     add_seeds,
     add_settings,
+    applicable_settings,
     env_options,
     given_settings,
     logger,
@@ -121,16 +122,9 @@ def algorithm_config(
     """`algorithm`'s config: the command's defaults for it, then the flags given; the flags given that only other
     algorithms declare are named and left out."""
     from ftw_jax import algos
-    from ftw_jax.core.settings import describe
 
-    own = {item.name for item in describe(algos.get(algorithm).config)}
-    given = given_settings(args, _algorithm_settings())
-    ignored = sorted(name for name in given if name not in own)
-    if ignored:
-        flags = ", ".join("--" + name.replace("_", "-") for name in ignored)
-        log(f"note: {flags} do(es) not apply to {algorithm}; ignored.")
-    settings = {**defaults.get(algorithm, {}), **{name: value for name, value in given.items() if name in own}}
-    return algos.get(algorithm).config(**settings)
+    given = applicable_settings(given_settings(args, _algorithm_settings()), algorithm, log)
+    return algos.get(algorithm).config(**{**defaults.get(algorithm, {}), **given})
 
 
 def _add_train_parser(commands) -> None:
