@@ -939,6 +939,14 @@ MUTATIONS = (
         "combined = kernel.astype(jnp.float32) + delta",
         ("tests/test_lora.py", "-k", "merge"),
     ),
+    Mutation(
+        "resume-shapes-unchecked",
+        "a resume with another model's folder moves the run's checkpoints aside",
+        "ftw_jax/running/checkpoints.py",
+        "            self._check_same_shapes(step, template)\n",
+        "",
+        ("tests/test_lm_learner.py", "-k", "another_models"),
+    ),
 )
 
 

@@ -383,6 +383,35 @@ def test_lm_learn_writes_versions_an_engine_can_load_and_resumes_exactly(engine,
 
 
 @pytest.mark.slow
+def test_a_resume_with_another_models_folder_is_refused_and_moves_no_checkpoint(engine, model_folder, tmp_path, capsys):
+    """The model folder swapped for one of another shape: refused in one line naming an array, the checkpoints left
+    as they were; the right model put back, the run resumes after its iteration."""
+    _, _, trajectories = played(engine, 16)
+    episodes, model = tmp_path / "episodes.jsonl", tmp_path / "model"
+    write_episodes(episodes, list(episode_records(trajectories))[:8])
+    shutil.copytree(model_folder, model)
+    assert lm_learn(model, episodes, tmp_path) == 0
+    run, _ = tmp_path / "run", capsys.readouterr()
+    before = sorted((path.relative_to(run), path.stat().st_size) for path in (run / "checkpoints").rglob("*"))
+    shutil.rmtree(model)
+    wider = dataclasses.replace(tiny_config(ENV.vocabulary_size), hidden_size=32, intermediate_size=64)
+    from ftw_jax.lm.model import CausalLM
+
+    save(model, wider, CausalLM(wider).init(jax.random.key(1), jnp.zeros((1, 4), jnp.int32)))
+    write_episodes(episodes, list(episode_records(trajectories))[8:])
+    assert lm_learn(model, episodes, tmp_path, "--resume", str(run)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the checkpoint ") and "holds arrays of other shapes" in err and "-> (" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    after = sorted((path.relative_to(run), path.stat().st_size) for path in (run / "checkpoints").rglob("*"))
+    assert after == before and not (run / "checkpoints-unreadable").exists()
+    shutil.rmtree(model)
+    shutil.copytree(model_folder, model)
+    assert lm_learn(model, episodes, tmp_path, "--resume", str(run)) == 0
+    assert "resumed after iteration 1 (8 episodes learnt from)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
 def test_a_short_last_batch_is_learnt_from_and_resumed_after(engine, model_folder, tmp_path, capsys, monkeypatch):
     """12 episodes in batches of 8: the last batch has 4; a resume after more lines were written goes on from
     the 13th episode. The resume names the episodes file relative to where it runs: the same file."""

@@ -135,6 +135,32 @@ def rows_from_record(record: dict | list) -> list[dict]:
     return [{name: np.asarray(value, dtypes.get(name)) for name, value in row.items()} for row in rows]
 
 
+def _key_name(key: Any) -> str:
+    """One step of a tree path as a name: a dict key, an attribute or an index (Orbax stores attributes as keys)."""
+    for field in ("key", "name", "idx"):
+        if hasattr(key, field):
+            return str(getattr(key, field))
+    return str(key)
+
+
+def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+    """{'policy/params/embedding': shape} of every array (or Orbax array metadata) in `tree`."""
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {"/".join(_key_name(key) for key in path): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def shape_differences(stored: dict[str, tuple], current: dict[str, tuple], shown: int = 3) -> list[str]:
+    """'name: stored shape -> current shape' (or 'absent') for up to `shown` arrays that differ, then how many more."""
+    names = sorted(set(stored) | set(current))
+    differences = [
+        f"{name}: {stored.get(name, 'absent')} -> {current.get(name, 'absent')}"
+        for name in names
+        if stored.get(name) != current.get(name)
+    ]
+    more = len(differences) - shown
+    return differences[:shown] + ([f"{more} more"] if more > 0 else [])
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckpointSettings:
     """When a run checkpoints, taken the same way by every command (`train`, `sweep`, `compare`'s every phase,
@@ -187,8 +213,8 @@ class Checkpointer:
 
         A checkpoint that cannot be read (a truncated array file, empty metadata) is named through `log`
         (default: stderr), moved aside to `checkpoints-unreadable/` beside this folder, and the one before it
-        is tried. Raises ValueError if it was written by a different configuration, or if checkpoints exist
-        and none can be read.
+        is tried. Raises ValueError, touching nothing, if it was written by a different configuration or holds arrays
+        of other shapes than `template` (another model); or if checkpoints exist and none can be read.
         """
         log = log or (lambda message: print(message, file=sys.stderr, flush=True))
         unreadable = []
@@ -199,6 +225,7 @@ class Checkpointer:
                 unreadable.append(self._set_aside(step, error, log))
                 continue
             check_same_config(record["fingerprint"], self.fingerprint, f"the checkpoint {self.directory / str(step)}")
+            self._check_same_shapes(step, template)
             try:
                 stored = self._read(step, carry=self._ocp.args.StandardRestore(with_raw_keys(template)))["carry"]
             except Exception as error:  # noqa: BLE001
@@ -210,6 +237,23 @@ class Checkpointer:
                 f"no checkpoint in {self.directory} can be read ({'; '.join(unreadable)}); start a new run."
             )
         return None
+
+    def _check_same_shapes(self, step: int, template: Any) -> None:
+        """ValueError naming the arrays whose shapes differ between checkpoint `step` and `template` (the run as
+        the settings now build it: another model's folder, another size), before anything is read or moved: such a
+        checkpoint is intact, only not this run's. Unreadable metadata is left to the restore to find."""
+        try:
+            metadata = self._ocp.StandardCheckpointer().metadata(self.directory / str(step) / "carry")
+            stored = _shapes(metadata.item_metadata.tree)
+        except Exception:  # noqa: BLE001 (damaged metadata: the restore sets the checkpoint aside)
+            return
+        differences = shape_differences(stored, _shapes(with_raw_keys(template)))
+        if differences:
+            raise ValueError(
+                f"the checkpoint {self.directory / str(step)} holds arrays of other shapes than this run builds "
+                f"(stored -> now: {'; '.join(differences)}): the model or its settings differ from the run's. "
+                "Resume with the original model, or start a new run; the checkpoints are left as they are."
+            )
 
     def _read(self, step: int, **items):
         return self._manager.restore(step, args=self._ocp.args.Composite(**items))
