@@ -81,6 +81,17 @@ class LearnConfig(LearnerSettings):
     )
     idle_timeout: float | None = setting(None, "with `follow`: stop after this many seconds without a new line")
     poll_seconds: float = setting(0.5, "with `follow`: how often to look for new lines")
+    sampler_gap_limit: float = setting(
+        0.1,
+        "stop (exit 3, resumable) when the engine's log-probs are further than this from the learner's own, in nats "
+        "per token, on episodes the learner's current version wrote (`sampler_gap` in metrics.jsonl): a temperature, "
+        "top-p/top-k, processed log-probs or other weights; 0: never (a known mismatch accepted)",
+    )
+    stale_share_limit: float = setting(
+        0.5,
+        "with `max_staleness`: stop (exit 3, resumable) when more than this share of an iteration's episodes are "
+        "older than it (the pool never selects them: the engine is not reloading the weights); 1: never",
+    )
     lora_rank: int | None = setting(
         None,
         "train low-rank adapters of this rank on every attention and MLP projection instead of the whole model: "
@@ -103,6 +114,16 @@ class LearnConfig(LearnerSettings):
         if self.logits_chunk is not None and not (isinstance(self.logits_chunk, int) and self.logits_chunk >= 0):
             raise ValueError(f"logits_chunk must be None or an int >= 0, got {self.logits_chunk!r}.")
         self.check_lora()
+        if not (isinstance(self.sampler_gap_limit, (int, float)) and self.sampler_gap_limit >= 0):
+            raise ValueError(
+                f"sampler_gap_limit must be >= 0 nats per token (0: never stop), got {self.sampler_gap_limit!r}."
+            )
+        if not (isinstance(self.stale_share_limit, (int, float)) and 0 <= self.stale_share_limit <= 1):
+            raise ValueError(f"stale_share_limit must be in [0, 1] (1: never stop), got {self.stale_share_limit!r}.")
+        check_takes_effect(
+            self, "stale_share_limit", getattr(self.algorithm_config, "max_staleness", None) is not None,
+            "`max_staleness`",
+        )  # fmt: skip
         if self.idle_timeout is not None and not self.idle_timeout > 0:
             raise ValueError(f"idle_timeout must be None or > 0 seconds, got {self.idle_timeout!r}.")
         if not self.poll_seconds > 0:

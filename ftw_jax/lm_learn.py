@@ -33,6 +33,7 @@ from ftw_jax.running import run_files, skips
 from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
 from ftw_jax.running.host import host_array
 from ftw_jax.running.signals import raise_if_stopped
+from ftw_jax.running.skips import StoppedRun
 
 
 def metrics_row(metrics: dict) -> dict:
@@ -50,6 +51,42 @@ def iteration_counts(metrics: dict) -> dict[str, int]:
     names = [name for name in ("applied", "ready", "nonfinite") if name in metrics]
     counts = skips.update_counts({name: host_array(metrics[name]) for name in names})
     return {name: int(value) for name, value in counts.items()}
+
+
+def sampler_gap_row(metrics: dict) -> dict:
+    """The iteration's sampler gap over its U updates (metrics leaves [U]; each measures the episodes of its own
+    version): `sampler_gap` in nats per token (None where no kept episode was the current version's) and
+    `sampler_tokens`, the tokens it was measured on."""
+    tokens = host_array(metrics["sampler_tokens"]).astype(np.int64)
+    measured = int(tokens.sum())
+    gap = float(np.sum(host_array(metrics["sampler_gap"]) * tokens) / measured) if measured else None
+    return {"sampler_gap": gap, "sampler_tokens": measured}
+
+
+def stop_for_sampler(config: LearnConfig, row: dict, iteration: int, total: int) -> StoppedRun | None:
+    """The error that stops a run whose engine did not sample from the policy it names (`sampler_gap_limit`), or
+    whose episodes were mostly too stale for the pool to select (`stale_share_limit`), after iteration `iteration`
+    on `total` episodes (`row`: its `learn_batch` row); None otherwise."""
+    gap, limit = row["sampler_gap"], config.sampler_gap_limit
+    if limit and gap is not None and not gap <= limit:  # NaN stops too
+        return StoppedRun(
+            f"iteration {iteration}: the engine's log-probs are {gap:.3g} nats per token from the learner's own "
+            f"on the {row['sampler_tokens']} tokens that the learner's current version wrote (`sampler_gap_limit` "
+            f"{limit}): the engine does not sample from the weights it names. Likely: a temperature other than 1, "
+            "top-p or top-k, log-probs processed after sampling, weights other than weights/latest.json's, or another "
+            "dtype. Sample at temperature 1 with no top-p/top-k and send the raw log-probs.",
+            go_on="`sampler_gap_limit` 0",
+        )
+    stale, share = row.get("episodes_stale", 0), config.stale_share_limit
+    if stale > share * total:
+        return StoppedRun(
+            f"iteration {iteration}: {stale} of its {total} episodes were written more than "
+            f"{config.algorithm_config.max_staleness} versions before the learner's (`max_staleness`), more than "
+            f"`stale_share_limit` {share}: the pool never selects them. The engine is not reloading "
+            "weights/latest.json, or reloads it too seldom.",
+            go_on="`stale_share_limit` 1",
+        )
+    return None
 
 
 def weights_folder(run_folder: pathlib.Path, version: int) -> pathlib.Path:
@@ -136,9 +173,14 @@ def learn_batch(
     max_staleness = getattr(learner.config.algorithm_config, "max_staleness", None)  # FTW's; the others learn all
     row = {
         "reward_mean": float(np.mean([episode.reward for episode in episodes])),
-        "episodes_stale": stale_episodes(batch, version_before, max_staleness),
+        **(
+            {"episodes_stale": stale_episodes(batch, version_before, max_staleness)}
+            if max_staleness is not None
+            else {}
+        ),
         **({"groups_tied": tied_group_share(episodes, group_size)} if group_size > 1 else {}),
         **metrics_row(metrics),
+        **sampler_gap_row(metrics),
         **iteration_counts(metrics),
     }
     one_iteration = {name: [row[name]] for name in skips.COUNTS}  # [I = 1]
@@ -227,7 +269,9 @@ def learn_from_file(
         used, iteration, tied = used + len(chunk), iteration + 1, tied + (row.get("groups_tied") == 1.0)
         report.iteration({"iteration": iteration, "episodes": used, **row}, total)
         last = iteration == total
-        stop = skips.stop_for_skips(["the learner"], skipped, limit, whole=whole, nonfinite_advice=NONFINITE_ADVICE)
+        stop = stop_for_sampler(config, row, iteration, len(chunk)) or skips.stop_for_skips(
+            ["the learner"], skipped, limit, whole=whole, nonfinite_advice=NONFINITE_ADVICE
+        )
         if iteration % config.save_every == 0 or last:
             weights = save_weights(run_folder, learner, state, model_path)
         record = {"episodes_used": used, "skipped": skipped}

@@ -31,7 +31,7 @@ from ftw_jax.envs.retrieval_qa.retriever import BM25Retriever
 from ftw_jax.envs.retrieval_qa.task import RetrievalQA, RetrievalQASettings
 from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, load_for_learning, policy_params
 from ftw_jax.episodes import episode_of, sample_records, to_trajectories
-from ftw_jax.lm_learn import NONFINITE_ADVICE, LearnReport, learn_batch, save_weights
+from ftw_jax.lm_learn import NONFINITE_ADVICE, LearnReport, learn_batch, save_weights, stop_for_sampler
 from ftw_jax.running import skips
 from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
 from ftw_jax.running.host import host_array
@@ -276,7 +276,9 @@ def train_retrieval_qa(
             evaluated(iteration + 1)
         if (iteration + 1) % config.learn.save_every == 0 or last:
             weights = save_weights(run_folder, run.learner, state, model_path)
-        stop = skips.stop_for_skips(["the learner"], skipped, limit, whole=whole, nonfinite_advice=NONFINITE_ADVICE)
+        stop = stop_for_sampler(config.learn, row, iteration + 1, batch) or skips.stop_for_skips(
+            ["the learner"], skipped, limit, whole=whole, nonfinite_advice=NONFINITE_ADVICE
+        )
         save_then_stop(
             checkpointer, iteration + 1, state, {"evaluations": evaluations, "skipped": skipped}, last=last, stop=stop
         )

@@ -157,8 +157,8 @@ class TrainConfig(LearnerSettings):
         if not self.warm_start_learning_rate > 0:
             raise ValueError(f"warm_start_learning_rate must be > 0, got {self.warm_start_learning_rate!r}.")
         for name in ("warm_start_steps", "warm_start_learning_rate"):
-            check_takes_effect(self, name, self.warm_start_demonstrations > 0, "warm_start_demonstrations > 0")
-        check_takes_effect(self, "probes_per_task", self.probe_tasks > 0, "probe_tasks > 0")
+            check_takes_effect(self, name, self.warm_start_demonstrations > 0, "`warm_start_demonstrations` > 0")
+        check_takes_effect(self, "probes_per_task", self.probe_tasks > 0, "`probe_tasks` > 0")
         algorithm.check(self.algorithm_config, self.episodes_per_iteration)
 
     @property

@@ -91,9 +91,12 @@ CASES = [
     (["sweep", "--env", "bandit", "--grid", "C=4,5", "--metric", "success"], "--metric success is not defined"),
     (
         ["train", "--env", "bandit", "--warm-start-steps", "10"],
-        "warm_start_steps=10 takes effect only with warm_start_",
+        "--warm-start-steps 10 takes effect only with --warm-start-",
     ),
-    (["train", "--env", "sokoban", "--probes-per-task", "8"], "probes_per_task=8 takes effect only with probe_tasks"),
+    (
+        ["train", "--env", "sokoban", "--probes-per-task", "8"],
+        "--probes-per-task 8 takes effect only with --probe-tasks > 0",
+    ),
     (["train", "--env", "bandit", "--name="], "expected a folder name, got an empty one"),
     # Run folders.
     (["train", "--env", "bandit", "--name", "../escape"], "--name must be a plain folder name"),

@@ -472,9 +472,7 @@ def test_lm_learn_refuses_a_flag_that_takes_effect_only_when_following(model_fol
     episodes.write_text(json.dumps(GOOD) + "\n")
     assert lm_learn(model_folder, episodes, tmp_path, *flag) == 2  # was ignored without a word (issue 35)
     error = capsys.readouterr().err.strip()
-    assert error.endswith(
-        f"takes effect only with --follow; set that too, or leave {flag[0][2:].replace('-', '_')} out."
-    )
+    assert error.endswith(f"takes effect only with --follow; set that too, or leave {flag[0]} out.")
     assert error.count("\n") == 0 and not (tmp_path / "run").exists()
 
 
@@ -594,6 +592,67 @@ def test_the_samplers_episodes_are_on_policy_for_the_learner(tmp_path):
     assert trajectories.mask.sum() == np.asarray(sample.generated).sum()
     _, metrics = learner.step(learner.init(params), trajectories, 0)
     assert abs(float(metrics["elite_log_weight_mean"][0])) < 1e-4
+
+
+def sampled_episodes(model_folder, path, **sampling):
+    """16 episodes the tiny model continues 16 prompts with (`lm.make_sampler`, `sampling` its settings) at
+    version 0, with the log-probs of the distribution they were drawn from, as an engine reports them."""
+    from ftw_jax.episodes import sample_records
+    from ftw_jax.lm import SamplingConfig, make_sampler
+
+    model, params = load(model_folder)
+    prompts = jax.random.randint(jax.random.key(2), (16, 4), 1, ENV.vocabulary_size)
+    sample = make_sampler(model, SamplingConfig(max_new_tokens=12, **sampling))(
+        params, jax.random.key(3), prompts, jnp.ones((16, 4), bool)
+    )
+    write_episodes(path, sample_records(sample, np.arange(16) % 3, version=0))
+
+
+@pytest.mark.slow
+def test_an_engine_off_the_policy_stops_the_learner_in_one_line_and_an_on_policy_one_does_not(
+    model_folder, tmp_path, capsys
+):
+    """Episodes sampled at temperature 0.7 with top-p 0.9, with the log-probs they were drawn with (what an engine
+    reports as processed log-probs): the learner stops after the first iteration naming the likely causes, exit 3,
+    resumable past it with `--sampler-gap-limit 0`. The same engine at temperature 1: a gap at float32 rounding."""
+    on, off = tmp_path / "on.jsonl", tmp_path / "off.jsonl"
+    sampled_episodes(model_folder, on)
+    sampled_episodes(model_folder, off, temperature=0.7, top_p=0.9)
+    assert lm_learn(model_folder, on, tmp_path / "on") == 0
+    rows = [json.loads(line) for line in (tmp_path / "on" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["sampler_tokens"] > 0 and rows[0]["sampler_gap"] < 1e-4, rows[0]
+    assert "sampler gap" in capsys.readouterr().err
+
+    assert lm_learn(model_folder, off, tmp_path / "off") == cli.STOPPED_SKIPPING
+    err = capsys.readouterr().err
+    stopped = [line for line in err.splitlines() if line.startswith("stopped: ")]
+    assert len(stopped) == 1 and "Traceback" not in err, err
+    assert "iteration 1: the engine's log-probs are" in stopped[0] and "temperature other than 1" in stopped[0]
+    assert "(add --sampler-gap-limit 0 to go on past this)" in stopped[0]
+    gap = json.loads((tmp_path / "off" / "run" / "metrics.jsonl").read_text().splitlines()[0])["sampler_gap"]
+    assert gap > 0.1
+    run = tmp_path / "off" / "run"
+    assert lm_learn(model_folder, off, tmp_path / "off", "--resume", str(run), "--sampler-gap-limit", "0") == 0
+    assert json.loads(capsys.readouterr().out)["iterations"] == 2
+
+
+@pytest.mark.slow
+def test_a_batch_mostly_past_max_staleness_is_said_and_stops_the_learner(engine, model_folder, tmp_path, capsys):
+    """An engine that never reloads: the second batch, still version 0's, is past `--max-staleness 0` when the
+    learner is at version 1: counted in the progress line, then a stop in one line, resumable past it."""
+    _, _, trajectories = played(engine, 16)
+    episodes = tmp_path / "episodes.jsonl"
+    write_episodes(episodes, episode_records(trajectories))
+    assert lm_learn(model_folder, episodes, tmp_path, "--stale-share-limit", "0.3") == 2
+    assert "error: --stale-share-limit 0.3 takes effect only with --max-staleness" in capsys.readouterr().err
+    assert lm_learn(model_folder, episodes, tmp_path, "--max-staleness", "0") == cli.STOPPED_SKIPPING
+    err = capsys.readouterr().err
+    assert re.search(r"iteration +2/2 .* stale 8 ", err), err
+    stopped = [line for line in err.splitlines() if line.startswith("stopped: ")]
+    assert len(stopped) == 1 and "iteration 2: 8 of its 8 episodes were written more than 0 versions" in stopped[0]
+    assert "(add --stale-share-limit 1 to go on past this)" in stopped[0] and "Traceback" not in err
+    resume = ("--resume", str(tmp_path / "run"), "--max-staleness", "0", "--stale-share-limit", "1")
+    assert lm_learn(model_folder, episodes, tmp_path, *resume) == 0
 
 
 TWO_PROCESS_SCRIPT = """

@@ -134,7 +134,7 @@ def test_training_episodes_start_from_the_kept_tasks_only(monkeypatch):
     np.testing.assert_array_equal(played, 0.5)
     # About a third of the candidates are p = 0.5 tasks, and (nearly) all of those are kept.
     assert 0.1 < float(evaluation["informative_tasks"][-1]) < 0.6
-    with pytest.raises(ValueError, match="probes_per_task=8 takes effect only with probe_tasks > 0"):
+    with pytest.raises(ValueError, match="`probes_per_task` 8 takes effect only with `probe_tasks` > 0"):
         dataclasses.replace(config, probe_tasks=0)  # issue 35: a setting that would be ignored is refused
     unfiltered = make_train(dataclasses.replace(config, probe_tasks=0, probes_per_task=4)).train(jax.random.key(0))[0]
     assert (np.asarray(unfiltered.learner.pool.trajectories.observation)[:, 0, 0] != 0.5).sum() >= 4

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 
 from ftw_jax.algos.base import Context, Learner
-from ftw_jax.core import losses
+from ftw_jax.core import diagnostics, losses
 from ftw_jax.core.pool import Trajectory
 from ftw_jax.core.settings import setting
 from ftw_jax.core.state import PolicyState
@@ -97,6 +97,13 @@ def clipped_surrogate(
     return -jnp.minimum(ratio * advantages, clipped * advantages)
 
 
+def _advantage_abs_mean(advantages: jax.Array, mask: jax.Array) -> jax.Array:
+    """The mean |A| over trajectories [B], or over the policy's steps for per-step advantages [B, T]."""
+    if advantages.ndim == 2:
+        return jnp.sum(jnp.where(mask, jnp.abs(advantages), 0.0)) / jnp.maximum(jnp.sum(mask), 1)
+    return jnp.mean(jnp.abs(advantages))
+
+
 def make_policy_gradient_update(
     apply_fn: Callable[[Any, Any], jax.Array],
     *,
@@ -146,23 +153,23 @@ def make_policy_gradient_update(
         mean = lambda per_step: jnp.sum(jnp.where(batch.mask, per_step, 0.0)) / steps  # noqa: E731
         terms = {"surrogate": mean(surrogate), "kl": mean(per_step["kl"]), "entropy": mean(per_step["entropy"])}
         terms["log_ratio"] = jax.lax.stop_gradient(mean(log_probs - batch.behaviour_logp))  # 0: on-policy
-        return terms["surrogate"] + kl_coef * terms["kl"] - entropy_coef * terms["entropy"], terms
+        log_weights = diagnostics.log_importance_ratio(
+            jax.lax.stop_gradient(log_probs), batch.behaviour_logp, batch.mask
+        )
+        return terms["surrogate"] + kl_coef * terms["kl"] - entropy_coef * terms["entropy"], (terms, log_weights)
 
     def update(state: PolicyState, batch: Trajectory, advantages: jax.Array):
-        (loss, terms), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        (loss, (terms, log_weights)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
             state.params, state.reference_params, state.kl_coef, batch, advantages
         )
+        ones = jnp.ones_like(log_weights)  # the sampler gap of every episode the current version wrote
+        gap = diagnostics.sampler_gap(log_weights, ones, batch.behaviour_version, batch.mask, state.version)
         new_state, applied, _ = state.apply_if_finite(grads, loss)
-        steps = jnp.maximum(jnp.sum(batch.mask), 1)
-        advantage_abs_mean = (
-            jnp.sum(jnp.where(batch.mask, jnp.abs(advantages), 0.0)) / steps
-            if advantages.ndim == 2
-            else jnp.mean(jnp.abs(advantages))
-        )
         metrics = {
             "loss": loss,
             **terms,
-            "advantage_abs_mean": advantage_abs_mean,
+            "advantage_abs_mean": _advantage_abs_mean(advantages, batch.mask),
+            **gap,
             "grad_norm": optax.tree_utils.tree_norm(grads),
             "applied": applied,
             "version": new_state.version,

@@ -32,8 +32,9 @@ __all__ = [
     "seeds_of",
 ]
 
-# The exit status of a run stopped because a member applied no update for too long (`--stop-after-skipped`); 2 is
-# bad input, 1 a non-finite evaluation, 128 + N a signal.
+# The exit status of a run stopped on purpose: a member applied no update for too long (`--stop-after-skipped`), an
+# engine's log-probs are not the policy's (`--sampler-gap-limit`); 2 is bad input, 1 a non-finite evaluation,
+# 128 + N a signal.
 STOPPED_SKIPPING = 3
 
 
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     compile_cache.configure(turned_off=getattr(args, "no_compile_cache", False))  # before the first compile
     from ftw_jax.running import signals
-    from ftw_jax.running.skips import SkippedUpdates
+    from ftw_jax.running.skips import StoppedRun
 
     # Commands with a run folder stop between two periods when asked (SIGINT, SIGTERM), the last one checkpointed.
     catch = args.command != "bandit" and threading.current_thread() is threading.main_thread()
@@ -136,11 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, ImportError, OSError) as error:  # bad input, a missing optional dependency, a bad path
         print(f"error: {as_flags(str(error))}", file=sys.stderr)
         return 2
-    except SkippedUpdates as stop:
+    except StoppedRun as stop:
         folder = session.run_folder if session.resumable else None
         where = (
-            f" Checkpointed where it stopped; resume with: {resume_command(argv, folder)} (add --stop-after-skipped "
-            "0 to go on past this)."
+            f" Checkpointed where it stopped; resume with: {resume_command(argv, folder)} (add "
+            f"{as_flags(stop.go_on)} to go on past this)."
             if folder
             else ""
         )

@@ -336,6 +336,8 @@ LEARN_LOG = (
     ("kl", "kl", ".4f"),
     ("groups_tied", "groups tied", ".2f"),  # GRPO's and RLOO's groups of equal rewards
     ("pool_staleness_mean", "staleness", ".1f"),
+    ("episodes_stale", "stale", "d"),  # with --max-staleness: episodes the pool will never select
+    ("sampler_gap", "sampler gap", ".2g"),  # nats per token; absent where no episode was the current version's
 )
 
 
@@ -356,7 +358,7 @@ class LearnOutputs:
     def iteration(self, row: dict, total: int | None) -> None:
         if self.writer:
             run_files.append_lines(self.folder / "metrics.jsonl", [row])
-        shown = "".join(f"  {label} {row[name]:{spec}}" for name, label, spec in LEARN_LOG if name in row)
+        shown = "".join(f"  {label} {row[name]:{spec}}" for name, label, spec in LEARN_LOG if row.get(name) is not None)
         self.log(
             f"iteration {row['iteration']:>4}{'' if total is None else f'/{total}'}  reward {row['reward_mean']:.3f}"
             f"{shown}  version {row['version']}  skipped {row['skipped_count']}/{self.updates}"

@@ -5,6 +5,8 @@ FTW learns from a pool filled by many past policy versions. These measure it:
 - staleness: the current version minus the oldest behaviour version among a trajectory's policy steps;
 - the trajectory importance ratio log w(τ) = Σ_t mask_t [log π_θ(a_t | h_t) − log q(a_t | h_t)] of the policy
   being trained against the one that acted, and the effective sample size of those weights;
+- the sampler gap: that ratio per token on the trajectories the current version wrote, which a sampler that
+  reports the policy's own log-probs keeps at rounding (`sampler_gap`);
 - the trust-region monitor: KL(π_old ‖ π_new) and the total-variation distance between the policies before
   and after an update, per state, and the TRPO penalty term 4 ε γ α² / (1 − γ)²;
 - over a whole pool (`make_pool_diagnostics`, the update's phase 4): its staleness and their histogram, and the
@@ -49,6 +51,27 @@ def log_importance_ratio(log_probs: jax.Array, behaviour_log_probs: jax.Array, m
     """log w(τ) = Σ_t mask_t [log π(a_t | h_t) − log q(a_t | h_t)]: [..., T] -> [...]."""
     chex.assert_equal_shape((log_probs, behaviour_log_probs, mask))
     return jnp.sum(jnp.where(mask, log_probs - behaviour_log_probs, 0.0), axis=-1)
+
+
+def sampler_gap(
+    log_weights: jax.Array, weights: jax.Array, behaviour_version: jax.Array, mask: jax.Array, version: jax.Array
+) -> dict[str, jax.Array]:
+    """How far the log-probs a sampler reported are from the policy's own, on the trajectories the current
+    version wrote itself (staleness 0), where they should agree to rounding: `sampler_gap`, Σ |log w(τ)| over
+    those of weight > 0 divided by their policy steps (nats per token; 0 when there is none), and
+    `sampler_tokens`, those steps. A sampler at another temperature, with top-p/top-k, or reporting processed
+    log-probs moves every token's log-prob the same way, so the gap grows with each token.
+
+    Args:
+      log_weights: [M] log π(τ)/q(τ) under the current params (`log_importance_ratio`).
+      weights: [M] the loss's weights (counts); entries of weight 0 are not measured.
+      behaviour_version: [M, T] int32. mask: [M, T] bool, the policy's own steps. version: [] int32, the current.
+    """
+    chex.assert_rank((log_weights, weights, behaviour_version), (1, 1, 2))
+    own = (weights > 0) & (staleness(version, behaviour_version, mask) == 0)  # [M]
+    tokens = jnp.sum(jnp.where(own[:, None], mask, False))
+    total = jnp.sum(jnp.where(own, jnp.abs(log_weights), 0.0))
+    return {"sampler_gap": total / jnp.maximum(tokens, 1), "sampler_tokens": tokens}
 
 
 def effective_sample_size(log_weights: jax.Array, counts: jax.Array | None = None) -> jax.Array:

@@ -131,4 +131,4 @@ def check_takes_effect(instance: Any, name: str, effective: bool, needs: str) ->
     value = getattr(instance, name)
     default = next(field.default for field in dataclasses.fields(instance) if field.name == name)
     if not effective and value != default:
-        raise ValueError(f"{name}={value!r} takes effect only with {needs}; set that too, or leave {name} out.")
+        raise ValueError(f"`{name}` {value!r} takes effect only with {needs}; set that too, or leave `{name}` out.")

@@ -82,8 +82,11 @@ def apply_step(
     return new_state, applied, finite
 
 
-def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: jax.Array, sizes: Sizes) -> dict:
-    """Phase 4a: what was kept, from where in the pool, how stale, and how far off-policy (before the step)."""
+def selection_metrics(
+    pool: pool_lib.Pool, selection: Selection, log_weights: jax.Array, sizes: Sizes, version: jax.Array
+) -> dict:
+    """Phase 4a: what was kept, from where in the pool, how stale, and how far off-policy (before the step, at
+    `version`), the sampler's log-probs on the kept entries `version` wrote included (`diagnostics.sampler_gap`)."""
     returns = pool.trajectories.episode_return
     filled, filled_slots = selection.filled, pool_lib.valid_mask(pool)
     elite_returns, elite_staleness = returns[selection.elites], selection.elite_staleness
@@ -109,6 +112,9 @@ def selection_metrics(pool: pool_lib.Pool, selection: Selection, log_weights: ja
         "behaviour_logp_nonfinite": jnp.any((weights > 0) & ~jnp.isfinite(log_weights)),
         # An observation the loss reads that is not finite makes the gradient NaN: the step is skipped (nonfinite).
         "observation_nonfinite": nonfinite_observations(selection.trajectories, weights),
+        **diagnostics.sampler_gap(
+            log_weights, weights, selection.trajectories.behaviour_version, selection.trajectories.mask, version
+        ),
     }
 
 
@@ -197,7 +203,7 @@ def make_update(
         metrics = {
             "loss": loss,
             **terms,
-            **selection_metrics(pool, selection, log_weights, sizes),
+            **selection_metrics(pool, selection, log_weights, sizes, state.version),
             "grad_norm": optax.tree_utils.tree_norm(grads),
             "ready": ready,
             "nonfinite": ~finite,

@@ -35,8 +35,22 @@ NOTHING_KEPT_ADVICE = (
 )
 
 
-class SkippedUpdates(Exception):
+class StoppedRun(Exception):
+    """A run stopped on purpose, checkpointed where it stopped (exit 3); `str()` is the one line to print and
+    `go_on` the setting that resumes past it (as `name` value: the command line says its flag)."""
+
+    go_on = ""
+
+    def __init__(self, message: str, go_on: str | None = None):
+        super().__init__(message)
+        if go_on is not None:
+            self.go_on = go_on
+
+
+class SkippedUpdates(StoppedRun):
     """A run stopped because a member applied none of its last ready updates; `str()` is the one line to print."""
+
+    go_on = "`stop_after_skipped` 0"
 
 
 def update_counts(metrics: dict) -> dict[str, jax.Array]:
