@@ -199,8 +199,8 @@ MUTATIONS = (
         "skips-limit-fingerprinted",
         "a stopped run cannot be resumed with --stop-after-skipped 0",
         "ftw_jax/running/checkpoints.py",
-        'CHANGEABLE_ON_RESUME = frozenset({"stop_after_skipped", "follow", "idle_timeout", "poll_seconds"})',
-        'CHANGEABLE_ON_RESUME = frozenset({"follow", "idle_timeout", "poll_seconds"})',
+        '"stop_after_skipped", "follow", "idle_timeout", "poll_seconds", "skip_bad_lines"})',
+        '"follow", "idle_timeout", "poll_seconds", "skip_bad_lines"})',
         SKIP_TESTS,
     ),
     Mutation(
@@ -746,7 +746,7 @@ MUTATIONS = (
     Mutation(
         "follow-learns-short-batches",
         "lm learn --follow learns a batch before B episodes are there (not what a run never stopped learns)",
-        "ftw_jax/episodes.py",
+        "ftw_jax/episode_feed.py",
         "if self.follow and len(self.pending) < self.batch_size:",
         "if self.follow and not self.pending:",
         ("tests/test_lm_learner.py::test_lm_learn_follow_learns_each_appended_line_once_and_resumes_exactly",),
@@ -754,7 +754,7 @@ MUTATIONS = (
     Mutation(
         "tail-reads-half-lines",
         "a line the engine is still writing is parsed (and refused) before its newline",
-        "ftw_jax/episodes.py",
+        "ftw_jax/episode_feed.py",
         'end = len(data) if complete else data.rfind(b"\\n") + 1',
         "end = len(data)",
         ("tests/test_lm_learner.py::test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file",),
@@ -787,9 +787,9 @@ MUTATIONS = (
     Mutation(
         "shrunk-episodes-file-resumed",
         "a resume from a file now shorter than what was learnt exits 0 and learns nothing",
-        "ftw_jax/episodes.py",
-        "        if used - len(self.pending) > (1 if self.follow else 0):",
-        "        if False:",
+        "ftw_jax/episode_feed.py",
+        "            if count - read[name] > (1 if self.follow else 0):",
+        "            if False:",
         ("tests/test_lm_learner.py::test_a_short_last_batch_is_learnt_from_and_resumed_after",),
     ),
     Mutation(
@@ -819,7 +819,7 @@ MUTATIONS = (
     Mutation(
         "episode-line-not-utf8-accepted",
         "an episodes line that is not UTF-8 is read with replacement characters",
-        "ftw_jax/episodes.py",
+        "ftw_jax/episode_feed.py",
         'raw.decode("utf-8")',
         'raw.decode("utf-8", "replace")',
         ("tests/test_lm_learner.py", "-k", "not_utf8_or_json"),

@@ -21,12 +21,12 @@ from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.core import diagnostics
 from ftw_jax.core.elite_loss import make_loss
 from ftw_jax.envs.text_search import TextSearchTask
+from ftw_jax.episode_feed import read_episodes
 from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
 from ftw_jax.episodes import (
     check_versions,
     episode_records,
     parse_episode,
-    read_episodes,
     to_trajectories,
     write_episodes,
 )
@@ -888,7 +888,7 @@ def test_lm_learn_follow_learns_each_appended_line_once_and_resumes_exactly(engi
 
 
 def test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file(tmp_path):
-    from ftw_jax.episodes import EpisodeTail
+    from ftw_jax.episode_feed import EpisodeTail
 
     path = tmp_path / "episodes.jsonl"
     line = json.dumps(GOOD) + "\n"
@@ -899,7 +899,7 @@ def test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file(tmp_path)
         file.write(line[10:] + "\n" + line)  # its end, a blank line, one more
     assert len(tail.read()) == 2 and tail.lines == 4 and tail.report.kept == 3
     path.write_text(line)
-    with pytest.raises(ValueError, match="shrank to .* bytes after .* were read; append only"):
+    with pytest.raises(ValueError, match="episodes.jsonl was rewritten .* after 4 lines were read; an engine appends"):
         tail.read()
     path.write_bytes(b"\xff\n")
     with pytest.raises(ValueError, match=r"episodes.jsonl:1: not UTF-8 text \(byte 0xff at column 1\)"):

@@ -41,8 +41,10 @@ def _as_json(value):
 
 
 # Settings that decide when a run stops, not what it computes: a resume may change them (a run stopped for its
-# skipped updates goes on past them with stop_after_skipped 0; lm learn may follow its file, or stop doing so).
-CHANGEABLE_ON_RESUME = frozenset({"stop_after_skipped", "follow", "idle_timeout", "poll_seconds"})
+# skipped updates goes on past them with stop_after_skipped 0; lm learn may follow its file, or stop doing so, and
+# may go on past the torn line it stopped at with skip_bad_lines, each bad line named; the checkpoints it then
+# writes record the new value).
+CHANGEABLE_ON_RESUME = frozenset({"stop_after_skipped", "follow", "idle_timeout", "poll_seconds", "skip_bad_lines"})
 
 # Settings that name a file or folder (lm learn's episodes and checkpoint, a run's pretrained model): compared by
 # the path they resolve to, so `episodes.jsonl` and `/work/episodes.jsonl` are one file. A relative path stored by
