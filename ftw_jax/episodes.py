@@ -19,6 +19,8 @@ As a `Trajectory` of T = max_length − 1 steps: observation t is token t, actio
 is the model's (mask True) when token t + 1 lies in a span; its behaviour log-prob and version are that
 token's. Steps past the episode's end are padding (alive False). This is what `ftw_jax.rollout` records, so
 the same learner reads both.
+
+Files of episodes, read as an engine appends to them, are `ftw_jax.episode_feed`'s.
 """
 
 from __future__ import annotations
@@ -28,8 +30,7 @@ import json
 import math
 import os
 import pathlib
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import jax.numpy as jnp
@@ -57,6 +58,7 @@ class Episode:
     span_versions: tuple[int, ...] = ()  # [spans] the version that wrote each span
     line: int | None = None  # its line in the file it was read from
     group: str | None = None  # the prompt it was sampled for, one of G (`"group"`; an int is kept as its digits)
+    file: str | None = None  # the file it was read from (messages name it; `ftw_jax.episode_feed`)
 
 
 class BadEpisode(ValueError):
@@ -158,106 +160,39 @@ def episode_of(record: Any, *, vocab_size: int, max_length: int) -> Episode:
     )
 
 
-@dataclasses.dataclass
-class ReadReport:
-    """What `read_episodes` found: how many lines it kept and, for each it skipped, 'line N: why'."""
-
-    kept: int = 0
-    skipped: list[str] = dataclasses.field(default_factory=list)
-
-
-def _decoded(raw: bytes) -> str:
-    """One line as text, its line break dropped (so a JSON error's column counts from the line's start)."""
-    try:
-        return raw.decode("utf-8").rstrip("\r\n")
-    except UnicodeDecodeError as error:
-        raise BadEpisode(f"not UTF-8 text (byte {raw[error.start]:#04x} at column {error.start + 1})") from None
-
-
-def read_episodes(
-    path: str | os.PathLike[str], *, vocab_size: int, max_length: int, skip_bad_lines: bool = False
-) -> tuple[list[Episode], ReadReport]:
-    """Every episode of a JSONL file, in order. A bad line raises ValueError naming its line and field, before
-    anything is learnt from the file, or with `skip_bad_lines` is left out and listed in the report. Blank lines are
-    skipped silently."""
-    tail = EpisodeTail(path, vocab_size=vocab_size, max_length=max_length, skip_bad_lines=skip_bad_lines)
-    episodes = tail.read(complete=True)
-    return episodes, tail.report
-
-
-class EpisodeTail:
-    """A JSONL file of episodes that an engine appends to, read as it grows: each `read()` parses the whole lines
-    written since the last one (a line still being written, with no newline yet, waits for the next read). The
-    report counts every line read so far; bad lines are refused or skipped as `read_episodes` does."""
-
-    def __init__(self, path: str | os.PathLike[str], *, vocab_size: int, max_length: int, skip_bad_lines: bool = False):
-        self.path = pathlib.Path(path)
-        if not self.path.is_file():
-            raise ValueError(f"no episodes file at {self.path}.")
-        self.vocab_size, self.max_length, self.skip_bad_lines = vocab_size, max_length, skip_bad_lines
-        self.offset, self.lines = 0, 0  # bytes and lines read
-        self.report = ReadReport()
-
-    def read(self, complete: bool = False) -> list[Episode]:
-        """The episodes of the lines appended since the last read; `complete`: the file is whole, so a last line
-        without a newline is read too."""
-        size = self.path.stat().st_size
-        if size < self.offset:
-            raise ValueError(f"{self.path} shrank to {size:,} bytes after {self.offset:,} were read; append only.")
-        with self.path.open("rb") as file:
-            file.seek(self.offset)
-            data = file.read()
-        end = len(data) if complete else data.rfind(b"\n") + 1
-        self.offset += end
-        episodes = []
-        for raw in data[:end].splitlines():
-            self.lines += 1
-            if not raw.strip():
-                continue
-            try:  # decoded line by line, so a line that is not UTF-8 is named like any bad line
-                episode = parse_episode(_decoded(raw), vocab_size=self.vocab_size, max_length=self.max_length)
-                episodes.append(dataclasses.replace(episode, line=self.lines))
-            except BadEpisode as error:
-                problem = f"{self.path}:{self.lines}: {error}"
-                if not self.skip_bad_lines:
-                    raise ValueError(f"{problem} (pass `skip_bad_lines` to leave such lines out).") from None
-                self.report.skipped.append(problem)
-        self.report.kept += len(episodes)
-        return episodes
-
-
 def check_versions(episodes: list[Episode], learner_version: int, path: str | os.PathLike[str]) -> None:
-    """ValueError naming the file, line and span of the first episode written by a policy version ahead of the
-    learner's as it learns them: an engine plays only weights the learner has written, so such a version is a bug
-    in its bookkeeping (and would make staleness negative)."""
+    """ValueError naming the file (the episode's, else `path`), line and span of the first episode written by a
+    policy version ahead of the learner's as it learns them: an engine plays only weights the learner has written,
+    so such a version is a bug in its bookkeeping (and would make staleness negative)."""
     for episode in episodes:
         for index, version in enumerate(episode.span_versions):
             if version > learner_version:
                 raise ValueError(
-                    f"{path}:{episode.line}: spans[{index}].version: {version} is ahead of the learner, at version "
-                    f"{learner_version} when it learns this line (an engine writes the version of the weights it "
-                    "played with: at most weights/latest.json's)."
+                    f"{episode.file or path}:{episode.line}: spans[{index}].version: {version} is ahead of the "
+                    f"learner, at version {learner_version} when it learns this line (an engine writes the version of "
+                    "the weights it played with: at most weights/latest.json's)."
                 )
 
 
 def grouped(episodes: list[Episode], group_size: int, path: str | os.PathLike[str]) -> list[Episode]:
     """A batch's episodes group by group (groups in the order they first appear, each in file order), for an
     algorithm that compares each episode with the other G − 1 of its prompt (GRPO, RLOO). ValueError naming the
-    file and line of an episode without a `group`, or of the first of a group that has other than G episodes in
-    the batch (an engine writes a prompt's G episodes together, and B is a multiple of G)."""
+    file (the episode's, else `path`) and line of an episode without a `group`, or of the first of a group that has
+    other than G episodes in the batch (an engine writes a prompt's G episodes together, and B is a multiple of G)."""
     groups: dict[str, list[Episode]] = {}
     for episode in episodes:
         if episode.group is None:
             raise ValueError(
-                f"{path}:{episode.line}: group: missing; GRPO and RLOO compare each episode with the others sampled "
-                f"for its prompt, so every episode names it (groups of G={group_size})."
+                f"{episode.file or path}:{episode.line}: group: missing; GRPO and RLOO compare each episode with the "
+                f"others sampled for its prompt, so every episode names it (groups of G={group_size})."
             )
         groups.setdefault(episode.group, []).append(episode)
     for name, members in groups.items():
         if len(members) != group_size:
             raise ValueError(
-                f"{path}:{members[0].line}: group {name!r} has {len(members)} episodes in a batch of {len(episodes)}, "
-                f"expected G={group_size}: an engine writes a prompt's G episodes together, and B is a multiple of G."
+                f"{members[0].file or path}:{members[0].line}: group {name!r} has {len(members)} episodes in a batch "
+                f"of {len(episodes)}, expected G={group_size}: an engine writes a prompt's G episodes together, and B "
+                "is a multiple of G."
             )
     return [episode for members in groups.values() for episode in members]
 
@@ -371,98 +306,3 @@ def sample_records(sample: Sample, rewards: npt.ArrayLike, version: int) -> list
         ]
         records.append({"tokens": [int(token) for token in tokens], "spans": spans, "reward": float(reward)})
     return records
-
-
-class EpisodeFeed:
-    """The episodes of a file still to learn from, `batch_size` at a time in file order: those read, then
-    (`follow`) those an engine appends, until `idle_timeout` seconds pass without a new line. Without `follow` the
-    last batch may be short where `short_batch_ok(size)` says the algorithm learns from one of that size; else
-    its episodes wait (`pending`) for a resume with more lines."""
-
-    def __init__(
-        self,
-        tail: EpisodeTail,
-        batch_size: int,
-        follow: bool,
-        idle_timeout: float | None,
-        poll_seconds: float,
-        log: Callable[[str], None],
-        short_batch_ok: Callable[[int], bool] = lambda size: True,
-    ):
-        self.tail, self.batch_size, self.follow, self.log = tail, batch_size, follow, log
-        self.short_batch_ok = short_batch_ok
-        self.idle_timeout, self.poll_seconds = idle_timeout, poll_seconds
-        self.pending = tail.read(complete=not follow)  # read, not learnt from yet (a follower waits for a last
-        self._log_bad_lines(0)  # line's newline)
-        if not self.pending and not follow:
-            raise ValueError(f"{tail.path} holds no usable episode.")
-        self.to_skip = 0  # lines learnt from before a restart, not read yet
-        self.idle_since, self.handed_out = time.monotonic(), False  # idle: waiting, not learning
-
-    def start_after(self, used: int) -> None:
-        """Leaves out the first `used` episodes, which the run learnt from before it was resumed."""
-        # The run's next episode is the (used + 1)-th: a rewritten file has none (a follower may lack one last
-        # line that a run without `follow` learnt before its newline came).
-        if used - len(self.pending) > (1 if self.follow else 0):
-            raise ValueError(
-                f"{self.tail.path} now holds {len(self.pending)} usable episodes, fewer than the {used} this run has "
-                "learnt from: an engine appends to the file, never rewrites it; resume with the whole file, or start "
-                "a new run."
-            )
-        self.pending, self.to_skip = self.pending[used:], max(used - len(self.pending), 0)
-        self.idle_since = time.monotonic()  # the run is ready to learn: waiting counts from here
-
-    def plan(self, done: int) -> tuple[int | None, str]:
-        """(the iteration the run ends at after `done`, None while following; what it will learn from, in words)."""
-        whole, rest = divmod(len(self.pending), self.batch_size)
-        total = None if self.follow else done + whole + int(rest > 0 and self.short_batch_ok(rest))
-        plan = (
-            f"then those appended to {self.tail.path} as they come, {self.batch_size} an iteration"
-            if total is None
-            else f"in {total - done} iterations of up to {self.batch_size}"
-        )
-        skipped = len(self.tail.report.skipped)
-        return total, f"learning from {len(self.pending)} new episodes ({skipped} bad lines skipped) {plan}"
-
-    def _log_bad_lines(self, reported: int) -> None:
-        problems = self.tail.report.skipped[reported:]
-        for problem in problems[:10]:
-            self.log(f"skipped {problem}")
-        if len(problems) > 10:
-            self.log(f"... and {len(problems) - 10} more bad lines skipped")
-
-    def batches(self, before_each: Callable[[], None] = lambda: None) -> Iterator[list[Episode]]:
-        """Every batch, in order (`next_batch`'s until it has none), calling `before_each` before each read, poll
-        included: a stop asked for while a follower waits is seen within one poll."""
-        while True:
-            before_each()
-            batch = self.next_batch()
-            if batch is None:
-                return
-            if batch:
-                yield batch
-
-    def next_batch(self) -> list[Episode] | None:
-        """The next batch (without `follow` the last may be short; a follower learns from whole ones only); [] when
-        a follower has none yet (after a poll: ask again); None when all are learnt from, or the idle timeout
-        passed without a new line."""
-        if self.handed_out:  # the last batch has been learnt from: idle from now
-            self.idle_since, self.handed_out = time.monotonic(), False
-        if self.follow and len(self.pending) < self.batch_size:
-            reported = len(self.tail.report.skipped)
-            new = self.tail.read()
-            self._log_bad_lines(reported)
-            dropped = min(self.to_skip, len(new))
-            new, self.to_skip = new[dropped:], self.to_skip - dropped
-            if new or dropped:
-                self.pending, self.idle_since = self.pending + new, time.monotonic()
-            elif self.idle_timeout is not None and time.monotonic() - self.idle_since >= self.idle_timeout:
-                return None
-            else:
-                time.sleep(self.poll_seconds)
-            return []
-        if not self.pending or (len(self.pending) < self.batch_size and not self.short_batch_ok(len(self.pending))):
-            return None
-        batch, self.pending = self.pending[: self.batch_size], self.pending[self.batch_size :]
-        self.handed_out = True
-        return batch

@@ -1,5 +1,6 @@
 """`ftw-jax lm learn`: the LM learner (`ftw_jax.episode_learner`) over the episodes of a JSON Lines file an engine
-writes, B at a time, with versioned weights for the engine to reload, checkpoints and an exact resume.
+writes (or a folder of them, one per engine worker), B at a time, with versioned weights for the engine to reload,
+checkpoints and an exact resume.
 
     summary = learn_from_file(config, episodes_path, model_path, run_folder, checkpointer, report)
 
@@ -17,11 +18,10 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
+from ftw_jax.episode_feed import EpisodeFeed, EpisodeFiles
 from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, LearnerState, load_for_learning
 from ftw_jax.episodes import (
     Episode,
-    EpisodeFeed,
-    EpisodeTail,
     check_versions,
     grouped,
     stale_episodes,
@@ -139,17 +139,18 @@ class LearnReport(Protocol):
 
 def _resumed(
     checkpointer: Checkpointer | None, state: LearnerState, log: Callable[[str], None]
-) -> tuple[int, LearnerState, int, dict]:
-    """(iterations done, state, episodes learnt from, skipped-update totals): the checkpointer's latest, else
-    a new run's."""
+) -> tuple[int, LearnerState, int, dict, dict | None]:
+    """(iterations done, state, episodes learnt from, skipped-update totals, those learnt from of each file of a
+    folder or None): the checkpointer's latest, else a new run's."""
     restored = checkpointer.restore(state) if checkpointer else None
     if not restored:
-        return 0, state, 0, dict.fromkeys(skips.TOTALS, 0)
+        return 0, state, 0, dict.fromkeys(skips.TOTALS, 0), None
     done, state, record = restored
     used = record["episodes_used"]
     log(f"resumed after iteration {done} ({used} episodes learnt from)")
     # "skipped" is absent from checkpoints written before skips were counted
-    return done, state, used, {**dict.fromkeys(skips.TOTALS, 0), **record.get("skipped", {})}
+    skipped = {**dict.fromkeys(skips.TOTALS, 0), **record.get("skipped", {})}
+    return done, state, used, skipped, record.get("episodes_used_per_file")
 
 
 def learn_batch(
@@ -239,25 +240,26 @@ def learn_from_file(
     skip_bad_lines: bool = False,
     mesh: tuple[int, int] | None = None,
 ) -> dict:
-    """`ftw-jax lm learn`: the episodes of a JSONL file, B at a time in file order, each batch into the pool and
-    then U FTW updates; weights written every `save_every` iterations and after the last. Resumes from the
-    checkpointer's latest, with the episodes after those it had learnt from (an engine may have appended more).
+    """`ftw-jax lm learn`: the episodes of a JSONL file (or of a folder's, one file per engine worker, in name
+    order: `ftw_jax.episode_feed`), B at a time in file order, each batch into the pool and then U FTW updates;
+    weights written every `save_every` iterations and after the last. Resumes from the checkpointer's latest,
+    with the episodes after those it had learnt from (an engine may have appended more; of a folder, per file).
     With `config.follow` it then learns the lines an engine appends, a whole batch of B at a time, until a stop
     is asked for (SIGINT, SIGTERM) or `idle_timeout` passes without a new line.
     `mesh` (data, model) lays the weights out over that many of this host's devices (`lm.sharding`).
     Returns the run's summary."""
     started = time.perf_counter()
     model, params, place = _placed_model(model_path, config, mesh)
-    tail = EpisodeTail(
+    files = EpisodeFiles(
         episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length, skip_bad_lines=skip_bad_lines
     )
     feed = EpisodeFeed(
-        tail, config.episodes_per_iteration, config.follow, config.idle_timeout, config.poll_seconds, report.log,
+        files, config.episodes_per_iteration, config.follow, config.idle_timeout, config.poll_seconds, report.log,
         short_batch_ok=config.learns_a_batch_of,
     )  # fmt: skip
     learner = EpisodeLearner.build(config, model.config)
-    done, state, used, skipped = _resumed(checkpointer, learner.init(params), report.log)
-    feed.start_after(used)
+    done, state, used, skipped, used_per_file = _resumed(checkpointer, learner.init(params), report.log)
+    feed.start_after(used, used_per_file)
     report.resumed(done)
     total, plan = feed.plan(done)
     report.log(f"{plan}; run folder {run_folder}")
@@ -274,10 +276,10 @@ def learn_from_file(
         )
         if iteration % config.save_every == 0 or last:
             weights = save_weights(run_folder, learner, state, model_path)
-        record = {"episodes_used": used, "skipped": skipped}
+        record = {"episodes_used": used, "skipped": skipped, **feed.position()}
         save_then_stop(checkpointer, iteration, state, record, last=last, stop=stop)
     if config.follow and checkpointer and iteration > done and iteration % checkpointer.every:
-        checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped}, final=True)
+        checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped, **feed.position()}, final=True)
     version = int(host_array(state.policy.version))
     if weights != weights_folder(run_folder, version):  # the newest version, written once
         weights = save_weights(run_folder, learner, state, model_path)
@@ -285,7 +287,7 @@ def learn_from_file(
     return {
         "episodes": used,
         "episodes_waiting": _say_what_waits(config, len(feed.pending), report.log),
-        "bad_lines_skipped": len(tail.report.skipped),
+        "bad_lines_skipped": len(files.report.skipped),
         "iterations": iteration,
         "version": version,
         "updates_applied": version,

@@ -21,12 +21,12 @@ from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.core import diagnostics
 from ftw_jax.core.elite_loss import make_loss
 from ftw_jax.envs.text_search import TextSearchTask
+from ftw_jax.episode_feed import read_episodes
 from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
 from ftw_jax.episodes import (
     check_versions,
     episode_records,
     parse_episode,
-    read_episodes,
     to_trajectories,
     write_episodes,
 )
@@ -976,7 +976,7 @@ def test_lm_learn_follow_learns_each_appended_line_once_and_resumes_exactly(engi
 
 
 def test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file(tmp_path):
-    from ftw_jax.episodes import EpisodeTail
+    from ftw_jax.episode_feed import EpisodeTail
 
     path = tmp_path / "episodes.jsonl"
     line = json.dumps(GOOD) + "\n"
@@ -987,7 +987,7 @@ def test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file(tmp_path)
         file.write(line[10:] + "\n" + line)  # its end, a blank line, one more
     assert len(tail.read()) == 2 and tail.lines == 4 and tail.report.kept == 3
     path.write_text(line)
-    with pytest.raises(ValueError, match="shrank to .* bytes after .* were read; append only"):
+    with pytest.raises(ValueError, match="episodes.jsonl was rewritten .* after 4 lines were read; an engine appends"):
         tail.read()
     path.write_bytes(b"\xff\n")
     with pytest.raises(ValueError, match=r"episodes.jsonl:1: not UTF-8 text \(byte 0xff at column 1\)"):
@@ -1049,6 +1049,101 @@ def test_a_follower_killed_while_writing_weights_leaves_a_loadable_latest_versio
         critics = [stored_critic(tmp_path / name) for name in ("killed", "whole")]
         for a, b in zip(*(jax.tree.leaves(critic) for critic in critics), strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def newest_record(run: pathlib.Path) -> dict:
+    """The JSON record of a run's newest checkpoint."""
+    step = max(int(path.name) for path in (run / "checkpoints").iterdir() if path.name.isdigit())
+    return json.loads((run / "checkpoints" / str(step) / "record" / "metadata").read_text())
+
+
+@pytest.mark.slow
+def test_lm_learn_over_a_folder_of_worker_files_resumes_to_the_weights_of_a_run_never_stopped(
+    engine, model_folder, tmp_path, capsys
+):
+    """A folder of one file per engine worker is learnt as its files concatenated in name order. A run that saw
+    w0 whole and w1 in part, resumed once w1 has grown and w2 has joined, learns each episode once: the weights
+    of a run over the same episodes in one file; its checkpoint counts the episodes learnt from each file."""
+    _, _, trajectories = played(engine, 24)
+    records = list(episode_records(trajectories))
+    folder = tmp_path / "episodes"
+    folder.mkdir()
+    write_episodes(folder / "w0.jsonl", records[:10])
+    write_episodes(folder / "w1.jsonl", records[10:16])
+    run = tmp_path / "parts" / "run"
+    assert lm_learn(model_folder, folder, tmp_path / "parts") == 0
+    assert newest_record(run)["episodes_used_per_file"] == {"w0.jsonl": 10, "w1.jsonl": 6}
+    write_episodes(folder / "w1.jsonl", records[16:20])
+    write_episodes(folder / "w2.jsonl", records[20:])
+    assert lm_learn(model_folder, folder, tmp_path / "parts", "--resume", str(run)) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["episodes"] == 24
+    record = newest_record(run)
+    assert record["episodes_used"] == 24
+    assert record["episodes_used_per_file"] == {"w0.jsonl": 10, "w1.jsonl": 10, "w2.jsonl": 4}
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["episodes"] for row in rows] == [8, 16, 24]
+    one_file = tmp_path / "episodes.jsonl"
+    write_episodes(one_file, records)
+    assert lm_learn(model_folder, one_file, tmp_path / "whole") == 0
+    _, whole = load(tmp_path / "whole" / "run" / "weights" / "version-000003")
+    _, resumed = load(run / "weights" / "version-000003")
+    for a, b in zip(jax.tree.leaves(whole), jax.tree.leaves(resumed), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_a_follower_stops_at_a_torn_line_naming_it_and_resumed_skipping_bad_lines_learns_each_intact_one_once(
+    engine, model_folder, tmp_path, capsys
+):
+    """Two engine workers append to one file through buffers flushed when full: worker A's 8 lines and half
+    its 9th, which the follower learns as one batch; then B's first line and half its second, A's rest, B's
+    rest. Lines 9, 10 and 14 are torn. The follower stops at line 9 in one line naming file and line; resumed
+    with --skip-bad-lines (a resume may turn it on) it learns the 21 intact episodes once each: the weights of
+    a run over them alone."""
+    _, _, trajectories = played(engine, 24)
+    lines = [json.dumps(record) + "\n" for record in episode_records(trajectories)]
+    first, second = lines[:12], lines[12:]  # worker A's and worker B's
+    # Where the buffers happened to fill: A's inside its 9th line, B's inside its 2nd; these cuts tear lines that
+    # cannot parse, so that no torn line passes for an episode (tests/test_episode_feed.py has one that parses).
+    a_cut, b_cut = first[8].index('"spans"'), second[1].index('"reward"') + 2
+    path = tmp_path / "episodes.jsonl"
+    path.write_text("".join(first[:8]) + first[8][:a_cut])
+    run = tmp_path / "followed" / "run"
+
+    def the_rest():  # once the follower has learnt the 8 whole lines
+        deadline = time.monotonic() + 300
+        while not (run / "weights" / "version-000001").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        chunks = [second[0] + second[1][:b_cut], first[8][a_cut:] + "".join(first[9:])]
+        with path.open("a") as file:
+            for chunk in [*chunks, second[1][b_cut:] + "".join(second[2:])]:
+                file.write(chunk)
+                file.flush()
+
+    writers = threading.Thread(target=the_rest)
+    writers.start()
+    follow = ("--follow", "true", "--idle-timeout", "60", "--poll-seconds", "0.1")
+    assert lm_learn(model_folder, path, tmp_path / "followed", *follow) == 2
+    writers.join()
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith(f"error: {path}:9: not JSON (")
+    assert error.endswith("(pass --skip-bad-lines to leave such lines out).")
+    assert lm_learn(model_folder, path, tmp_path / "followed", "--resume", str(run), "--skip-bad-lines") == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out.splitlines()[-1])
+    assert summary["episodes"] == 21 and summary["bad_lines_skipped"] == 3 and summary["iterations"] == 3
+    assert [line.split(": ")[0] for line in captured.err.splitlines() if line.startswith("skipped ")] == [
+        f"skipped {path}:{line}" for line in (9, 10, 14)
+    ]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [row["episodes"] for row in rows] == [8, 16, 21]
+    intact = tmp_path / "intact.jsonl"
+    intact.write_text("".join(first[:8] + first[9:] + second[2:]))
+    assert lm_learn(model_folder, intact, tmp_path / "intact") == 0
+    _, expected = load(tmp_path / "intact" / "run" / "weights" / "version-000003")
+    _, resumed = load(run / "weights" / "version-000003")
+    for a, b in zip(jax.tree.leaves(expected), jax.tree.leaves(resumed), strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 # ------------------------------------------------------------------------------------ the baselines in the learner

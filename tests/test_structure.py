@@ -67,8 +67,8 @@ LAYERS = {
     "environments": ("envs",),
     "running": ("running",),
     "programs": (
-        "rollout", "warm_start", "probes", "episodes", "train", "sweep", "tuning", "compare", "comparison_tables",
-        "stats", "reproduction", "episode_learner", "lm_learn", "retrieval_learner",
+        "rollout", "warm_start", "probes", "episodes", "episode_feed", "train", "sweep", "tuning", "compare",
+        "comparison_tables", "stats", "reproduction", "episode_learner", "lm_learn", "retrieval_learner",
     ),
     "interface": ("cli", ""),  # "": the package's __init__
 }  # fmt: skip

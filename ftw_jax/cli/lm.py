@@ -59,8 +59,9 @@ def _add_learn_parser(commands) -> None:
         "--episodes",
         type=pathlib.Path,
         required=True,
-        metavar="FILE.jsonl",
-        help="the episodes, one JSON object per line",
+        metavar="PATH",
+        help="the episodes, one JSON object per line: a .jsonl file, or a folder of *.jsonl files (one per engine "
+        "worker, each appended to by that worker alone), read in name order",
     )
     learn.add_argument(
         "--model",
@@ -72,7 +73,8 @@ def _add_learn_parser(commands) -> None:
     learn.add_argument(
         "--skip-bad-lines",
         action="store_true",
-        help="leave out lines that break the schema (each named) instead of refusing the file",
+        help="leave out lines that break the schema (each named) instead of refusing the file; a --resume may "
+        "turn it on, to go on past a torn line",
     )
     learn.add_argument(
         "--mesh",
