@@ -10,6 +10,7 @@ checkpoints and an exact resume.
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import time
 from collections.abc import Callable
@@ -32,7 +33,7 @@ from ftw_jax.lm.config import read_json
 from ftw_jax.running import run_files, skips
 from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
 from ftw_jax.running.host import host_array
-from ftw_jax.running.signals import raise_if_stopped
+from ftw_jax.running.signals import Interrupted, raise_if_stopped
 from ftw_jax.running.skips import StoppedRun
 
 
@@ -89,9 +90,71 @@ def stop_for_sampler(config: LearnConfig, row: dict, iteration: int, total: int)
     return None
 
 
+def stop_after_iteration(
+    config: LearnConfig, row: dict, iteration: int, total: int, skipped: dict
+) -> StoppedRun | None:
+    """Why the run stops after `iteration` (`row` its `learn_batch` row, on `total` episodes; `skipped` the
+    skipped-update totals): its engine's sampler (`stop_for_sampler`), or updates skipped past
+    `stop_after_skipped`; None to go on."""
+    limit = skips.limit_of(config.stop_after_skipped, config.steps_per_batch)
+    whole = "a whole iteration" if config.stop_after_skipped is None else ""
+    return stop_for_sampler(config, row, iteration, total) or skips.stop_for_skips(
+        ["the learner"], skipped, limit, whole=whole, nonfinite_advice=NONFINITE_ADVICE
+    )
+
+
 def weights_folder(run_folder: pathlib.Path, version: int) -> pathlib.Path:
     """Where the weights of policy version `version` go: `weights/version-000012` (sorted by name = by version)."""
     return run_folder / "weights" / f"version-{version:06d}"
+
+
+class LatestVersion:
+    """`weights/latest.json`, the version an engine should play: moved only to a version whose checkpoint (or a
+    later one) is whole on disk, so that a learner killed at any moment resumes at or past it and the file never
+    names an older version after a restart; nor a version the restarted learner is behind (its episodes would be
+    ahead of the learner). Without checkpoints, each version as soon as it is written."""
+
+    def __init__(self, run_folder: pathlib.Path, checkpointer: Checkpointer | None):
+        self.path, self.checkpointer = run_folder / "weights" / "latest.json", checkpointer
+        self.waiting: list[tuple[int, int]] = []  # (iteration, version) written, not named yet
+
+    def written(self, iteration: int, version: int) -> None:
+        """The weights of `version` are written, after `iteration`; named as soon as a checkpoint covers them."""
+        self.waiting.append((iteration, version))
+        self.publish()
+
+    def publish(self) -> None:
+        """Names the newest written version a durable checkpoint covers, if any is new (cheap: call it often)."""
+        durable = self.checkpointer.durable_step() if self.checkpointer else None
+        covered = [pair for pair in self.waiting if self.checkpointer is None or (durable or 0) >= pair[0]]
+        if covered and jax.process_index() == 0:  # one writer
+            version = max(version for _, version in covered)
+            run_files.write_json(
+                self.path, {"version": version, "path": weights_folder(self.path.parent.parent, version).name}
+            )
+        self.waiting = [pair for pair in self.waiting if pair not in covered]
+
+    def publish_unless_stopped(self) -> None:
+        """Between two iterations and while a follower waits: raises `Interrupted` where a stop was asked for,
+        else names a version whose checkpoint the wait let finish (an engine may be waiting for it)."""
+        raise_if_stopped()
+        self.publish()
+
+    @contextlib.contextmanager
+    def named_on_stop(self):
+        """Around the save where a run may stop (a stop signal, `StoppedRun`): the version the stopped run's last
+        checkpoint covers is named before it ends."""
+        try:
+            yield
+        except (StoppedRun, Interrupted):
+            self.finish()
+            raise
+
+    def finish(self) -> None:
+        """Waits for the checkpoints in flight, then names the newest version written."""
+        if self.checkpointer:
+            self.checkpointer.wait()
+        self.publish()
 
 
 def save_weights(
@@ -99,7 +162,7 @@ def save_weights(
 ) -> pathlib.Path:
     """Writes the state's weights as a Hugging Face folder (once per version; atomic) in the dtype the model
     computes in (what the learner's log-probs were computed with), with the starting checkpoint's config.json
-    and tokenizer files, and points `weights/latest.json` at it."""
+    and tokenizer files (`LatestVersion` names it in `weights/latest.json` once a checkpoint covers it)."""
     from ftw_jax.lm.load import TOKENIZER_FILES, save
 
     version = int(host_array(state.policy.version))
@@ -115,7 +178,6 @@ def save_weights(
                 copy_files=[model_path / name for name in TOKENIZER_FILES if (model_path / name).is_file()],
                 dtype=learner.model_config.dtype,
             )
-        run_files.write_json(run_folder / "weights" / "latest.json", {"version": version, "path": folder.name})
     return folder
 
 
@@ -144,6 +206,9 @@ def _resumed(
     folder or None): the checkpointer's latest, else a new run's."""
     restored = checkpointer.restore(state) if checkpointer else None
     if not restored:
+        rows = checkpointer.directory.parent / "metrics.jsonl" if checkpointer else None
+        if rows and rows.is_file() and rows.stat().st_size:  # a run that learnt, stopped before its first checkpoint
+            log(f"no checkpoint in {rows.parent / 'checkpoints'}: the run starts again from iteration 0")
         return 0, state, 0, dict.fromkeys(skips.TOTALS, 0), None
     done, state, record = restored
     used = record["episodes_used"]
@@ -264,25 +329,26 @@ def learn_from_file(
     total, plan = feed.plan(done)
     report.log(f"{plan}; run folder {run_folder}")
     weights, iteration, tied = None, done, 0
-    limit = skips.limit_of(config.stop_after_skipped, config.steps_per_batch)
-    whole = "a whole iteration" if config.stop_after_skipped is None else ""
-    for chunk in feed.batches(before_each=raise_if_stopped):
+    latest = LatestVersion(run_folder, checkpointer)
+    for chunk in feed.batches(before_each=latest.publish_unless_stopped):
         state, row, skipped = learn_batch(learner, state, place, chunk, iteration, episodes_path, skipped)
         used, iteration, tied = used + len(chunk), iteration + 1, tied + (row.get("groups_tied") == 1.0)
         report.iteration({"iteration": iteration, "episodes": used, **row}, total)
         last = iteration == total
-        stop = stop_for_sampler(config, row, iteration, len(chunk)) or skips.stop_for_skips(
-            ["the learner"], skipped, limit, whole=whole, nonfinite_advice=NONFINITE_ADVICE
-        )
+        stop = stop_after_iteration(config, row, iteration, len(chunk), skipped)
         if iteration % config.save_every == 0 or last:
             weights = save_weights(run_folder, learner, state, model_path)
+            latest.written(iteration, int(host_array(state.policy.version)))
         record = {"episodes_used": used, "skipped": skipped, **feed.position()}
-        save_then_stop(checkpointer, iteration, state, record, last=last, stop=stop)
+        with latest.named_on_stop():
+            save_then_stop(checkpointer, iteration, state, record, last=last, stop=stop)
     if config.follow and checkpointer and iteration > done and iteration % checkpointer.every:
         checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped, **feed.position()}, final=True)
     version = int(host_array(state.policy.version))
     if weights != weights_folder(run_folder, version):  # the newest version, written once
         weights = save_weights(run_folder, learner, state, model_path)
+        latest.written(iteration, version)
+    latest.finish()
     _warn_if_all_tied(config, iteration - done, tied, report.log)
     return {
         "episodes": used,

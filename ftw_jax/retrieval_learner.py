@@ -31,7 +31,13 @@ from ftw_jax.envs.retrieval_qa.retriever import BM25Retriever
 from ftw_jax.envs.retrieval_qa.task import RetrievalQA, RetrievalQASettings
 from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, load_for_learning, policy_params
 from ftw_jax.episodes import episode_of, sample_records, to_trajectories
-from ftw_jax.lm_learn import NONFINITE_ADVICE, LearnReport, learn_batch, save_weights, stop_for_sampler
+from ftw_jax.lm_learn import (
+    LatestVersion,
+    LearnReport,
+    learn_batch,
+    save_weights,
+    stop_after_iteration,
+)
 from ftw_jax.running import skips
 from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
 from ftw_jax.running.host import host_array
@@ -262,9 +268,7 @@ def train_retrieval_qa(
         evaluated(0)
     questions = len(run.train_questions)
     log(f"{config.num_iterations} iterations of {batch} of {questions} questions; run folder {run_folder}")
-    limit = skips.limit_of(config.learn.stop_after_skipped, config.learn.steps_per_batch)
-    whole = "a whole iteration" if config.learn.stop_after_skipped is None else ""
-    weights = None
+    weights, latest = None, LatestVersion(run_folder, checkpointer)
     for iteration in range(done, config.num_iterations):
         raise_if_stopped()
         state, row, skipped = _play_and_learn(run, config, sampler, state, iteration, files, skipped)
@@ -276,14 +280,15 @@ def train_retrieval_qa(
             evaluated(iteration + 1)
         if (iteration + 1) % config.learn.save_every == 0 or last:
             weights = save_weights(run_folder, run.learner, state, model_path)
-        stop = stop_for_sampler(config.learn, row, iteration + 1, batch) or skips.stop_for_skips(
-            ["the learner"], skipped, limit, whole=whole, nonfinite_advice=NONFINITE_ADVICE
-        )
-        save_then_stop(
-            checkpointer, iteration + 1, state, {"evaluations": evaluations, "skipped": skipped}, last=last, stop=stop
-        )
+            latest.written(iteration + 1, int(host_array(state.policy.version)))
+        stop = stop_after_iteration(config.learn, row, iteration + 1, batch, skipped)
+        record = {"evaluations": evaluations, "skipped": skipped}
+        with latest.named_on_stop():
+            save_then_stop(checkpointer, iteration + 1, state, record, last=last, stop=stop)
     if weights is None:  # resumed after its last iteration: the newest weights, found (written) again
         weights = save_weights(run_folder, run.learner, state, model_path)
+        latest.written(config.num_iterations, int(host_array(state.policy.version)))
+    latest.finish()
     return {
         "iterations": config.num_iterations,
         "version": int(host_array(state.policy.version)),

@@ -1011,6 +1011,22 @@ MUTATIONS = (
         "    if False:",
         ("tests/test_lm_learner.py", "-k", "past_max_staleness"),
     ),
+    Mutation(
+        "latest-before-its-checkpoint",
+        "weights/latest.json names a version no whole checkpoint covers: a restart goes back to an older one",
+        "ftw_jax/lm_learn.py",
+        "if self.checkpointer is None or (durable or 0) >= pair[0]]",
+        "]",
+        ("tests/test_lm_learner.py", "-k", "latest_json_moves or killed_at_each"),
+    ),
+    Mutation(
+        "durable-step-in-flight",
+        "a checkpoint still being written counts as whole",
+        "ftw_jax/running/checkpoints.py",
+        "steps = self._saved[:-1] if self._manager.is_saving_in_progress() else self._saved",
+        "steps = self._saved",
+        ("tests/test_checkpoints.py", "-k", "durable"),
+    ),
 )
 
 

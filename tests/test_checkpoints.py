@@ -3,12 +3,14 @@
 import json
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -130,6 +132,28 @@ def test_checkpointer_round_trip_ignores_partial_writes_and_checks_the_fingerpri
     with pytest.raises(ValueError, match=r"different configuration.*config: \[1, 2\] -> \[1, 3\]"):
         Checkpointer(tmp_path, {"config": [1, 3]}).restore(carry)
     assert Checkpointer(pathlib.Path(tmp_path / "empty"), {}).restore(carry) is None
+
+
+def test_the_durable_step_is_the_newest_checkpoint_whose_write_finished(tmp_path, monkeypatch):
+    carry = {"weights": jnp.arange(6.0).reshape(2, 3)}
+    checkpointer = Checkpointer(tmp_path, {}, keep=3)
+    assert checkpointer.durable_step() is None
+    checkpointer.save(1, carry, {})
+    checkpointer.wait()
+    assert checkpointer.durable_step() == 1
+    checkpointer.save(2, carry, {})
+    checkpointer.wait()
+    assert checkpointer.durable_step() == 2
+    with monkeypatch.context() as patch:  # Orbax says step 2 is in flight: its folder may be partial (no renames)
+        patch.setattr(checkpointer._manager, "is_saving_in_progress", lambda: True)
+        assert checkpointer.durable_step() == 1
+    shutil.move(tmp_path / "2", tmp_path / "2.orbax-checkpoint-tmp-1")  # or not in place yet
+    assert checkpointer.durable_step() == 1
+    shutil.move(tmp_path / "2.orbax-checkpoint-tmp-1", tmp_path / "2")
+    checkpointer.close()
+    restarted = Checkpointer(tmp_path, {})
+    restarted.restore(carry)
+    assert restarted.durable_step() == 2  # what it resumed from
 
 
 def test_a_setting_added_since_is_the_same_run_only_while_it_is_off():

@@ -8,6 +8,7 @@ import re
 import shutil
 import threading
 import time
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -409,6 +410,9 @@ def test_a_resume_with_another_models_folder_is_refused_and_moves_no_checkpoint(
     shutil.copytree(model_folder, model)
     assert lm_learn(model, episodes, tmp_path, "--resume", str(run)) == 0
     assert "resumed after iteration 1 (8 episodes learnt from)" in capsys.readouterr().err
+    shutil.rmtree(run / "checkpoints")  # killed before its first checkpoint: the restart says it starts over
+    assert lm_learn(model, episodes, tmp_path, "--resume", str(run)) == 0
+    assert f"no checkpoint in {run / 'checkpoints'}: the run starts again from iteration 0" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -1003,16 +1007,80 @@ def test_stale_episodes_are_counted_against_the_bound():
     assert stale_episodes(two, 5, 3) == 0 and stale_episodes(one, 6, 3) == 1
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("algorithm", ["ftw", "ppo"])
-def test_a_follower_killed_while_writing_weights_leaves_a_loadable_latest_version(
-    algorithm, engine, model_folder, tmp_path
-):
-    """SIGKILL while `lm learn --follow` writes version 2 (its staging folder seen): `latest.json` names a whole
-    folder that loads, no partial version folder is left, and a resume finishes with the weights of a run never
-    stopped; for PPO with the critic of that run too, bit for bit."""
+def test_latest_json_moves_only_to_versions_a_whole_checkpoint_covers(tmp_path):
+    """`LatestVersion` names a written version once a checkpoint of its iteration or a later one is whole (the
+    checkpointer's `durable_step`), the newest such; without checkpoints at once."""
+    from ftw_jax.lm_learn import LatestVersion
+
+    class Checkpoints:  # a checkpointer whose writes finish when the test says
+        durable = None
+
+        def durable_step(self):
+            return self.durable
+
+        def wait(self):
+            self.durable = 3
+
+    def named():
+        path = tmp_path / "weights" / "latest.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    (tmp_path / "weights").mkdir()
+    checkpoints = Checkpoints()
+    latest = LatestVersion(tmp_path, checkpoints)
+    latest.written(1, 2)  # iteration 1 wrote version 2; its checkpoint is being written
+    assert named() is None
+    checkpoints.durable = 1
+    latest.publish()
+    assert named() == {"version": 2, "path": "version-000002"}
+    latest.written(2, 4)
+    latest.written(3, 6)
+    checkpoints.durable = 2
+    latest.publish()
+    assert named()["version"] == 4
+    latest.finish()  # waits for the writes in flight
+    assert named()["version"] == 6
+    unchecked = LatestVersion(tmp_path, None)
+    unchecked.written(4, 8)
+    assert named()["version"] == 8
+
+
+def killed_when(process, seen: Callable[[], bool]) -> None:
+    """SIGKILLs `process` as soon as `seen()` (polled every millisecond), or when it ends or 300 s pass."""
     import os
     import signal
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and process.poll() is None and not seen():
+        time.sleep(0.001)
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def named_version(weights: pathlib.Path, run: pathlib.Path) -> int:
+    """The version `latest.json` names (0 where there is none yet: the engine plays the starting model), checked
+    whole (it loads) and covered by an intact checkpoint (iteration = version here), so a restart resumes at or
+    past it."""
+    if not (weights / "latest.json").exists():
+        return 0
+    latest = json.loads((weights / "latest.json").read_text())
+    load(weights / latest["path"])
+    steps = [int(path.name) for path in (run / "checkpoints").iterdir() if path.name.isdigit()]
+    assert latest["version"] <= max(steps, default=0), (latest, steps)
+    return latest["version"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["ftw", "ppo"])
+def test_a_follower_killed_at_each_point_of_a_version_never_names_an_older_one(
+    algorithm, engine, model_folder, tmp_path
+):
+    """SIGKILL `lm learn --follow` while it writes a version (its staging folder seen), once the version is written
+    (its checkpoint in flight) and once its checkpoint is in place, resuming each time: `latest.json` names a whole
+    folder that loads, never one an intact checkpoint does not cover, so it never goes back across a restart; no
+    partial version folder is left, and the last resume ends with the weights of a run never stopped (for PPO with
+    its critic too), bit for bit."""
     import subprocess
     import sys
 
@@ -1025,21 +1093,24 @@ def test_a_follower_killed_while_writing_weights_leaves_a_loadable_latest_versio
     argv += ["--num-elites", "1", "--monitor-entries", "4"]
     if algorithm == "ppo":  # one step a batch: versions 1, 2, 3 as FTW's
         argv += ["--algorithm", "ppo", "--num-minibatches", "1"]
-    follower = subprocess.Popen([*argv, "--name", "killed", "--follow", "true"], stderr=subprocess.PIPE)
-    weights = tmp_path / "killed" / "weights"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and follower.poll() is None:
-        staging = list(weights.glob(".version-000002.*")) if weights.is_dir() else []  # version 1 is written
-        if staging or (weights / "version-000003").exists():
-            break
-        time.sleep(0.001)
-    os.kill(follower.pid, signal.SIGKILL)
-    follower.wait()
-    latest = json.loads((weights / "latest.json").read_text())
-    load(weights / latest["path"])  # whole
-    for folder in weights.glob("version-*"):
-        load(folder)
-    subprocess.run([*argv, "--name", "killed", "--resume", str(tmp_path / "killed")], check=True, capture_output=True)
+    run = tmp_path / "killed"
+    weights = run / "weights"
+    points = [
+        lambda: weights.is_dir() and bool(list(weights.glob(".version-000002.*"))),  # version 2 being written
+        lambda: (weights / "version-000002").exists(),  # written, its checkpoint maybe in flight
+        lambda: (run / "checkpoints" / "3").exists(),
+    ]
+    named = 0
+    for index, seen in enumerate(points if algorithm == "ftw" else points[:1]):
+        resume = ["--resume", str(run)] if index else ["--name", "killed"]
+        killed_when(subprocess.Popen([*argv, *resume, "--follow"], stderr=subprocess.DEVNULL), seen)
+        now = named_version(weights, run)
+        assert now >= named, f"latest.json went back from version {named} to {now}"
+        named = now
+        for folder in weights.glob("version-*"):
+            load(folder)
+    subprocess.run([*argv, "--resume", str(run)], check=True, capture_output=True)
+    assert named_version(weights, run) == 3
     subprocess.run([*argv, "--name", "whole"], check=True, capture_output=True)
     _, resumed = load(weights / "version-000003")
     _, whole = load(tmp_path / "whole" / "weights" / "version-000003")

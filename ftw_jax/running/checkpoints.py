@@ -207,11 +207,13 @@ class Checkpointer:
         self.fingerprint, self.every = _as_json(fingerprint), every
         options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=every, create=True)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
+        self._saved: list[int] = []  # the steps this process asked to save, the last maybe still being written
+        self._restored: int | None = None
 
     def save(self, periods_done: int, carry: Any, record: dict, *, final: bool = False) -> None:
         """Saves every `every` periods, and always when `final` (writes continue in the background)."""
         ocp = self._ocp
-        self._manager.save(
+        saved = self._manager.save(
             periods_done,
             args=ocp.args.Composite(
                 carry=ocp.args.StandardSave(with_raw_keys(carry)),
@@ -219,6 +221,20 @@ class Checkpointer:
             ),
             force=final,
         )
+        if saved:
+            self._saved = [*self._saved[-1:], periods_done]  # only the newest can still be in flight
+
+    def durable_step(self) -> int | None:
+        """The newest step whose checkpoint is whole on disk (written by this process, or restored), or None: what
+        a restart after a kill now would resume from at least. Orbax writes one checkpoint at a time, so every
+        step asked for but the last is done; the last is once no write is in flight and its folder is in place."""
+        steps = self._saved[:-1] if self._manager.is_saving_in_progress() else self._saved
+        done = [step for step in steps if (self.directory / str(step)).is_dir()]
+        return max(done, default=self._restored)
+
+    def wait(self) -> None:
+        """Waits until every checkpoint asked for is on disk (`durable_step` is then the last)."""
+        self._manager.wait_until_finished()
 
     def restore(self, template: Any, log: Callable[[str], object] | None = None) -> tuple[int, Any, dict] | None:
         """The newest intact checkpoint as (periods done, carry shaped and sharded like `template`, record), or None.
@@ -243,6 +259,7 @@ class Checkpointer:
             except Exception as error:  # noqa: BLE001
                 unreadable.append(self._set_aside(step, error, log))
                 continue
+            self._restored = step
             return step, with_keys_like(template, stored), record
         if unreadable:
             raise ValueError(
@@ -256,7 +273,7 @@ class Checkpointer:
         checkpoint is intact, only not this run's. Unreadable metadata is left to the restore to find."""
         try:
             metadata = self._ocp.StandardCheckpointer().metadata(self.directory / str(step) / "carry")
-            stored = _shapes(metadata.item_metadata.tree)
+            stored = _shapes(metadata.item_metadata.tree)  # pyright: ignore[reportOptionalMemberAccess]
         except Exception:  # noqa: BLE001 (damaged metadata: the restore sets the checkpoint aside)
             return
         differences = shape_differences(stored, _shapes(with_raw_keys(template)))
