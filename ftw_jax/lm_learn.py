@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import pathlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import jax
@@ -141,7 +141,7 @@ class LatestVersion:
         self.publish()
 
     @contextlib.contextmanager
-    def named_on_stop(self):
+    def named_on_stop(self) -> Iterator[None]:
         """Around the save where a run may stop (a stop signal, `StoppedRun`): the version the stopped run's last
         checkpoint covers is named before it ends."""
         try:
