@@ -167,13 +167,23 @@ def test_a_second_process_on_a_locked_run_folder_is_refused_and_the_first_ends_i
     assert_same_run(folder, json.loads(out), whole)
 
 
-@pytest.mark.parametrize(("sent", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("sent", "status"),
+    [((signal.SIGINT,), 130), ((signal.SIGTERM,), 143), ((signal.SIGINT, signal.SIGINT), 130)],
+    ids=["SIGINT", "SIGTERM", "SIGINT twice"],
+)
 def test_an_interrupt_says_how_to_resume_and_resuming_finishes_the_run(sent, status, whole, tmp_path, capsys):
+    """Within seconds, while checkpoints are written (the second signal 50 ms after the first: once a traceback
+    of Orbax's threads, stopped half way)."""
     folder = tmp_path / "run"
     process = start(folder)
     wait_for(folder / "checkpoints" / "3", process)
-    os.kill(process.pid, sent)
+    started = time.monotonic()
+    for signum in sent:
+        os.kill(process.pid, signum)
+        time.sleep(0.05)
     _, err = process.communicate(timeout=300)
+    assert time.monotonic() - started < 10
     assert process.returncode == status and "Traceback" not in err, err
     assert not (folder / ".lock").exists()
     command = err.strip().splitlines()[-1].strip()  # the last line: the command that resumes it

@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import functools
 import pathlib
+import shlex
 import sys
 
 from ftw_jax import __version__
@@ -43,7 +44,7 @@ def _quiet_closed_event_loops(unraisable) -> None:
 
 def resume_command(argv: list[str], folder: pathlib.Path) -> str:
     """The command line that continues the run in `folder`: `argv` without --out/--name/--resume, with
-    --resume FOLDER."""
+    --resume FOLDER, quoted for a shell (`--grid 'C=4,8 K=1,2'`)."""
     kept, skip = [], False
     for token in argv:
         if skip:
@@ -52,7 +53,7 @@ def resume_command(argv: list[str], folder: pathlib.Path) -> str:
             skip = True
         elif not token.startswith(("--out=", "--name=", "--resume=")):
             kept.append(token)
-    return " ".join(["ftw-jax", *kept, "--resume", str(folder)])
+    return shlex.join(["ftw-jax", *kept, "--resume", str(folder)])
 
 
 def _noted(action: argparse.Action) -> argparse.Action:
