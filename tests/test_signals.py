@@ -3,7 +3,6 @@ reaches a boundary, one that does, a second signal), then the command line while
 `compare`, `sweep` and `lm learn` compile (a run stopped while it writes a checkpoint: tests/test_faults.py)."""
 
 import json
-import os
 import pathlib
 import signal
 import subprocess
