@@ -38,12 +38,14 @@ __all__ = [
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs `ftw-jax ARGV` (default: the process's arguments); its exit status. A stop signal ends it within
-    seconds wherever it is, with one line (`ftw_jax.running.signals`)."""
+    """Runs `ftw-jax ARGV` (default: the process's arguments, and then the stop signals stay taken until it exits);
+    its exit status. A stop signal ends it within seconds wherever it is, with one line
+    (`ftw_jax.running.signals`)."""
     from ftw_jax.running import signals  # imports nothing heavy: the signals are taken before JAX loads
 
+    entry = argv is None  # the process's own command (`ftw-jax`, `python -m ftw_jax.cli`), not a caller's
     argv = sys.argv[1:] if argv is None else argv
-    with signals.watching() as watcher:
+    with signals.watching(to_the_end=entry) as watcher:
         from ftw_jax.cli import command
 
         return command.run(argv, watcher)

@@ -135,9 +135,11 @@ class Watcher:
 
 
 @contextlib.contextmanager
-def watching() -> Iterator[Watcher | None]:
+def watching(*, to_the_end: bool = False) -> Iterator[Watcher | None]:
     """SIGINT and SIGTERM taken by `request_stop` and a `Watcher` while the block runs (None, and nothing taken,
-    outside the main thread, where Python allows no handler); the previous handlers afterwards."""
+    outside the main thread, where Python allows no handler); the previous handlers afterwards, or, with
+    `to_the_end` (the process's own command, ending), none: a signal while Python shuts down (up to a second)
+    is ignored, where Python's own handlers, restored as it shuts down, would kill it (status -2, not 130)."""
     if threading.current_thread() is not threading.main_thread():
         yield None
         return
@@ -149,7 +151,7 @@ def watching() -> Iterator[Watcher | None]:
         yield watcher
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            signal.signal(signum, signal.SIG_IGN if to_the_end else handler)
         signal.set_wakeup_fd(previous_wakeup)
         watcher.close()
         clear_stop()
