@@ -142,7 +142,7 @@ class LatestVersion:
 
     @contextlib.contextmanager
     def named_on_stop(self) -> Iterator[None]:
-        """Around the save where a run may stop (a stop signal, `StoppedRun`): the version the stopped run's last
+        """Around the loop a run may stop in (a stop signal, `StoppedRun`): the version the stopped run's last
         checkpoint covers is named before it ends."""
         try:
             yield
@@ -330,17 +330,17 @@ def learn_from_file(
     report.log(f"{plan}; run folder {run_folder}")
     weights, iteration, tied = None, done, 0
     latest = LatestVersion(run_folder, checkpointer)
-    for chunk in feed.batches(before_each=latest.publish_unless_stopped):
-        state, row, skipped = learn_batch(learner, state, place, chunk, iteration, episodes_path, skipped)
-        used, iteration, tied = used + len(chunk), iteration + 1, tied + (row.get("groups_tied") == 1.0)
-        report.iteration({"iteration": iteration, "episodes": used, **row}, total)
-        last = iteration == total
-        stop = stop_after_iteration(config, row, iteration, len(chunk), skipped)
-        if iteration % config.save_every == 0 or last:
-            weights = save_weights(run_folder, learner, state, model_path)
-            latest.written(iteration, int(host_array(state.policy.version)))
-        record = {"episodes_used": used, "skipped": skipped, **feed.position()}
-        with latest.named_on_stop():
+    with latest.named_on_stop():  # a stopped run names the version its last checkpoint covers
+        for chunk in feed.batches(before_each=latest.publish_unless_stopped):
+            state, row, skipped = learn_batch(learner, state, place, chunk, iteration, episodes_path, skipped)
+            used, iteration, tied = used + len(chunk), iteration + 1, tied + (row.get("groups_tied") == 1.0)
+            report.iteration({"iteration": iteration, "episodes": used, **row}, total)
+            last = iteration == total
+            stop = stop_after_iteration(config, row, iteration, len(chunk), skipped)
+            if iteration % config.save_every == 0 or last:
+                weights = save_weights(run_folder, learner, state, model_path)
+                latest.written(iteration, int(host_array(state.policy.version)))
+            record = {"episodes_used": used, "skipped": skipped, **feed.position()}
             save_then_stop(checkpointer, iteration, state, record, last=last, stop=stop)
     if config.follow and checkpointer and iteration > done and iteration % checkpointer.every:
         checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped, **feed.position()}, final=True)

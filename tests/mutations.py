@@ -206,7 +206,7 @@ MUTATIONS = (
     Mutation(
         "skips-stop-exits-zero",
         "a stopped run exits 0",
-        "ftw_jax/cli/__init__.py",
+        "ftw_jax/cli/command.py",
         "        return STOPPED_SKIPPING",
         "        return 0",
         SKIP_TESTS,
@@ -925,7 +925,7 @@ MUTATIONS = (
     Mutation(
         "flags-abbreviated",
         "a prefix of a flag is taken for the flag (`--seed 5` as `--seeds 5`)",
-        "ftw_jax/cli/__init__.py",
+        "ftw_jax/cli/command.py",
         'super().__init__(*args, **{"allow_abbrev": False, **kwargs})',
         "super().__init__(*args, **kwargs)",
         ("tests/test_bad_input.py", "-k", "abbreviation"),

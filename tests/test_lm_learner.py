@@ -457,7 +457,8 @@ def test_lm_learn_refuses_a_bad_line_in_one_line(model_folder, tmp_path, capsys)
     )
     assert not (tmp_path / "run").exists()
     episodes.write_text(json.dumps({**GOOD, "spans": [{**GOOD["spans"][0], "version": 0}]}) + "\n")
-    assert lm_learn(model_folder, episodes, tmp_path, *small) == 0
+    made_up = ("--sampler-gap-limit", "0")  # its log-probs are no model's
+    assert lm_learn(model_folder, episodes, tmp_path, *small, *made_up) == 0
 
 
 @pytest.mark.parametrize("seed", ["-1", "2147483648", "99999999999999999999"])
@@ -522,7 +523,8 @@ for name, extra in (("one", []), ("mesh", ["--mesh", "2x2"])):
     argv = ["lm", "learn", "--episodes", str(out / "episodes.jsonl"), "--model", str(folder), "--out", str(out),
             "--name", name, "--max-length", "12", "--episodes-per-iteration", "8", "--pool-capacity", "16",
             "--num-batches", "4", "--batch-size", "4", "--num-elites", "1", "--optimizer", "sgd",
-            "--learning-rate", "0.5", *extra]  # SGD: Adam turns rounding in near-zero gradients into lr-sized steps
+            "--learning-rate", "0.5", "--sampler-gap-limit", "0", *extra]  # made-up log-probs; SGD: Adam turns
+            # rounding in near-zero gradients into lr-sized steps
     assert cli.main(argv) == 0
     weights[name] = lm.load(out / name / "weights" / "version-000002")[1]
 from ftw_jax.episode_learner import EpisodeLearner, LearnConfig
@@ -695,6 +697,8 @@ def test_lm_learn_over_two_processes_learns_what_one_does(tmp_path):
         str(tmp_path),
         "--max-length",
         "12",
+        "--sampler-gap-limit",  # made-up log-probs
+        "0",
         "--episodes-per-iteration",
         "8",
         "--pool-capacity",

@@ -142,7 +142,7 @@ def test_lm_learn_with_lora_writes_merged_weights_and_resumes_exactly(tmp_path, 
     write_episodes(episodes, records)
     flags = ["--max-length", "12", "--episodes-per-iteration", "4", "--pool-capacity", "8", "--num-batches", "2"]
     flags += ["--batch-size", "4", "--num-elites", "2", "--learning-rate", "0.01", "--kl-coef", "0.1"]
-    flags += ["--lora-rank", "2", "--lora-alpha", "4", "--json"]
+    flags += ["--lora-rank", "2", "--lora-alpha", "4", "--sampler-gap-limit", "0", "--json"]  # made-up log-probs
 
     def learn(file, out, *extra):
         argv = ["lm", "learn", "--episodes", str(file), "--model", str(QWEN2), "--out", str(out), "--name", "run"]

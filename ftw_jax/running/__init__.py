@@ -1,7 +1,7 @@
 """Running: what every command needs to run a program and keep what it did.
 
     loop           members of one compiled program, period by period (`MemberRun`)
-    signals        a stop asked for (SIGINT, SIGTERM), obeyed at the next checkpointed boundary
+    signals        a stop asked for (SIGINT, SIGTERM): at the next checkpointed boundary, or within seconds
     memory         budgets: a state or program refused before it is allocated where it would not fit
     host           the members' axis over devices and hosts, and host copies of it
     run_files      a run folder's files, written atomically

@@ -5,6 +5,7 @@
     restored = checkpointer.restore(carry)          # None, or (periods done, carry, record)
     checkpointer.save(periods_done, carry, {"history": ...})
     checkpointer.close()                            # waits for the last write
+    finish_writes()                                 # every open checkpointer's writes in flight (a process ending)
     save_then_stop(checkpointer, step, carry, record, last=..., stop=...)   # what both host loops do per step
 
 The carry holds everything a run needs to go on exactly as if never stopped: parameters, optimizer state, the
@@ -18,11 +19,13 @@ afterwards (a truncated file, empty metadata) is set aside and the one before it
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import pathlib
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -209,18 +212,21 @@ class Checkpointer:
         self._manager = ocp.CheckpointManager(self.directory, options=options)
         self._saved: list[int] = []  # the steps this process asked to save, the last maybe still being written
         self._restored: int | None = None
+        self._busy = threading.Lock()  # held while a save starts and while closing: `finish_writes` waits after
+        _open.add(self)
 
     def save(self, periods_done: int, carry: Any, record: dict, *, final: bool = False) -> None:
         """Saves every `every` periods, and always when `final` (writes continue in the background)."""
         ocp = self._ocp
-        saved = self._manager.save(
-            periods_done,
-            args=ocp.args.Composite(
-                carry=ocp.args.StandardSave(with_raw_keys(carry)),
-                record=ocp.args.JsonSave({"fingerprint": self.fingerprint, "periods_done": periods_done, **record}),
-            ),
-            force=final,
-        )
+        with self._busy:
+            saved = self._manager.save(
+                periods_done,
+                args=ocp.args.Composite(
+                    carry=ocp.args.StandardSave(with_raw_keys(carry)),
+                    record=ocp.args.JsonSave({"fingerprint": self.fingerprint, "periods_done": periods_done, **record}),
+                ),
+                force=final,
+            )
         if saved:
             self._saved = [*self._saved[-1:], periods_done]  # only the newest can still be in flight
 
@@ -302,8 +308,25 @@ class Checkpointer:
 
     def close(self) -> None:
         """Waits for writes in flight, then releases Orbax's threads."""
-        self._manager.wait_until_finished()
-        self._manager.close()
+        with self._busy:
+            _open.discard(self)
+            self._manager.wait_until_finished()
+            self._manager.close()
+
+    def wait_for_writes(self) -> None:
+        """Waits for the writes in flight (a save started by another thread included); never raises."""
+        with self._busy, contextlib.suppress(Exception):
+            self._manager.wait_until_finished()
+
+
+_open: set[Checkpointer] = set()  # the checkpointers not closed yet, for `finish_writes`
+
+
+def finish_writes() -> None:
+    """Waits for every open checkpointer's writes in flight, so that its newest checkpoint lands whole: what a
+    process that ends at once does first (a stop signal's watcher; any thread may call it). Never raises."""
+    for checkpointer in list(_open):
+        checkpointer.wait_for_writes()
 
 
 def save_then_stop(

@@ -186,6 +186,15 @@ def locked(folder: pathlib.Path) -> Iterator[pathlib.Path]:
         path.unlink(missing_ok=True)
 
 
+def release_lock(folder: pathlib.Path) -> None:
+    """Removes `folder/.lock` if this process holds it: what a process that ends at once does (`locked` does it
+    otherwise)."""
+    path = folder / ".lock"
+    with contextlib.suppress(OSError, ValueError):
+        if int(path.read_text().strip() or 0) == os.getpid():
+            path.unlink()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
