@@ -627,3 +627,10 @@ def test_nan_behaviour_log_probs_are_flagged():
     assert bool(metrics["behaviour_logp_nonfinite"]) and bool(metrics["applied"])
     _, metrics = shared_update()(state(), pool, jax.random.key(14))
     assert not bool(metrics["behaviour_logp_nonfinite"])
+
+
+def test_a_monitor_larger_than_the_pool_is_recorded_as_the_pool():
+    """The monitor measures at most the N entries there are: the config says N, so a run's config.json does too
+    (`--monitor-entries 1000000000` was recorded as 10⁹ while N were measured)."""
+    assert ftw_jax.UpdateConfig(pool_capacity=8, batch_size=4, monitor_entries=10**9).monitor_entries == 8
+    assert ftw_jax.UpdateConfig(pool_capacity=8, batch_size=4, monitor_entries=3).monitor_entries == 3

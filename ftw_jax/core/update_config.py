@@ -46,8 +46,8 @@ class UpdateConfig:
       importance_weight_cap: if set (c), each kept trajectory's loss weight is multiplied by min(w, c), with
         w = π_θ(τ) / q(τ) its importance ratio (no gradient through w); the averages divide by the total weight
         (self-normalised). An experiment flag; default None: no weighting.
-      monitor_entries: the trust-region monitor's sample: that many pool entries (at most N: more would only
-        repeat entries, and 10⁹ of them would never compile), evenly spaced over the filled slots, on whose
+      monitor_entries: the trust-region monitor's sample: that many pool entries (more than N is taken as N:
+        more would only repeat entries, and 10⁹ of them would never compile), evenly spaced over the filled slots, on whose
         policy steps KL(π_old ‖ π_new) and the total variation are measured after the step (2 × that many
         extra forward passes). 0 turns the monitor off.
       monitor_discount: γ of the logged TRPO penalty term (must be < 1).
@@ -93,6 +93,8 @@ class UpdateConfig:
                 raise ValueError(f"{name} must be an int >= 0, got {getattr(self, name)!r}.")
         if not 0 <= self.monitor_discount < 1:
             raise ValueError(f"monitor_discount must be in [0, 1), got {self.monitor_discount!r}.")
+        # The monitor measures at most the N entries there are: the config (and a run's config.json) says so.
+        object.__setattr__(self, "monitor_entries", min(self.monitor_entries, self.pool_capacity))
 
     @property
     def uses_counts(self) -> bool:
