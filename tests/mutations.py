@@ -1020,6 +1020,14 @@ MUTATIONS = (
         ("tests/test_lm_learner.py", "-k", "latest_json_moves or killed_at_each"),
     ),
     Mutation(
+        "orbax-errors-logged",
+        "a checkpoint write that fails (a full disk) prints Orbax's threads' tracebacks before the one line",
+        "ftw_jax/cli/command.py",
+        "    return not (record.levelno >= logging.ERROR and (orbax in record.pathname or orbax in",
+        "    return True or not (record.levelno >= logging.ERROR and (orbax in record.pathname or orbax in",
+        ("tests/test_faults.py", "-k", "full_disk"),
+    ),
+    Mutation(
         "durable-step-in-flight",
         "a checkpoint still being written counts as whole",
         "ftw_jax/running/checkpoints.py",

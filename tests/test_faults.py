@@ -191,3 +191,30 @@ def test_an_interrupt_says_how_to_resume_and_resuming_finishes_the_run(sent, sta
     assert command.startswith("ftw-jax train") and f"--resume {folder}" in command
     assert cli.main(shlex.split(command)[1:]) == 0
     assert_same_run(folder, json.loads(capsys.readouterr().out), whole)
+
+
+def test_a_full_disk_while_checkpointing_says_so_in_one_line_and_the_run_resumes(whole, tmp_path, capsys):
+    """Files cut at 8 kB (RLIMIT_FSIZE, SIGXFSZ ignored: writes fail as on a full disk): the first checkpoint's
+    metadata cannot be written. One line names the checkpoint and the reason, with none of the tracebacks Orbax's
+    threads log; given room, the resume runs to the numbers of a run never stopped."""
+    import resource
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8000, 8000))
+
+    folder = tmp_path / "run"
+    full = subprocess.run(
+        [sys.executable, "-m", "ftw_jax.cli", *TRAIN, "--out", str(tmp_path), "--name", "run"],
+        preexec_fn=small_files,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "FTW_JAX_COMPILE_CACHE": "off"},  # its entries are larger than 8 kB
+    )
+    assert full.returncode == 2 and "Traceback" not in full.stderr and "ERROR" not in full.stderr, full.stderr
+    error = full.stderr.strip().splitlines()[-1]  # after the progress lines (--json)
+    assert error.startswith(f"error: the checkpoint {folder / 'checkpoints' / '1'} could not be written (File too")
+    assert error.endswith(f"no checkpoint was written before it: make room, then resume the run in {folder}")
+    assert cli.main([*TRAIN, "--out", str(tmp_path), "--resume", str(folder)]) == 0
+    assert_same_run(folder, json.loads(capsys.readouterr().out), whole)

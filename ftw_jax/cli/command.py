@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
+import logging
+import os
 import pathlib
 import shlex
 import sys
@@ -33,6 +35,18 @@ __all__ = [
 # engine's log-probs are not the policy's (`--sampler-gap-limit`); 2 is bad input, 1 a non-finite evaluation,
 # 128 + N a signal.
 STOPPED_SKIPPING = 3
+
+
+# Where Orbax's background threads log a failed checkpoint write (absl's log; asyncio's for its tasks).
+_ORBAX_LOGGERS = ("absl", "asyncio")
+
+
+def _not_orbax_error(record: logging.LogRecord) -> bool:
+    """A log filter that drops the errors, with their tracebacks, that Orbax's background threads log where a
+    checkpoint write fails (a full disk, say): the main thread meets the same error at its next save or wait, and
+    the command says it in one line (`Checkpointer._writing`)."""
+    orbax = f"{os.sep}orbax{os.sep}"
+    return not (record.levelno >= logging.ERROR and (orbax in record.pathname or orbax in record.getMessage()))
 
 
 def _quiet_closed_event_loops(unraisable) -> None:
@@ -147,6 +161,8 @@ def run(argv: list[str], watcher: signals.Watcher | None = None) -> int:
         watcher.grace = lambda: signals.GRACE_SECONDS if session.run_folder is not None else 0.0
         watcher.finish = functools.partial(_end_now, argv, session)
     previous_unraisablehook, sys.unraisablehook = sys.unraisablehook, _quiet_closed_event_loops
+    for name in _ORBAX_LOGGERS:  # kept to the end: an unretrieved task's error is logged when it is collected
+        logging.getLogger(name).addFilter(_not_orbax_error)
     try:
         with session.cleanup:  # releases the run folder's lock however the command ends
             try:

@@ -47,9 +47,9 @@ class UpdateConfig:
         w = π_θ(τ) / q(τ) its importance ratio (no gradient through w); the averages divide by the total weight
         (self-normalised). An experiment flag; default None: no weighting.
       monitor_entries: the trust-region monitor's sample: that many pool entries (more than N is taken as N:
-        more would only repeat entries, and 10⁹ of them would never compile), evenly spaced over the filled slots, on whose
-        policy steps KL(π_old ‖ π_new) and the total variation are measured after the step (2 × that many
-        extra forward passes). 0 turns the monitor off.
+        more would only repeat entries, and 10⁹ of them would never compile), evenly spaced over the filled
+        slots, on whose policy steps KL(π_old ‖ π_new) and the total variation are measured after the step
+        (2 × that many extra forward passes). 0 turns the monitor off.
       monitor_discount: γ of the logged TRPO penalty term (must be < 1).
       staleness_histogram_bins: if > 0, metrics carry `pool_staleness_histogram` [bins]: filled entries by
         staleness 0, 1, ..., the last bin counting everything from bins − 1 up.

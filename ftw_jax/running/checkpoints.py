@@ -23,11 +23,12 @@ import contextlib
 import dataclasses
 import json
 import pathlib
+import re
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -36,6 +37,7 @@ import numpy as np
 
 from ftw_jax.core.checks import check_positive_int
 from ftw_jax.core.settings import setting
+from ftw_jax.running.signals import Interrupted
 
 
 def _as_json(value):
@@ -218,7 +220,7 @@ class Checkpointer:
     def save(self, periods_done: int, carry: Any, record: dict, *, final: bool = False) -> None:
         """Saves every `every` periods, and always when `final` (writes continue in the background)."""
         ocp = self._ocp
-        with self._busy:
+        with self._busy, self._writing():
             saved = self._manager.save(
                 periods_done,
                 args=ocp.args.Composite(
@@ -240,7 +242,28 @@ class Checkpointer:
 
     def wait(self) -> None:
         """Waits until every checkpoint asked for is on disk (`durable_step` is then the last)."""
-        self._manager.wait_until_finished()
+        with self._writing():
+            self._manager.wait_until_finished()
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Orbax's error from a checkpoint write in the background (a full disk), raised where the next save or a
+        wait finds it, as one OSError naming the checkpoint, the reason and the checkpoints still intact."""
+        try:
+            yield
+        except Interrupted:
+            raise
+        except Exception as error:  # noqa: BLE001 (Orbax and TensorStore raise many kinds)
+            step = self._saved[-1] if self._saved else "?"
+            system = re.search(r": ([^:\[]+) \[os_error_code='(\d+)'\]", str(error))  # TensorStore's OS error
+            lines = str(error).strip().splitlines() or [type(error).__name__]
+            reason = f"{system[1].strip()}, errno {system[2]}" if system else lines[0][:200]
+            intact = [step for step in self._manager.all_steps() if (self.directory / str(step)).is_dir()]
+            kept = f"the checkpoints {intact} are intact" if intact else "no checkpoint was written before it"
+            raise OSError(
+                f"the checkpoint {self.directory / str(step)} could not be written ({reason}); {kept}: make room, "
+                f"then resume the run in {self.directory.parent}"
+            ) from None
 
     def restore(self, template: Any, log: Callable[[str], object] | None = None) -> tuple[int, Any, dict] | None:
         """The newest intact checkpoint as (periods done, carry shaped and sharded like `template`, record), or None.
@@ -308,10 +331,12 @@ class Checkpointer:
 
     def close(self) -> None:
         """Waits for writes in flight, then releases Orbax's threads."""
-        with self._busy:
+        with self._busy, self._writing():
             _open.discard(self)
-            self._manager.wait_until_finished()
-            self._manager.close()
+            try:
+                self._manager.wait_until_finished()
+            finally:  # Orbax's threads go even where the last write failed
+                self._manager.close()
 
     def wait_for_writes(self) -> None:
         """Waits for the writes in flight (a save started by another thread included); never raises."""
