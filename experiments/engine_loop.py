@@ -1,6 +1,12 @@
 """A reference engine loop: PyTorch transformers samples episodes, `ftw-jax lm learn` learns from them.
 
-    .venv/bin/python experiments/engine_loop.py --out results/engine-loop   # builds runs/parity-venv once
+    .venv/bin/python experiments/engine_loop.py                 # builds runs/parity-venv (torch) once
+    .venv/bin/python experiments/engine_loop.py --venv PATH     # or an environment that has torch, transformers
+    .venv/bin/python experiments/engine_loop.py --venv PATH --out results/engine-loop   # the committed results
+
+Without `--out` the results go to `runs/engine-loop` (git-ignored), beside the scratch files, so that a run
+leaves the committed `results/engine-loop/` alone; those (and docs/lm.md's "A reference loop, measured") were
+made with `--out results/engine-loop`, as in the last command (then the default: their `command` omits it).
 
 The engine is transformers (torch CPU, in the virtual environment `experiments/lm_parity.py` builds, never a
 dependency of the package); the learner is `ftw-jax lm learn`, run as a subprocess with this script's Python.
@@ -10,8 +16,9 @@ token is the target id (6; about 1/V by chance at the start). No tokenizer: epis
 
 The engine samples at temperature 1 with top-k 0, top-p 1 and repetition penalty 1 (the plain model's
 distribution), and takes each token's behaviour log-prob from `generate(..., output_logits=True)`'s raw logits
-through a log-softmax. It loads the newest weights `RUN/weights/latest.json` names (the starting checkpoint
-before the first) and writes that version into every span.
+through a log-softmax. It loads the newest weights `RUN/weights/latest.json` names and writes that version into
+every span. The learner names a version there only once the checkpoint of its iteration is whole on disk, so
+before the first iteration's checkpoint the engine plays the starting checkpoint as version 0.
 
 Two loops, the same number of rounds of B episodes each, measured in one run:
 
@@ -25,9 +32,12 @@ Two loops, the same number of rounds of B episodes each, measured in one run:
   end the learner is sent SIGTERM and must exit with 143 (128 + SIGTERM: the CLI's interrupt, checkpointed).
 
 Per round: the version the engine sampled with, the reward mean of the round's episodes, the learner's
-`pool_staleness_mean`, `elite_staleness_mean`, `elite_log_weight_mean`, `elite_ess_fraction` from
-`metrics.jsonl`, and seconds. The script re-runs itself with the engine's Python (`--worker`), which writes the
-raw results; this process writes the starting checkpoint and, from the raw results, the markdown table (stdout)
+`pool_staleness_mean`, `elite_staleness_mean`, `elite_log_weight_mean`, `elite_ess_fraction` and `sampler_gap`
+from `metrics.jsonl` (the last in the JSON rows alone: the engine's log-probs against the learner's, nats per
+token, on episodes of the learner's current version; None where there were none, as when following a version
+behind; past `--sampler-gap-limit`, 0.1, the learner stops with exit 3 and the loop with it), and seconds.
+The script re-runs itself with the engine's Python (`--worker`), which writes the raw results; this process
+writes the starting checkpoint and, from the raw results, the markdown table (stdout and `OUT/engine_loop.md`)
 and `OUT/engine_loop.json`.
 """
 
@@ -47,7 +57,9 @@ import time
 VOCAB = 16
 PROMPT = [1, 2, 3, 4]
 NEW_TOKENS = 4
-STATS = ("pool_staleness_mean", "elite_staleness_mean", "elite_log_weight_mean", "elite_ess_fraction")
+STATS = (
+    "pool_staleness_mean", "elite_staleness_mean", "elite_log_weight_mean", "elite_ess_fraction", "sampler_gap"
+)  # fmt: skip
 
 
 def learner_args(args: argparse.Namespace, episodes: pathlib.Path, start: pathlib.Path) -> list[str]:
@@ -177,7 +189,7 @@ def round_row(number: int, version: int, records: list[dict], metrics: dict | No
         "learner_version": None if metrics is None else metrics["version"],
         "engine_seconds": seconds,
     }
-    row.update({name: None if metrics is None else metrics[name] for name in STATS})
+    row.update({name: None if metrics is None else metrics.get(name) for name in STATS})
     return row
 
 
@@ -224,7 +236,8 @@ def follow(args: argparse.Namespace, start: pathlib.Path, work: pathlib.Path, en
     rows, waits, records_of = [], [], {}
 
     def learnt(count: int) -> dict | None:
-        """Waits until the learner has learnt `count` batches and written their weights; their last metrics row."""
+        """Waits until the learner has learnt `count` batches and named their weights in latest.json (once their
+        checkpoint is whole); their last metrics row."""
         while True:
             metrics = metrics_rows(run)
             if len(metrics) >= count and (count == 0 or engine.newest(run)[0] >= metrics[count - 1]["version"]):
@@ -257,7 +270,7 @@ def follow(args: argparse.Namespace, start: pathlib.Path, work: pathlib.Path, en
     if code != 128 + signal.SIGTERM:
         raise SystemExit(f"the learner exited with {code} after SIGTERM, not 143; see {log.name}")
     for row, metric in zip(rows, metrics):
-        row.update({"learner_version": metric["version"], **{name: metric[name] for name in STATS}})
+        row.update({"learner_version": metric["version"], **{name: metric.get(name) for name in STATS}})
         print(f"follow {row}", flush=True)
     assert last is not None
     return {
@@ -327,34 +340,54 @@ def table(results: dict) -> str:
         rewards = [row["reward_mean"] for row in part["rows"]]
         lines.append(
             f"| {loop} | {part['versions']} | {part['seconds']:.1f} | {part['seconds_per_version']:.2f} | "
-            f"{sum(rewards[:3]) / 3:.2f} | {sum(rewards[-3:]) / 3:.2f} |"
+            f"{sum(rewards[:3]) / len(rewards[:3]):.2f} | {sum(rewards[-3:]) / len(rewards[-3:]):.2f} |"
         )
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("results/engine-loop"))
-    parser.add_argument("--engine-python", default=None, help="a Python with torch and transformers (default: build)")
-    parser.add_argument("--venv", type=pathlib.Path, default=pathlib.Path("runs/parity-venv"))
-    parser.add_argument(
-        "--scratch", type=pathlib.Path, default=pathlib.Path("runs/engine-loop"), help="checkpoints, episodes, logs"
+class DefaultsShown(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default after its help, but for those without one (their help says what happens)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The options, each with what it sets and its default (the worker's own are hidden)."""
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Writes OUT/engine_loop.json and OUT/engine_loop.md and prints the table; the committed results "
+        "were made with --out results/engine-loop (docs/lm.md, 'A reference loop, measured'). The learner's "
+        "options: B = --episodes-per-iteration, N = --pool-capacity, J = --num-batches, C = --batch-size, "
+        "K = --num-elites, U = --updates-per-iteration (ftw-jax lm learn --help).",
+        formatter_class=DefaultsShown,
     )
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--batch", type=int, default=16, help="B, episodes per round (= per learner iteration)")
-    parser.add_argument("--pool", type=int, default=32, help="N")
-    parser.add_argument("--num-batches", type=int, default=2, help="J")
-    parser.add_argument("--minibatch", type=int, default=8, help="C")
-    parser.add_argument("--elites", type=int, default=2, help="K")
-    parser.add_argument("--updates", type=int, default=2, help="U, updates per iteration")
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--ahead", type=int, default=1, help="follow: rounds the engine may run ahead of the learner")
-    parser.add_argument("--target", type=int, default=6)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--work", type=pathlib.Path, help=argparse.SUPPRESS)
-    parser.add_argument("--learner-python", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    path = pathlib.Path
+    p.add_argument("--out", type=path, default=path("runs/engine-loop"), help="where the results go (git-ignored)")
+    p.add_argument("--engine-python", help="a Python with torch and transformers (default: --venv's, built if missing)")
+    p.add_argument("--venv", type=path, default=path("runs/parity-venv"), help="the engine's environment, built once")
+    p.add_argument(
+        "--scratch", type=path, default=path("runs/engine-loop"), help="checkpoints, episodes, logs (emptied first)"
+    )
+    p.add_argument("--rounds", type=int, default=10, help="rounds of B episodes, in each loop")
+    p.add_argument("--batch", type=int, default=16, help="B, episodes per round (= per learner iteration)")
+    p.add_argument("--pool", type=int, default=32, help="N, the pool's capacity")
+    p.add_argument("--num-batches", type=int, default=2, help="J, minibatches per update")
+    p.add_argument("--minibatch", type=int, default=8, help="C, pool entries drawn per minibatch")
+    p.add_argument("--elites", type=int, default=2, help="K, entries kept per minibatch")
+    p.add_argument("--updates", type=int, default=2, help="U, updates per iteration (a version each)")
+    p.add_argument("--learning-rate", type=float, default=1e-3, help="Adam's learning rate")
+    p.add_argument("--ahead", type=int, default=1, help="follow: rounds the engine may run ahead of the learner")
+    p.add_argument("--target", type=int, default=6, help="the token id whose generation first is rewarded (< 16)")
+    p.add_argument("--seed", type=int, default=0, help="the starting weights', the engine's and the learner's seed")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--work", type=path, help=argparse.SUPPRESS)
+    p.add_argument("--learner-python", help=argparse.SUPPRESS)
+    return p
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.worker:
         worker(args)
         return
