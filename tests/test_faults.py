@@ -197,16 +197,14 @@ def test_a_full_disk_while_checkpointing_says_so_in_one_line_and_the_run_resumes
     """Files cut at 8 kB (RLIMIT_FSIZE, SIGXFSZ ignored: writes fail as on a full disk): the first checkpoint's
     metadata cannot be written. One line names the checkpoint and the reason, with none of the tracebacks Orbax's
     threads log; given room, the resume runs to the numbers of a run never stopped."""
-    import resource
-
-    def small_files():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        resource.setrlimit(resource.RLIMIT_FSIZE, (8000, 8000))
-
+    small_files = (  # set in the child itself: a preexec_fn would fork this multithreaded (JAX) process
+        "import resource, runpy, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (8000, 8000)); sys.argv[0] = 'ftw-jax'; "
+        "runpy.run_module('ftw_jax.cli', run_name='__main__')"
+    )
     folder = tmp_path / "run"
     full = subprocess.run(
-        [sys.executable, "-m", "ftw_jax.cli", *TRAIN, "--out", str(tmp_path), "--name", "run"],
-        preexec_fn=small_files,
+        [sys.executable, "-c", small_files, *TRAIN, "--out", str(tmp_path), "--name", "run"],
         capture_output=True,
         text=True,
         timeout=600,
