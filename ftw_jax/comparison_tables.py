@@ -1,7 +1,7 @@
 """A comparison as rows and tables: per algorithm, the differences from a reference, per seed, the tuning.
 
 rows = summary_rows(comparison)     # per algorithm: final and AUC, mean [95% t- and bootstrap CIs], IQM
-tests = difference_rows(comparison, "ftw")      # FTW minus each baseline: Welch's t-test, Mann–Whitney
+tests = difference_rows(comparison, "ftw")      # FTW minus each baseline: Welch's t-test (and Holm's), Mann–Whitney
 print(markdown_table(comparison))
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from ftw_jax.compare import DIAGNOSTICS, Comparison
-from ftw_jax.stats import p_text, rank_test, seed_statistics, verdict, welch
+from ftw_jax.stats import holm, p_text, rank_test, seed_statistics, verdict, welch
 
 
 def updates_per_algorithm(comparison: Comparison) -> dict:
@@ -67,9 +67,16 @@ def difference_rows(comparison: Comparison, reference: str = "ftw", margin: floa
             test = welch(mine, theirs)
             row.update({f"{name}_{key}": value for key, value in test.items()})
             row[f"{name}_rank_p_value"] = rank_test(mine, theirs)
-            row[f"{name}_verdict"] = verdict(mine, theirs, bound)
             row[f"{name}_margin"] = bound
         rows.append(row)
+    # One family per table: every baseline on final and AUC. A verdict of "better" or "worse" needs its
+    # Holm-adjusted Welch p below 5%, so that the table as a whole errs with chance at most 5%.
+    names = [(row, name) for row in rows for name in ("final", "auc")]
+    adjusted = holm(np.asarray([row[f"{name}_p_value"] for row, name in names]))
+    for (row, name), p_value in zip(names, adjusted):
+        mine, theirs = getattr(by_name[reference], name), getattr(by_name[row["algorithm"]], name)
+        row[f"{name}_holm_p_value"] = float(p_value)
+        row[f"{name}_verdict"] = verdict(mine, theirs, row[f"{name}_margin"], p_value=float(p_value))
     return rows
 
 
@@ -124,15 +131,15 @@ def markdown_table(comparison: Comparison) -> str:
     if differences:
         lines += [
             "",
-            "| FTW minus | final: difference [95% Welch CI], Welch p, Mann–Whitney p | verdict | AUC: difference "
-            "[95% Welch CI], Welch p, Mann–Whitney p | verdict |",
+            "| FTW minus | final: difference [95% Welch CI], Welch p, Holm p, Mann–Whitney p | verdict | AUC: "
+            "difference [95% Welch CI], Welch p, Holm p, Mann–Whitney p | verdict |",
             "|---|---:|---|---:|---|",
         ]
         for row in differences:
             cells = [
                 f"{number(row[f'{name}_difference'])} [{number(row[f'{name}_low'])}, "
-                f"{number(row[f'{name}_high'])}], {p_text(row[f'{name}_p_value'])}, "
-                f"{p_text(row[f'{name}_rank_p_value'])} | {judgement(row, name)}"
+                f"{number(row[f'{name}_high'])}], {p_text(row[f'{name}_p_value'])}, Holm "
+                f"{p_text(row[f'{name}_holm_p_value'])}, {p_text(row[f'{name}_rank_p_value'])} | {judgement(row, name)}"
                 for name in ("final", "auc")
             ]
             lines.append(f"| {row['algorithm']} | {cells[0]} | {cells[1]} |")

@@ -4,6 +4,7 @@ low, high = t_interval(finals)                  # 95% Student-t interval of the 
 row = seed_statistics(finals)                   # mean, t- and bootstrap intervals, IQM
 test = welch(ftw_finals, ppo_finals)            # difference, Welch's interval and p-value
 verdict(ftw_finals, ppo_finals, margin=0.05)    # "better", "worse", "equivalent" or "inconclusive"
+adjusted = holm(p_values)                       # a table's p-values, adjusted for their number (Holm)
 """
 
 from __future__ import annotations
@@ -92,16 +93,30 @@ def rank_test(a: np.ndarray, b: np.ndarray) -> float:
     return float(scipy.stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
 
 
+def holm(p_values: np.ndarray) -> np.ndarray:
+    """Holm's step-down adjustment of a family of p-values [m] (the tests of one table): the i-th smallest becomes
+    max over j <= i of min(1, (m − j + 1) p_(j)), so "adjusted p < 5%" holds the chance of any false "better" or
+    "worse" in the family at 5% (Holm 1979). scipy adjusts only for the false discovery rate, statsmodels would
+    be a large dependency for these four lines."""
+    p_values = np.asarray(p_values, np.float64)
+    order = np.argsort(p_values, kind="stable")
+    scaled = np.minimum(1.0, (p_values.size - np.arange(p_values.size)) * p_values[order])
+    adjusted = np.empty_like(p_values)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return adjusted
+
+
 def p_text(p_value: float) -> str:
     """A p-value as a table prints it: three decimals, or "p < 0.001" (never "p = 0.000")."""
     return "p < 0.001" if p_value < 0.001 else f"p = {p_value:.3f}"
 
 
-def verdict(a: np.ndarray, b: np.ndarray, margin: float) -> str:
+def verdict(a: np.ndarray, b: np.ndarray, margin: float, p_value: float | None = None) -> str:
     """ "better", "worse", "equivalent" (the 90% interval of the difference inside ±margin: two one-sided tests at
-    5%) or "inconclusive", for a − b from one value per seed each."""
+    5%) or "inconclusive", for a − b from one value per seed each; "better" or "worse" where `p_value` (default
+    Welch's; a table passes its Holm-adjusted one, `holm`) is below 5%."""
     test = welch(a, b)
-    if test["p_value"] < 1 - CONFIDENCE:
+    if (test["p_value"] if p_value is None else p_value) < 1 - CONFIDENCE:
         return "better" if test["difference"] > 0 else "worse"
     equivalence = welch(a, b, confidence=1 - 2 * (1 - CONFIDENCE))
     return "equivalent" if -margin < equivalence["low"] and equivalence["high"] < margin else "inconclusive"

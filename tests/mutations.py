@@ -1020,6 +1020,14 @@ MUTATIONS = (
         ("tests/test_lm_learner.py", "-k", "latest_json_moves or killed_at_each"),
     ),
     Mutation(
+        "verdict-unadjusted",
+        "a table of several baselines judges each at 5% alone, not at 5% for the table (Holm)",
+        "ftw_jax/comparison_tables.py",
+        'row[f"{name}_verdict"] = verdict(mine, theirs, row[f"{name}_margin"], p_value=float(p_value))',
+        'row[f"{name}_verdict"] = verdict(mine, theirs, row[f"{name}_margin"])',
+        ("tests/test_compare.py", "-k", "holm"),
+    ),
+    Mutation(
         "orbax-errors-logged",
         "a checkpoint write that fails (a full disk) prints Orbax's threads' tracebacks before the one line",
         "ftw_jax/cli/command.py",

@@ -11,9 +11,10 @@ import pytest
 
 from ftw_jax.cli import main
 from ftw_jax.compare import AlgorithmResult, Comparison, compare
-from ftw_jax.comparison_tables import markdown_table
+from ftw_jax.comparison_tables import difference_rows, markdown_table
 from ftw_jax.stats import (
     bootstrap_interval,
+    holm,
     interquartile_mean,
     p_text,
     rank_test,
@@ -114,6 +115,35 @@ def test_the_table_says_equivalence_rests_on_the_90_percent_interval():
         Comparison(env="search", metric="success", seeds=list(range(10)), episodes=np.array([10]), results=results)
     )
     assert "| equivalent (90% CI inside ±5.0) |" in table and "equivalent (margin" not in table
+
+
+def test_holm_adjusts_a_family_of_p_values_by_hand():
+    # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1: 0.02, 0.03, 0.06, 0.04 -> running maximum 0.02, 0.03, 0.06, 0.06
+    np.testing.assert_allclose(holm(np.array([0.01, 0.04, 0.03, 0.005])), [0.03, 0.06, 0.06, 0.02])
+    np.testing.assert_allclose(holm(np.array([0.5, 0.9])), [1.0, 1.0])  # capped at 1
+    np.testing.assert_allclose(holm(np.array([0.02])), [0.02])  # one test: nothing to adjust
+
+
+def test_a_table_of_several_baselines_judges_by_the_holm_adjusted_p_value():
+    """FTW against three baselines on final and AUC: six tests. One at Welch p = 0.021 alone would be "better";
+    adjusted for the six (Holm) it is not, and the table prints both p-values."""
+    ftw = np.array([3.0, 4.0, 5.0, 6.0, 3.0, 4.0, 5.0, 6.0])
+    close = ftw.copy()  # the same results: p = 1
+    worse = np.array([1.0, 1.5, 2.0, 2.5, 3.0, 5.5, 4.5, 3.5])
+    raw = welch(ftw, worse)["p_value"]
+    assert raw < 0.05 < 6 * raw
+    results = [
+        AlgorithmResult(algorithm=name, learning_rate=1e-3, curves=np.stack([final, final], 1),
+                        env_steps=np.ones((8, 2)), seconds=0.0, tuning=[], applied_share=np.ones(8))
+        for name, final in (("ftw", ftw), ("ppo", worse), ("grpo", close), ("reinforce", close))
+    ]  # fmt: skip
+    comparison = Comparison(
+        env="bandit", metric="return", seeds=list(range(8)), episodes=np.array([1, 2]), results=results
+    )
+    rows = {row["algorithm"]: row for row in difference_rows(comparison)}
+    assert rows["ppo"]["final_p_value"] == pytest.approx(raw) and rows["ppo"]["final_holm_p_value"] > 0.05
+    assert rows["ppo"]["final_verdict"] == "inconclusive" and verdict(ftw, worse, margin=0.1) == "better"
+    assert f"{p_text(raw)}, Holm {p_text(rows['ppo']['final_holm_p_value'])}" in markdown_table(comparison)
 
 
 @pytest.mark.slow
