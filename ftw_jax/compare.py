@@ -102,7 +102,8 @@ def compare(
       learning_rates: the tuning grid (default: the environment's learning rate alone, no tuning); with
         `search`, the rates the search draws from (default `tuning.LEARNING_RATES`).
       search: instead of trying every rate, this many configurations drawn from each algorithm's space
-        (`ftw_jax.tuning`, numpy seed `search_seed`); the overrides may not set a searched setting.
+        (`ftw_jax.tuning`, drawn from `search_seed` with the task and the algorithm: `tuning.task_seed`); the
+        overrides may not set a searched setting.
       tuning_iterations: the tuning runs' iterations (default: the reported runs'); β's decay horizon scales.
       rungs: successive halving of the search's configurations (`tuning.rung_periods`): every one runs the
         first rung, the better half by mean AUC so far goes on, ..., the last rung reaches the tuning horizon
@@ -202,7 +203,8 @@ def _check_search(
         if searched:
             raise ValueError(f"{', '.join(searched)} is/are searched for {algorithm}; leave them out of the overrides.")
         # draw_configurations refuses a bad count.
-        configurations = tuning.draw_configurations(algorithm, search, search_seed, learning_rates)
+        draw = tuning.task_seed(search_seed, env, env_options, algorithm)
+        configurations = tuning.draw_configurations(algorithm, search, draw, learning_rates)
         try:
             tuning.group_sweeps(env, configurations, tuning_seeds, env_options, algorithm=algorithm, **settings)
         except ValueError as error:
@@ -391,7 +393,8 @@ class _Phases:
         tuning horizon, then the reported seeds with it. Each configuration's row holds its scores at the last
         rung it ran."""
         seconds, tuning_skipped = 0.0, (0, 0)
-        configurations = tuning.draw_configurations(algorithm, count, search_seed, learning_rates)
+        draw = tuning.task_seed(search_seed, self.env, self.env_options, algorithm)
+        configurations = tuning.draw_configurations(algorithm, count, draw, learning_rates)
         tuning_settings = {**settings, **({"num_iterations": tuning_iterations} if tuning_iterations else {})}
         groups = tuning.group_sweeps(
             self.env, configurations, tuning_seeds, self.env_options, algorithm=algorithm, **tuning_settings

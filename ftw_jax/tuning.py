@@ -1,7 +1,7 @@
 """Equal tuning for every algorithm: the same number of configurations, drawn at random from each one's space,
 narrowed by the same successive halving.
 
-    configurations = draw_configurations("ppo", count=8, seed=0)       # override dicts, distinct
+    configurations = draw_configurations("ppo", count=8, seed=task_seed(0, "sokoban", {}, "ppo"))  # distinct
     sweeps = group_sweeps("sokoban", configurations, seeds=[1000, 1001, 1002], algorithm="ppo")
     rung_periods(num_periods=40, rungs=3)                              # [10, 20, 40]: 8, then 4, then 2 run on
 
@@ -20,6 +20,8 @@ every rung shares: a configuration is scored on the start of the very run it wou
 from __future__ import annotations
 
 import itertools
+import json
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,11 +53,19 @@ def _valid(point: dict) -> bool:
     return point["kl_coef"] > 0 or point["kl_decay_fraction"] == KL_DECAY_FRACTIONS[-1]
 
 
+def task_seed(search_seed: int, env: str, env_options: dict | None, algorithm: str) -> list[int]:
+    """The seed that draws an algorithm's configurations on a task (`draw_configurations`): `search_seed` with the
+    task (the environment and its options: one hop and two hops are two tasks) and the algorithm, so that each
+    task and method gets its own draw, and tuning luck is not shared across every task of a comparison."""
+    task = json.dumps({"env": env, "options": env_options or {}, "algorithm": algorithm}, sort_keys=True)
+    return [search_seed, zlib.crc32(task.encode())]
+
+
 def draw_configurations(
-    algorithm: str, count: int, seed: int, learning_rates: Sequence[float] | None = None
+    algorithm: str, count: int, seed: int | Sequence[int], learning_rates: Sequence[float] | None = None
 ) -> list[dict]:
-    """`count` distinct points of the algorithm's space (numpy, seeded: the same seed draws the same ones;
-    `learning_rates`: the grid of rates, default `LEARNING_RATES`).
+    """`count` distinct points of the algorithm's space (numpy, seeded: the same seed, an int or the entropy
+    `task_seed` makes, draws the same ones; `learning_rates`: the grid of rates, default `LEARNING_RATES`).
 
     The learning rate is stratified: the draws walk the grid's rates in a random order (again and again when
     `count` exceeds them), and each draws the rest of its point uniformly among the valid ones with that rate

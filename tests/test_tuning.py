@@ -159,7 +159,7 @@ def test_compare_search_refuses_an_unfair_protocol():
     with pytest.raises(
         ValueError, match=r"grpo: a searched configuration: .* must be a multiple of group_size \(G=16\)"
     ):
-        compare("bandit", ["grpo"], seeds=[0], search=4, tuning_seeds=[7], overrides=BUDGET)  # B = 8 < 16
+        compare("bandit", ["grpo"], seeds=[0], search=6, tuning_seeds=[7], overrides=BUDGET)  # B = 8 < 16
     with pytest.raises(ValueError, match="kl_coef is/are searched for ftw"):
         compare("bandit", ["ftw"], seeds=[0], search=2, tuning_seeds=[7], overrides={**BUDGET, "kl_coef": 0.1})
 
