@@ -4,8 +4,10 @@
 
 One row per configuration and phase (`checkpoints/ALGORITHM-PHASE.json`), best first within each phase kind:
 the iterations reached, the mean over the phase's seeds of the evaluation AUC and final value, and with greedy
-evaluation the greedy final value; success as percentages. A long `compare --search --rungs` can be watched
-(and its tuning tables previewed) while it runs, or read in another session from the committed records.
+evaluation the greedy final value; success as percentages; and the commit of the code that wrote the record
+("+dirty": with changes not committed; "-": a record written before records named their code). A long
+`compare --search --rungs` can be watched (and its tuning tables previewed) while it runs, or read in another
+session from the committed records.
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ import numpy as np
 
 # Searched settings that are the program's, not a member's (the sweep axes are the members').
 STATIC = ("elite_rule", "group_size", "updates_per_iteration", "num_minibatches", "entropy_coef")
+
+
+def commit_of(record: dict) -> str:
+    """The record's commit, short, "+dirty" where the tree had changes; "-" where the record names none."""
+    provenance = record.get("provenance") or {}
+    commit = provenance.get("commit")
+    return f"{commit[:10]}{'+dirty' if provenance.get('dirty') else ''}" if commit else "-"
 
 
 def rows(folder: pathlib.Path) -> list[dict]:
@@ -50,6 +59,7 @@ def rows(folder: pathlib.Path) -> list[dict]:
                     "final": float(values[chosen, -1].mean()),
                     "greedy_final": None if greedy is None else float(greedy[chosen, -1].mean()),
                     "scale": 100.0 if metric == "success" else 1.0,
+                    "commit": commit_of(record),
                 }
             )
     return found
@@ -62,13 +72,13 @@ def main() -> None:
     found = rows(args.folder)
     if not found:
         raise SystemExit(f"error: no phase records in {args.folder / 'checkpoints'}")
-    print("| phase | settings | iterations | AUC | final | greedy final |\n|---|---|---:|---:|---:|---:|")
+    print("| phase | settings | iterations | AUC | final | greedy final | commit |\n|---|---|---:|---:|---:|---:|---|")
     for row in sorted(found, key=lambda row: (row["phase"].split("-")[0], -row["iterations"], -row["auc"])):
         number = lambda value, scale=row["scale"]: "-" if value is None else f"{scale * value:.1f}"  # noqa: E731
         settings = ", ".join(f"{name}={value}" for name, value in row["settings"].items())
         print(
             f"| {row['phase']} | {settings} | {row['iterations']} | {number(row['auc'])} | {number(row['final'])} "
-            f"| {number(row['greedy_final'])} |"
+            f"| {number(row['greedy_final'])} | {row['commit']} |"
         )
 
 

@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import json
 import pathlib
+import sys
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -30,6 +31,7 @@ from ftw_jax import envs, tuning
 from ftw_jax.running import run_files
 from ftw_jax.running.checkpoints import CheckpointSettings, check_same_config, rows_from_record, rows_record
 from ftw_jax.running.loop import MemberRun, history_arrays
+from ftw_jax.running.provenance import provenance as running_provenance
 from ftw_jax.sweep import Sweep, make_sweep
 from ftw_jax.train import RUN_FIELDS, TrainConfig, make_train, split_overrides
 
@@ -91,6 +93,7 @@ def compare(
     checkpoints: CheckpointSettings | None = None,
     on_period: Callable[[str, str, int, np.ndarray, tuple[int, int]], None] | None = None,
     log: Callable[[str], None] | None = None,
+    provenance: dict | None = None,
 ) -> Comparison:
     """Runs every algorithm on `env` at the same budget (see the module docstring) and returns their curves.
 
@@ -113,6 +116,8 @@ def compare(
       metric: "success" or "return" (default: success where the environment has it).
       checkpoint_folder: each (algorithm, phase) checkpoints under it and resumes from it, at the cadence of
         `checkpoints` (default: every period; none where they are off).
+      provenance: what each phase record says about the code that ran it, beside its fingerprint (default:
+        this process's, `ftw_jax.running.provenance`).
       on_period: progress, called as (algorithm, phase, period, metric of every member [M], (ready updates
         skipped, updates tried) in the period by all members) after every evaluation period; phase is "tune"
         (or "tuneN" with `search`) or "report".
@@ -147,7 +152,8 @@ def compare(
     metric = _metric_of(env, env_options, metric)
     checkpoints = checkpoints or CheckpointSettings()
     folder = None if checkpoints.off else checkpoint_folder
-    phases = _Phases(env, dict(env_options or {}), metric, folder, checkpoints, on_period, log)
+    provenance = provenance or running_provenance(sys.argv)
+    phases = _Phases(env, dict(env_options or {}), metric, folder, checkpoints, on_period, log, provenance)
     results = [
         phases.search(
             algorithm, own_settings[algorithm], search, search_seed, grid, tuning_iterations, rungs, seeds, tuning_seeds
@@ -222,6 +228,7 @@ class _Phases:
     checkpoints: CheckpointSettings
     on_period: Callable[[str, str, int, np.ndarray, tuple[int, int]], None] | None
     log: Callable[[str], None] | None = None
+    provenance: dict | None = None  # beside each phase record's fingerprint, never compared
 
     def finished_record(self, path: pathlib.Path) -> dict | None:
         """A finished phase's record, or None where there is none or it cannot be read (a torn or edited file:
@@ -248,7 +255,8 @@ class _Phases:
         of successive halving goes on from the runs it promotes).
 
         A finished phase leaves "ALGORITHM-PHASE.json" beside its checkpoints (its evaluations, applied
-        shares and seconds: kilobytes, where the checkpoints are megabytes); a resume takes the phase from it
+        shares, seconds and the provenance of the code that finished it: kilobytes, where the checkpoints are
+        megabytes); a resume takes the phase from it
         without restoring or compiling anything, so those files alone carry a comparison's finished phases
         to another machine.
         """
@@ -273,6 +281,7 @@ class _Phases:
                         "seconds": seconds,
                         "updates_applied_share": results["updates_applied_share"].tolist(),
                         "history": rows_record(run.history),
+                        "provenance": self.provenance,
                     },
                 )
         return results, seconds

@@ -163,6 +163,9 @@ def test_train_cli_json_and_run_folder(capsys, tmp_path):
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     assert len(rows) == 4 * 2 and rows[-1]["iteration"] == 4 and rows[-1]["seed"] == 1
     assert json.loads((folder / "summary.json").read_text())["return"] == result["return"]
+    # The code that ran, beside the fingerprint (tests/test_provenance.py): in the summary and in config.json.
+    assert result["provenance"]["command"] == ["ftw-jax", *argv] and "jax" in result["provenance"]["versions"]
+    assert json.loads((folder / "config.json").read_text())["provenance"] == [result["provenance"]]
 
 
 @pytest.mark.slow

@@ -156,7 +156,8 @@ def run(argv: list[str], watcher: signals.Watcher | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     compile_cache.configure(turned_off=getattr(args, "no_compile_cache", False))  # before the first compile
-    session = Session(contextlib.ExitStack())  # what the command opens, for the lines below
+    # What the command opens, for the lines below, and its command line, for the run's records.
+    session = Session(contextlib.ExitStack(), command=("ftw-jax", *argv))
     if watcher is not None:  # once a run folder is open, the run may reach a boundary, for a clean stop
         watcher.grace = lambda: signals.GRACE_SECONDS if session.run_folder is not None else 0.0
         watcher.finish = functools.partial(_end_now, argv, session)

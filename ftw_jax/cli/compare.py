@@ -142,11 +142,13 @@ def run(args: argparse.Namespace, session: Session) -> int:
         checkpoints=checkpoints,
         on_period=progress,
         log=log,
+        provenance=session.provenance(),
     )
     options = ", ".join(f"{name}={value}" for name, value in args.env_options.items())
     title = f"{args.env}{f' ({options})' if options else ''}: mean of {len(seeds)} seeds, 95% bootstrap CI"
     table = outputs.save_comparison(folder, comparison, title)
     summary = _summary(args, comparison, fingerprint, search, time.perf_counter() - started, folder)
+    summary["provenance"] = session.provenance()
     if summary["warning"]:
         log(summary["warning"])
     run_files.write_json(folder / "summary.json", summary)

@@ -291,11 +291,19 @@ def checkpoint_settings(args: argparse.Namespace) -> CheckpointSettings:
 @dataclasses.dataclass
 class Session:
     """What `main` gives a command and reads back however it ends: the exit stack that releases the run folder
-    (its lock) and, once the command opens one, the run folder and whether its checkpoints can resume it."""
+    (its lock) and, once the command opens one, the run folder and whether its checkpoints can resume it; and the
+    command line, which the run's records name (`provenance`)."""
 
     cleanup: contextlib.ExitStack
     run_folder: pathlib.Path | None = None
     resumable: bool = False
+    command: tuple[str, ...] = ("ftw-jax",)
+
+    def provenance(self) -> dict:
+        """What the run's config.json, summary.json and phase records say about the code that ran them."""
+        from ftw_jax.running.provenance import provenance
+
+        return provenance(self.command)
 
 
 def open_run(
@@ -322,6 +330,7 @@ def open_run_folder(
         writer=writer,
         checkpoints=checkpoints,
         cleanup=session.cleanup,
+        provenance=session.provenance(),
     )
     session.run_folder, session.resumable = folder, not checkpoints.off  # for what an interrupt prints
     return folder

@@ -262,7 +262,9 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
     model = pathlib.Path(args.model).resolve()
     fingerprint = {"model": str(model), **{k: str(v) for k, v in dataclasses.asdict(files).items()}}
     folder, checkpointer = open_run(args, session, "retrieval-qa", {**fingerprint, **dataclasses.asdict(config)})
-    report = outputs.LearnOutputs(folder, log=logger(args), updates=config.learn.steps_per_batch)
+    report = outputs.LearnOutputs(
+        folder, log=logger(args), updates=config.learn.steps_per_batch, provenance=session.provenance()
+    )
     try:
         summary = train_retrieval_qa(config, files, model, folder, checkpointer, report)
     finally:
@@ -312,6 +314,7 @@ def run_learn(args: argparse.Namespace, session: Session) -> int:
             log=logger(args) if main_process else (lambda message: None),
             updates=config.steps_per_batch,
             writer=main_process,
+            provenance=session.provenance(),
         )
         try:
             summary = learn_from_file(

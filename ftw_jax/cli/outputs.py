@@ -350,6 +350,7 @@ class LearnOutputs:
     log: typing.Callable[[str], None]
     updates: int  # the optimizer steps per batch (U; PPO: U x M), of which the log line counts those skipped
     writer: bool = True
+    provenance: dict | None = None  # the code that ran (`ftw_jax.running.provenance`), for summary.json
 
     def resumed(self, iterations: int) -> None:
         if self.writer:
@@ -365,6 +366,8 @@ class LearnOutputs:
         )
 
     def finished(self, summary: dict) -> None:
+        if self.provenance is not None:
+            summary["provenance"] = self.provenance
         if self.writer:
             run_files.write_json(self.folder / "summary.json", summary)
 

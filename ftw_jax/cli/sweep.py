@@ -88,6 +88,7 @@ def run(args: argparse.Namespace, session: Session) -> int:
         env_steps_per_second=run.throughput(),
         devices=jax.device_count(),
         processes=jax.process_count(),
+        provenance=session.provenance(),
     )
     if summary["warning"]:
         print(summary["warning"], file=sys.stderr)

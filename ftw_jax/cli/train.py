@@ -74,6 +74,7 @@ def run(args: argparse.Namespace, session: Session) -> int:
     )
     if start is not None:
         summary["start"] = start
+    summary["provenance"] = session.provenance()
     run_files.write_json(folder / "summary.json", summary)
     if summary["warning"]:
         print(summary["warning"], file=sys.stderr)

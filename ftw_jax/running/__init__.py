@@ -5,6 +5,7 @@
     memory         budgets: a state or program refused before it is allocated where it would not fit
     host           the members' axis over devices and hosts, and host copies of it
     run_files      a run folder's files, written atomically
+    provenance     the code a record was written by: its git commit, the package versions, the command line
     checkpoints    Orbax checkpoints of a run's carry and record (`CheckpointSettings`, `Checkpointer`)
     skips          skipped optimizer steps counted, and the stop of a run that applies none
     plots, compile_cache, threefry: curves, the compilation cache, the faster CPU lowering (opt in)

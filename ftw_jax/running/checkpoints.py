@@ -97,9 +97,15 @@ def _without_added_off(stored: Any, current: Any) -> Any:
     return current
 
 
+# What a run folder's config.json keeps beside its fingerprint, never compared: which code opened the run
+# (`ftw_jax.running.provenance`); a resume after a commit is the same run.
+NOT_FINGERPRINT = frozenset({"provenance"})
+
+
 def config_differences(stored: dict, current: dict) -> list[str]:
     """'field: stored -> current' for every top-level field where two fingerprints differ (the
-    `CHANGEABLE_ON_RESUME` settings and settings added since, left off, left out)."""
+    `CHANGEABLE_ON_RESUME` settings, settings added since, left off, and `NOT_FINGERPRINT`, left out)."""
+    stored, current = ({k: v for k, v in d.items() if k not in NOT_FINGERPRINT} for d in (stored, current))
     stored = _compared(_as_json(stored))
     current = _without_added_off(stored, _compared(_as_json(current)))
     return [

@@ -240,15 +240,19 @@ def open_run(
     checkpoints: CheckpointSettings | None = None,
     writer: bool = True,
     cleanup: contextlib.ExitStack | None = None,
+    provenance: dict | None = None,
 ) -> pathlib.Path:
     """The run folder: a new one (`out/name`, or `out/default_name-DATE-TIME`) holding config.json, or the `resume`
     folder after checking that it was started with the same configuration. A resume is refused where
     `checkpoints` (default `CheckpointSettings()`) are off: it would start again and overwrite the logs. Only the
     `writer` process writes files, and it holds the folder's lock until `cleanup` closes. The run's checkpointer
-    is `checkpoints.checkpointer(folder / "checkpoints", fingerprint)`."""
+    is `checkpoints.checkpointer(folder / "checkpoints", fingerprint)`.
+
+    config.json is the fingerprint with, beside it, "provenance": one entry (`ftw_jax.running.provenance`) per
+    process that opened the run, its start first, then each resume; never compared on a resume."""
     from ftw_jax.running.checkpoints import CheckpointSettings, check_same_config
 
-    checkpoints = checkpoints or CheckpointSettings()
+    checkpoints, stored = checkpoints or CheckpointSettings(), None
     if resume:
         if checkpoints.off:
             raise ValueError(
@@ -257,7 +261,8 @@ def open_run(
         folder, created = resume, False  # never discarded: it holds a run
         if not (folder / "config.json").exists():
             raise ValueError(f"`resume` {folder}: no run there (config.json is missing).")
-        check_same_config(read_json(folder / "config.json"), fingerprint, f"the run in {folder}")
+        stored = read_json(folder / "config.json")
+        check_same_config(stored, fingerprint, f"the run in {folder}")
     elif name:
         folder = out / check_run_name(name)
         if writer and (folder / "config.json").exists():
@@ -273,5 +278,13 @@ def open_run(
             if not resume:  # pushed before the lock: runs after the lock is released
                 cleanup.push(functools.partial(_discard_if_refused, folder, created))
             cleanup.enter_context(locked(folder))
-        write_json(folder / "config.json", fingerprint)
+        write_json(folder / "config.json", _beside(stored, fingerprint, provenance))
     return folder
+
+
+def _beside(stored: dict | None, fingerprint: dict, provenance: dict | None) -> dict:
+    """config.json's contents: `fingerprint` and, beside it, the provenance of every process that opened the run:
+    those `stored` (the config.json a resume found) names, then `provenance`."""
+    opened = stored.get("provenance", []) if isinstance(stored, dict) else []
+    opened = [*(opened if isinstance(opened, list) else [opened]), *([provenance] if provenance else [])]
+    return {**fingerprint, "provenance": opened} if opened else fingerprint
