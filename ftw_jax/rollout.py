@@ -203,14 +203,22 @@ def rollouts(
     group_size: int = 1,
     reset_keys: jax.Array | None = None,
     greedy: bool = False,
+    episode_params: Callable[[jax.Array], Any] | None = None,
 ) -> tuple[Trajectory, jax.Array]:
     """B episodes in parallel (a vmap of `rollout`): trajectories [B, T, ...] and success [B].
 
     `reset_keys` [B], if given, set each episode's start state (episodes sharing a key start alike: the same
     task). Otherwise, with `group_size` G > 1, consecutive groups of G episodes start from the same state
     (B a multiple of G), and with G = 1 every episode starts from its own. `greedy`: as `rollout`'s.
+    `episode_params(i)`, if given (G = 1, no `reset_keys`), are episode i's environment params in place of the
+    player's (an evaluation's i-th episode plays test level i); the episodes' keys are the same either way.
     """
     play_one = functools.partial(rollout, greedy=greedy)
+    if episode_params is not None:
+        if reset_keys is not None or group_size != 1:
+            raise ValueError("episode_params sets each episode's own task: not with reset_keys or groups.")
+        own = lambda key, episode: play_one(key, player.replace(env_params=episode_params(episode)))  # noqa: E731
+        return jax.vmap(own)(jax.random.split(key, num_episodes), jnp.arange(num_episodes, dtype=jnp.int32))
     if reset_keys is None and group_size == 1:
         return jax.vmap(play_one, in_axes=(0, None))(jax.random.split(key, num_episodes), player)
     if reset_keys is None:

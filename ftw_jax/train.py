@@ -416,13 +416,16 @@ def make_evaluation(
     config: TrainConfig, env: envs.Environment, env_params: Any, policy: PolicyNetwork
 ) -> Callable[[jax.Array, TrainCarry], dict]:
     """`evaluate(key, carry) -> evaluation`: `eval_episodes` episodes of the current policy on the evaluation
-    params (the key is consumed; the carry is only read)."""
-    eval_params = env.evaluation_params(env_params)
+    params, episode i on `env.evaluation_params(env_params, i)` (Sokoban: test level i, each once) (the key is
+    consumed; the carry is only read)."""
+    episode_params = functools.partial(env.evaluation_params, env_params)
 
     def evaluate(key: jax.Array, carry: TrainCarry) -> dict:
         policy_state = carry.learner.policy
-        player = Player(env, eval_params, policy, policy_state.params, policy_state.version)
-        play = functools.partial(rollouts, player=player, num_episodes=config.eval_episodes)
+        player = Player(env, env.evaluation_params(env_params), policy, policy_state.params, policy_state.version)
+        play = functools.partial(
+            rollouts, player=player, num_episodes=config.eval_episodes, episode_params=episode_params
+        )
         greedy = {}
         if config.eval_greedy:  # on episodes of its own (a key split off: the sampled ones change with it)
             key, greedy_key = jax.random.split(key)

@@ -369,6 +369,23 @@ MUTATIONS = (
         "",
         ("tests/test_text_search.py", "-k", "exact_answer"),
     ),
+    # Sokoban's held-out test levels: held out by room, and each played once per evaluation.
+    Mutation(
+        "held-out-starts-not-rooms",
+        "a training reset may draw a test level's room with another player start (only exact test levels redrawn)",
+        "ftw_jax/envs/sokoban.py",
+        "jnp.asarray(held_out_rooms(layout)) == room_hash(level)",
+        "jnp.asarray(jax.vmap(level_hash)(held_out_levels(layout))) == level_hash(level)",
+        ("tests/test_sokoban.py", "-k", "test_levels_room"),
+    ),
+    Mutation(
+        "evaluation-draws-test-levels-at-random",
+        "an evaluation draws its test levels with replacement instead of playing each once",
+        "ftw_jax/train.py",
+        "num_episodes=config.eval_episodes, episode_params=episode_params",
+        "num_episodes=config.eval_episodes",
+        ("tests/test_sokoban.py", "-k", "each_test_level_once"),
+    ),
     Mutation(
         "start-weights-compiled-in",
         "the members start from weights compiled in, not the ones given",

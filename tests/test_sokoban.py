@@ -7,18 +7,23 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from ftw_jax import train
 from ftw_jax.envs.sokoban import (
     Level,
     Sokoban,
     SokobanState,
     _generate_once,
     generate_level,
-    held_out_hashes,
+    held_out_levels,
+    held_out_rooms,
     is_solved,
     level_hash,
     observe,
     render,
+    room_hash,
 )
+from ftw_jax.rollout import rollouts
+from ftw_jax.train import TrainConfig, make_train
 
 UP, DOWN, LEFT, RIGHT = range(4)
 # generate_level vmaps its attempts, each a scan over split keys: the checker's false positive (conftest).
@@ -172,21 +177,47 @@ def test_reset_draws_from_the_split():
 
 
 @pytest.mark.slow
-def test_the_test_levels_are_held_out_from_every_training_draw():
-    """Training resets never make one of the `num_test_levels` test levels (they draw again); evaluation resets
-    make only those. The check can fail: without the finite test set the training stream makes test levels."""
-    env = Sokoban(reward="binary", num_test_levels=200)
-    params = env.default_params()
-    reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
-    keys = jax.random.split(jax.random.key(0), 3000)
-    test_levels = {tuple(row) for row in held_out_hashes(env).tolist()}
-    hashes = lambda states: {tuple(row) for row in np.asarray(jax.vmap(level_hash)(states.level)).tolist()}  # noqa: E731
-    training = hashes(reset(keys, params)[1])
-    assert len(training) > 1000 and not training & test_levels
-    assert hashes(reset(keys[:500], env.evaluation_params(params))[1]) <= test_levels
-    unfiltered = Sokoban(reward="binary", num_test_levels=0)
-    fresh = hashes(jax.jit(jax.vmap(unfiltered.reset, in_axes=(0, None)))(keys, params)[1])
-    assert len(fresh & test_levels) > 10  # the generator does make them: without the filter they would be there
+def test_no_training_reset_draws_a_test_levels_room():
+    """At the defaults, training resets never make the room (walls, targets, boxes) of one of the 1,000 test
+    levels, wherever its player stands: they draw again. The check can fail: the same stream without the
+    exclusion makes test rooms (about 15% of its draws) and more than half of them with another start."""
+    env = Sokoban()
+    keys = jax.random.split(jax.random.key(0), 1000)
+    test_rooms = {tuple(row) for row in held_out_rooms(env).tolist()}
+    test_starts = {tuple(row) for row in np.asarray(jax.vmap(level_hash)(held_out_levels(env))).tolist()}
+
+    def drawn(env):  # (room, level) hashes of the training resets
+        levels = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))(keys, env.default_params())[1].level
+        rooms, starts = (np.asarray(jax.vmap(hash_of)(levels)).tolist() for hash_of in (room_hash, level_hash))
+        return [(tuple(room), tuple(start)) for room, start in zip(rooms, starts)]
+
+    training = drawn(env)
+    assert len(set(training)) > 500 and not {room for room, _ in training} & test_rooms
+    unfiltered = [(room, start) for room, start in drawn(Sokoban(num_test_levels=0)) if room in test_rooms]
+    assert len(unfiltered) > 100  # without the exclusion they would be there: 148 of these 1,000 draws
+    assert sum(start not in test_starts for _, start in unfiltered) > len(unfiltered) / 2  # most, other starts
+
+
+@pytest.mark.slow
+def test_an_evaluation_plays_each_test_level_once(monkeypatch):
+    """Evaluation episode i starts on test level i mod `num_test_levels`: an evaluation of as many episodes as
+    test levels plays each once, in order, not a draw with replacement."""
+    config = TrainConfig.for_env("sokoban", num_iterations=1, eval_every=1, eval_episodes=24, eval_greedy=True)
+    trainer = make_train(config, num_test_levels=16)
+    starts = []  # the first observations of the episodes of each `rollouts` call, in the traced program
+
+    def recording(*args, **kwargs):
+        batch, success = rollouts(*args, **kwargs)
+        starts.append(batch.observation[:, 0])
+        return batch, success
+
+    monkeypatch.setattr(train, "rollouts", recording)
+    evaluate = jax.jit(lambda key, carry: (trainer.evaluate(key, carry), starts[-2:]))
+    _, (greedy, sampled) = evaluate(jax.random.key(1), jax.jit(trainer.init)(jax.random.key(0)))
+    test_boards = np.asarray(jax.vmap(observe)(held_out_levels(Sokoban(num_test_levels=16))))
+    for played in (greedy, sampled):
+        np.testing.assert_array_equal(played, test_boards[np.arange(24) % 16])
+    assert len({board.tobytes() for board in test_boards}) == 16  # 16 distinct levels
 
 
 @pytest.mark.parametrize(

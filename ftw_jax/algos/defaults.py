@@ -49,7 +49,9 @@ DEFAULTS: dict[str, Defaults] = {
             learning_rate=3e-3,
             kl_coef=0.0,
             eval_every=20,
-            eval_episodes=256,
+            # One episode per test level (num_test_levels=1000): evaluation episode i plays test level i. A
+            # 40-iteration run timed alike with 256 and with 1,000 (about 17 s after compiling, 2 CPU cores).
+            eval_episodes=1000,
             conv_channels=(16, 16),
             hidden_sizes=(128,),
         ),

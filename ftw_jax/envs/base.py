@@ -68,8 +68,11 @@ class Environment(abc.ABC):
     ) -> tuple[Any, Any, jax.Array, jax.Array, dict]:
         """(observation, state, reward, done, info) after `action`. The key is consumed."""
 
-    def evaluation_params(self, params: Any) -> Any:
-        """The params to evaluate on (e.g. held-out levels); the training params by default."""
+    def evaluation_params(self, params: Any, episode: jax.Array | None = None) -> Any:
+        """The params to evaluate on (e.g. held-out levels); the training params by default. `episode` ([] int32),
+        where given, is the episode's index in an evaluation: an environment with a finite test set can play its
+        test task `episode` mod their number, so that an evaluation plays distinct ones (Sokoban does)."""
+        del episode
         return params
 
     def forced_action(self, state: Any, params: Any) -> tuple[jax.Array, jax.Array]:
