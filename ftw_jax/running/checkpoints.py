@@ -243,8 +243,12 @@ class Checkpointer:
         a restart after a kill now would resume from at least. Orbax writes one checkpoint at a time, so every
         step asked for but the last is done; the last is once no write is in flight and its folder is in place."""
         steps = self._saved[:-1] if self._manager.is_saving_in_progress() else self._saved
-        done = [step for step in steps if (self.directory / str(step)).is_dir()]
-        return max(done, default=self._restored)
+        return max(filter(self._in_place, steps), default=self._restored)
+
+    def _in_place(self, step: int) -> bool:
+        """Whether checkpoint `step`'s folder is in place: Orbax renames it there once written whole (a kept one
+        may since have been deleted as one of the oldest)."""
+        return (self.directory / str(step)).is_dir()
 
     def wait(self) -> None:
         """Waits until every checkpoint asked for is on disk (`durable_step` is then the last)."""
@@ -264,7 +268,7 @@ class Checkpointer:
             system = re.search(r": ([^:\[]+) \[os_error_code='(\d+)'\]", str(error))  # TensorStore's OS error
             lines = str(error).strip().splitlines() or [type(error).__name__]
             reason = f"{system[1].strip()}, errno {system[2]}" if system else lines[0][:200]
-            intact = [step for step in self._manager.all_steps() if (self.directory / str(step)).is_dir()]
+            intact = list(filter(self._in_place, self._manager.all_steps()))
             kept = f"the checkpoints {intact} are intact" if intact else "no checkpoint was written before it"
             raise OSError(
                 f"the checkpoint {self.directory / str(step)} could not be written ({reason}); {kept}: make room, "
