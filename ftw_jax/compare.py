@@ -10,8 +10,8 @@ iterations × B episodes (env steps differ only as episode lengths do), the same
 optimizer family and the same evaluation. Tuning effort is the same too, on tuning seeds kept apart from the
 reported ones, keeping the highest mean AUC: either every learning rate of a grid, or (`search`) the same
 number of configurations drawn at random from each algorithm's space (`ftw_jax.tuning`: learning rate, β and
-its decay horizon, and the algorithm's own knobs), narrowed by the same successive halving (`rungs`), or run
-on shorter runs (`tuning_iterations`). Each
+its decay horizon, and the algorithm's own knobs) beside its reference recipe at the task's learning rate,
+narrowed by the same successive halving (`rungs`), or run on shorter runs (`tuning_iterations`). Each
 compiled program is one sweep (`ftw_jax.sweep`), vmapped, sharded and checkpointed as sweeps are.
 """
 
@@ -105,8 +105,9 @@ def compare(
       learning_rates: the tuning grid (default: the environment's learning rate alone, no tuning); with
         `search`, the rates the search draws from (default `tuning.LEARNING_RATES`).
       search: instead of trying every rate, this many configurations drawn from each algorithm's space
-        (`ftw_jax.tuning`, drawn from `search_seed` with the task and the algorithm: `tuning.task_seed`); the
-        overrides may not set a searched setting.
+        (`ftw_jax.tuning`, drawn from `search_seed` with the task and the algorithm: `tuning.task_seed`) and its
+        reference recipe at the environment's learning rate (`tuning.candidates`); the overrides may not set a
+        searched setting.
       tuning_iterations: the tuning runs' iterations (default: the reported runs'); β's decay horizon scales.
       rungs: successive halving of the search's configurations (`tuning.rung_periods`): every one runs the
         first rung, the better half by mean AUC so far goes on, ..., the last rung reaches the tuning horizon
@@ -141,9 +142,10 @@ def compare(
     for name, value, default in (("rungs", rungs, 1), ("tuning_iterations", tuning_iterations, None)):
         if value != default and not search:  # a setting of the random search alone: it would be ignored
             raise ValueError(f"{name}={value} applies to a random search (`search` N); there is none here.")
+    searched = _Search(search, search_seed, grid, tuning_iterations, rungs, base.learning_rate)
     if search:
         tuning.rung_periods((tuning_iterations or base.num_iterations) // base.eval_every, rungs)  # refuses
-        _check_search(env, env_options, own_settings, search, search_seed, tuning_seeds, grid)
+        _check_search(env, env_options, own_settings, searched, tuning_seeds)
     for algorithm in algorithms:  # every algorithm's options are checked before the first one runs
         try:
             make_sweep(env, {"lr": learning_rates}, seeds, env_options, algorithm=algorithm, **own_settings[algorithm])
@@ -155,9 +157,7 @@ def compare(
     provenance = provenance or running_provenance(sys.argv)
     phases = _Phases(env, dict(env_options or {}), metric, folder, checkpoints, on_period, log, provenance)
     results = [
-        phases.search(
-            algorithm, own_settings[algorithm], search, search_seed, grid, tuning_iterations, rungs, seeds, tuning_seeds
-        )
+        phases.search(algorithm, own_settings[algorithm], searched, seeds, tuning_seeds)
         if search
         else phases.compare(algorithm, own_settings[algorithm], learning_rates, seeds, tuning_seeds)
         for algorithm in algorithms
@@ -191,26 +191,38 @@ def _metric_of(env: str, env_options: dict | None, metric: str | None) -> str:
     return metric or ("success" if has_success else "return")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Search:
+    """A random search, the same for every algorithm (`compare`'s `search`, `search_seed`, `learning_rates`,
+    `tuning_iterations`, `rungs`), and the rate its reference recipes run at (the environment's)."""
+
+    count: int
+    seed: int
+    learning_rates: list[float] | None
+    tuning_iterations: int | None
+    rungs: int
+    reference_rate: float
+
+    def candidates(self, env: str, env_options: dict | None, algorithm: str) -> list[dict]:
+        """The configurations the algorithm tunes on this task (`tuning.candidates`, its own draw)."""
+        draw = tuning.task_seed(self.seed, env, env_options, algorithm)
+        return tuning.candidates(algorithm, self.count, draw, self.reference_rate, self.learning_rates)
+
+
 def _check_search(
-    env: str,
-    env_options: dict | None,
-    own_settings: dict[str, dict],
-    search: int,
-    search_seed: int,
-    tuning_seeds: list[int],
-    learning_rates: list[float] | None,
+    env: str, env_options: dict | None, own_settings: dict[str, dict], search: _Search, tuning_seeds: list[int]
 ) -> None:
     """Raises ValueError unless every algorithm's random search can run: tuning seeds given, no searched setting
-    among its overrides, and every configuration drawn a run of this environment (e.g. B a multiple of GRPO's G)."""
+    among its overrides, and every configuration it tunes a run of this environment (e.g. B a multiple of GRPO's
+    G)."""
     if not tuning_seeds:
-        raise ValueError(f"a random search of {search} configurations needs tuning seeds.")
+        raise ValueError(f"a random search of {search.count} configurations needs tuning seeds.")
     for algorithm, settings in own_settings.items():
         searched = sorted(set(tuning.space(algorithm)) & set(settings))
         if searched:
             raise ValueError(f"{', '.join(searched)} is/are searched for {algorithm}; leave them out of the overrides.")
         # draw_configurations refuses a bad count.
-        draw = tuning.task_seed(search_seed, env, env_options, algorithm)
-        configurations = tuning.draw_configurations(algorithm, search, draw, learning_rates)
+        configurations = search.candidates(env, env_options, algorithm)
         try:
             tuning.group_sweeps(env, configurations, tuning_seeds, env_options, algorithm=algorithm, **settings)
         except ValueError as error:
@@ -388,31 +400,28 @@ class _Phases:
         self,
         algorithm: str,
         settings: dict,
-        count: int,
-        search_seed: int,
-        learning_rates: list[float] | None,
-        tuning_iterations: int | None,
-        rungs: int,
+        search: _Search,
         seeds: list[int],
         tuning_seeds: list[int],
     ) -> AlgorithmResult:
-        """`count` configurations from the algorithm's space (its rates from `learning_rates`, when given) on
-        the tuning seeds (one sweep per compiled program), narrowed by successive halving over `rungs` rungs
-        (`tuning.rung_periods`; each rung's runs go on from the last one's), the best mean AUC at the full
-        tuning horizon, then the reported seeds with it. Each configuration's row holds its scores at the last
-        rung it ran."""
+        """The search's configurations drawn from the algorithm's space and its reference recipe
+        (`_Search.candidates`) on the tuning seeds (one sweep per compiled program), narrowed by successive
+        halving over its rungs (`tuning.rung_periods`; each rung's runs go on from the last one's), the best mean
+        AUC at the full tuning horizon, then the reported seeds with it. Each configuration's row holds its
+        scores at the last rung it ran, and says whether it was drawn or is the reference recipe (`candidate`)."""
         seconds, tuning_skipped = 0.0, (0, 0)
-        draw = tuning.task_seed(search_seed, self.env, self.env_options, algorithm)
-        configurations = tuning.draw_configurations(algorithm, count, draw, learning_rates)
-        tuning_settings = {**settings, **({"num_iterations": tuning_iterations} if tuning_iterations else {})}
+        configurations = search.candidates(self.env, self.env_options, algorithm)
+        iterations = search.tuning_iterations
+        tuning_settings = {**settings, **({"num_iterations": iterations} if iterations else {})}
         groups = tuning.group_sweeps(
             self.env, configurations, tuning_seeds, self.env_options, algorithm=algorithm, **tuning_settings
         )
         config = groups[0][0].config
-        untils = tuning.rung_periods(config.num_periods, rungs)
+        untils = tuning.rung_periods(config.num_periods, search.rungs)
         per_seed = len(tuning_seeds)
-        rows = [dict(point) for point in configurations]
-        alive = list(range(count))
+        rows = [{**point, "candidate": "drawn"} for point in configurations]
+        rows[-1]["candidate"] = "reference"
+        alive = list(range(len(configurations)))
         starts: dict[int, Start] = {}  # per group: where its runs of the next rung start
         for rung, until in enumerate(untils):
             scores, ran = {}, {}
@@ -423,7 +432,7 @@ class _Phases:
                 if running != indices:  # the promoted configurations' members, in the group's program
                     positions = [indices.index(index) for index in running]
                     sweep = sweep.subset([p * per_seed + seed for p in positions for seed in range(per_seed)])
-                phase = f"tune{group}" if rungs == 1 else f"tune{group}-rung{rung}"
+                phase = f"tune{group}" if search.rungs == 1 else f"tune{group}-rung{rung}"
                 tuned, phase_seconds = self.run(algorithm, phase, sweep, until, starts.get(group))
                 curves, seconds = tuned[self.metric], seconds + phase_seconds  # [configs × seeds, periods]
                 skipped, nonfinite = _skipped_total(tuned)

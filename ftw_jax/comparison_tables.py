@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import scipy.stats
 
-from ftw_jax.compare import DIAGNOSTICS, Comparison
+from ftw_jax import tuning
+from ftw_jax.compare import DIAGNOSTICS, AlgorithmResult, Comparison
 from ftw_jax.stats import holm, p_text, rank_test, seed_statistics, verdict, welch
 
 
@@ -68,6 +70,8 @@ def difference_rows(comparison: Comparison, reference: str = "ftw", margin: floa
             row.update({f"{name}_{key}": value for key, value in test.items()})
             row[f"{name}_rank_p_value"] = rank_test(mine, theirs)
             row[f"{name}_margin"] = bound
+        if comparison.metric == "success":
+            row.update(solved_seeds(by_name[reference].final, result.final))
         rows.append(row)
     # One family per table: every baseline on final and AUC. A verdict of "better" or "worse" needs its
     # Holm-adjusted Welch p below 5%, so that the table as a whole errs with chance at most 5%.
@@ -78,6 +82,20 @@ def difference_rows(comparison: Comparison, reference: str = "ftw", margin: floa
         row[f"{name}_holm_p_value"] = float(p_value)
         row[f"{name}_verdict"] = verdict(mine, theirs, row[f"{name}_margin"], p_value=float(p_value))
     return rows
+
+
+# A seed is solved when its final success is at least this: set before the reruns where outcomes split in two
+# (one-hop search: seeds end near chance, 12.5%, or near 100%), the same for every task and method.
+SOLVED_AT = 0.5
+
+
+def solved_seeds(reference: np.ndarray, other: np.ndarray) -> dict:
+    """How many seeds of each end solved (final success >= `SOLVED_AT`) and Fisher's exact two-sided p-value for
+    the two counts: the test for outcomes that split in two, where a mean and its t-interval say little."""
+    mine, theirs = int((reference >= SOLVED_AT).sum()), int((other >= SOLVED_AT).sum())
+    table = [[mine, reference.size - mine], [theirs, other.size - theirs]]
+    p_value = scipy.stats.fisher_exact(table).pvalue  # pyright: ignore[reportAttributeAccessIssue]
+    return {"solved": mine, "other_solved": theirs, "solved_p_value": float(p_value)}
 
 
 def seed_rows(comparison: Comparison) -> list[dict]:
@@ -132,8 +150,9 @@ def markdown_table(comparison: Comparison) -> str:
         lines += [
             "",
             "| FTW minus | final: difference [95% Welch CI], Welch p, Holm p, Mann–Whitney p | verdict | AUC: "
-            "difference [95% Welch CI], Welch p, Holm p, Mann–Whitney p | verdict |",
-            "|---|---:|---|---:|---|",
+            "difference [95% Welch CI], Welch p, Holm p, Mann–Whitney p | verdict |"
+            + (f" seeds solved (final ≥ {number(SOLVED_AT)}%), Fisher's exact p |" if unit else ""),
+            "|---|---:|---|---:|---|" + ("---:|" if unit else ""),
         ]
         for row in differences:
             cells = [
@@ -142,7 +161,13 @@ def markdown_table(comparison: Comparison) -> str:
                 f"{p_text(row[f'{name}_holm_p_value'])}, {p_text(row[f'{name}_rank_p_value'])} | {judgement(row, name)}"
                 for name in ("final", "auc")
             ]
-            lines.append(f"| {row['algorithm']} | {cells[0]} | {cells[1]} |")
+            solved = (
+                f" {row['solved']} vs {row['other_solved']} of {len(comparison.seeds)}, "
+                f"{p_text(row['solved_p_value'])} |"
+                if unit
+                else ""
+            )
+            lines.append(f"| {row['algorithm']} | {cells[0]} | {cells[1]} |{solved}")
     return "\n".join(lines) + "\n"
 
 
@@ -199,5 +224,30 @@ def tuning_table(comparison: Comparison) -> str:
             cells += [str(row[name]) for name in horizon]
             cells += [number(row["auc_mean"]), number(row["final_mean"]) if "final_mean" in row else ""]
             lines.append("| " + " | ".join(f"**{cell}**" if chosen and cell else cell for cell in cells) + " |")
-        sections.append("\n".join(lines))
+        sections.append("\n".join([*lines, *_choice_notes(result, names)]))
     return "\n\n".join(sections) + ("\n" if sections else "")
+
+
+def _choice_notes(result: AlgorithmResult, names: list[str]) -> list[str]:
+    """What a reader of a search's tuning table should know about its choice: whether the last rung's final
+    evaluation would have chosen the same configuration as its AUC did, and whether the chosen learning rate is
+    an edge of the grid the drawn configurations came from (reported, never followed by a wider grid)."""
+    if "iterations" not in result.tuning[0]:
+        return []
+    horizon = max(row["iterations"] for row in result.tuning)
+    finalists = [row for row in result.tuning if row["iterations"] == horizon]
+    by_final = max(finalists, key=lambda row: row["final_mean"])
+    same = all(result.settings.get(name, by_final[name]) == by_final[name] for name in names)
+    described = ", ".join(f"{name} {by_final[name]}" for name in names if name != "candidate")
+    notes = [
+        "",
+        "Chosen by tuning AUC; by the final evaluation the last rung would choose "
+        + ("the same configuration." if same else f"another: {described}."),
+    ]
+    grid = sorted({row["learning_rate"] for row in result.tuning if row.get("candidate", "drawn") == "drawn"})
+    if len(grid) > 1 and tuning.at_edge(result.settings["learning_rate"], grid):
+        notes.append(
+            f"The chosen learning rate {result.settings['learning_rate']:g} is an edge of the grid "
+            f"{grid[0]:g}…{grid[-1]:g}."
+        )
+    return notes

@@ -1060,6 +1060,22 @@ MUTATIONS = (
         "steps = self._saved",
         ("tests/test_checkpoints.py", "-k", "durable"),
     ),
+    Mutation(
+        "reference-drawn-twice",
+        "the random search may draw the reference recipe's point again, so the reference runs twice",
+        "ftw_jax/tuning.py",
+        "points = [point for point in points if _valid(point) and point != exclude]",
+        "points = [point for point in points if _valid(point)]",
+        ("tests/test_tuning.py", "-k", "reference_recipe"),
+    ),
+    Mutation(
+        "solved-strictly-above",
+        "a seed exactly at the solved threshold is not counted as solved",
+        "ftw_jax/comparison_tables.py",
+        "mine, theirs = int((reference >= SOLVED_AT).sum()), int((other >= SOLVED_AT).sum())",
+        "mine, theirs = int((reference > SOLVED_AT).sum()), int((other >= SOLVED_AT).sum())",
+        ("tests/test_compare.py", "-k", "split"),
+    ),
 )
 
 

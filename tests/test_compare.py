@@ -1,6 +1,7 @@
 """Comparisons: the reported statistics, the tuning protocol, and the `ftw-jax compare` outputs."""
 
 import csv
+import dataclasses
 import json
 import re
 import shutil
@@ -11,7 +12,7 @@ import pytest
 
 from ftw_jax.cli import main
 from ftw_jax.compare import AlgorithmResult, Comparison, compare
-from ftw_jax.comparison_tables import difference_rows, markdown_table
+from ftw_jax.comparison_tables import difference_rows, markdown_table, solved_seeds
 from ftw_jax.stats import (
     bootstrap_interval,
     holm,
@@ -115,6 +116,39 @@ def test_the_table_says_equivalence_rests_on_the_90_percent_interval():
         Comparison(env="search", metric="success", seeds=list(range(10)), episodes=np.array([10]), results=results)
     )
     assert "| equivalent (90% CI inside ±5.0) |" in table and "equivalent (margin" not in table
+
+
+def test_seeds_that_split_in_two_are_counted_and_tested_exactly():
+    """One-hop search's case: all 10 FTW seeds solve it, 7 of PPO's, 3 stay near chance. Fisher's exact test on
+    the counts, two-sided: the tables with 10 solved among the first 10 rows of 20 and 17 solved in all are
+    those with 0 or 3 failures among the first: (C(17,10) + C(17,7)) / C(20,10) = 0.2105."""
+    ftw, ppo = np.linspace(0.96, 1.0, 10), np.array([1.0] * 7 + [0.12, 0.13, 0.11])
+    assert solved_seeds(ftw, ppo) == {
+        "solved": 10,
+        "other_solved": 7,
+        "solved_p_value": pytest.approx(0.21053, abs=1e-5),
+    }
+    assert solved_seeds(np.full(30, 0.9), np.full(30, 0.1))["solved_p_value"] < 1e-15
+    assert solved_seeds(np.array([0.5, 0.49]), np.array([0.5, 0.5]))["solved"] == 1  # half the questions: solved
+    results = [
+        AlgorithmResult(
+            algorithm=name,
+            learning_rate=1e-3,
+            curves=final[:, None],
+            env_steps=np.ones((10, 1)),
+            seconds=0.0,
+            tuning=[],
+            applied_share=np.ones(10),
+        )
+        for name, final in (("ftw", ftw), ("ppo", ppo))
+    ]
+    comparison = Comparison(
+        env="search", metric="success", seeds=list(range(10)), episodes=np.array([10]), results=results
+    )
+    table = markdown_table(comparison)
+    assert "seeds solved (final ≥ 50.0%), Fisher's exact p |" in table and "| 10 vs 7 of 10, p = 0.211 |" in table
+    returns = markdown_table(dataclasses.replace(comparison, metric="return"))
+    assert "Fisher" not in returns  # no success, nothing solved
 
 
 def test_holm_adjusts_a_family_of_p_values_by_hand():

@@ -39,24 +39,62 @@ def test_the_learning_rate_is_stratified_and_the_spaces_hold_the_references_defa
     for algorithm in algos.ALGORITHMS:
         rates = [point["learning_rate"] for point in tuning.draw_configurations(algorithm, 8, seed=5)]
         counts = [rates.count(rate) for rate in tuning.LEARNING_RATES]
-        assert min(counts) >= 1 and max(counts) - min(counts) <= 1  # 8 draws over 6 rates: each once or twice
+        assert min(counts) >= 1 and max(counts) - min(counts) <= 1  # 8 draws over 7 rates: each once or twice
+        rates = [point["learning_rate"] for point in tuning.draw_configurations(algorithm, 21, seed=5)]
+        assert [rates.count(rate) for rate in tuning.LEARNING_RATES] == [3] * 7  # the protocol's budget
     assert {0.0, 0.04} <= set(tuning.space("grpo")["kl_coef"])  # TRL's β values
     assert 1 in tuning.space("grpo")["updates_per_iteration"]  # TRL's one step per batch
     assert set(tuning.space("ftw")["elite_rule"]) == {"top_k", "beat_minimum"}
     # Every point of a space may be drawn: the stratification ends even when a rate has no point left.
     everything = tuning.draw_configurations("reinforce", 50, seed=0)
-    assert len({tuple(sorted(point.items())) for point in everything}) == 50
+    assert len({tuple(sorted(point.items(), key=str)) for point in everything}) == 50
+
+
+def test_every_algorithm_tunes_its_reference_recipe_beside_the_drawn_configurations():
+    own = {algorithm: len(tuning.space(algorithm)) - len(tuning.SHARED) for algorithm in algos.ALGORITHMS}
+    assert own == {"ftw": 5, "ppo": 5, "grpo": 5, "reinforce": 3}  # as the module docstring says, and why
+    for algorithm in algos.ALGORITHMS:
+        tried = tuning.candidates(algorithm, 21, seed=[0, 1], reference_rate=3e-3)
+        reference = tuning.reference_configuration(algorithm, 3e-3)
+        assert len(tried) == 22 and tried[-1] == reference and reference not in tried[:-1]
+        assert list(reference) == list(tuning.space(algorithm)) and reference["learning_rate"] == 3e-3
+        assert tried[:-1] == tuning.draw_configurations(algorithm, 21, [0, 1], exclude=reference)
+        config = TrainConfig.for_env("search", algorithm=algorithm).replace(**tuning.as_overrides(reference, 400))
+        for name, value in algos.get(algorithm).reference.items():  # the run is the recipe
+            if name != "kl_decay_fraction":
+                assert getattr(config, name, getattr(config.algorithm_config, name, None)) == value, name
+    grpo = TrainConfig.for_env("search", algorithm="grpo").replace(
+        **tuning.as_overrides(tuning.reference_configuration("grpo", 1e-3), 400)
+    )
+    assert grpo.kl_coef == 0.04 and grpo.kl_coef_final is None  # TRL's β, constant
+    ppo = tuning.reference_configuration("ppo", 1e-3)  # CleanRL's
+    assert (ppo["num_minibatches"], ppo["updates_per_iteration"], ppo["clip_epsilon"], ppo["gae_lambda"]) == (
+        4,
+        4,
+        0.2,
+        0.95,
+    )
+    # The reference is never drawn as well, even where the draws could reach it.
+    reference = tuning.reference_configuration("ppo", 0.003)
+    reference["kl_coef"] = 0.0  # a point of the drawn space: β 0 over the whole run
+    valid = 13 * 2 * 2 * 3 * 3 * 3  # β 0, or one of 4 βs × 3 horizons; then PPO's own knobs
+    drawn = tuning.draw_configurations("ppo", valid - 1, seed=0, learning_rates=[0.003], exclude=reference)
+    assert reference not in drawn  # every other valid point is
+    with pytest.raises(ValueError, match=f"count must be in \\[1, {valid - 1}\\]"):
+        tuning.draw_configurations("ppo", valid, seed=0, learning_rates=[0.003], exclude=reference)
+    assert tuning.at_edge(1e-4, tuning.LEARNING_RATES) and tuning.at_edge(0.1, tuning.LEARNING_RATES)
+    assert not tuning.at_edge(3e-3, tuning.LEARNING_RATES)
 
 
 def test_a_grid_of_rates_replaces_the_searched_ones_for_every_algorithm_alike():
-    """Issue 33's rule: a choice on the grid's edge extends the grid (`--learning-rates` with `--search`)."""
-    grid = (*tuning.LEARNING_RATES, 0.1)
+    """`--learning-rates` with `--search`: the rates every algorithm draws from."""
+    grid = tuning.LEARNING_RATES[:-1]
     for algorithm in algos.ALGORITHMS:
         assert tuning.space(algorithm, grid)["learning_rate"] == grid
         assert tuning.space(algorithm, None) == tuning.space(algorithm)
         drawn = tuning.draw_configurations(algorithm, 8, seed=5, learning_rates=grid)
         rates = [point["learning_rate"] for point in drawn]
-        assert sorted(set(rates)) == sorted(grid) and len(rates) == 8  # 8 draws over 7 rates: each at least once
+        assert sorted(set(rates)) == sorted(grid) and len(rates) == 8  # 8 draws over 6 rates: each at least once
 
 
 def test_rungs_halve_the_horizon_and_promote_the_better_half():
@@ -108,8 +146,13 @@ def test_compare_search_reports_the_best_configuration_as_a_plain_run_gives_it()
         overrides=BUDGET,
     )
     [result] = comparison.results
-    assert len(result.tuning) == 3 and all(len(row["auc_per_seed"]) == 2 for row in result.tuning)
-    assert sorted({row["learning_rate"] for row in result.tuning}) == grid  # 3 draws over 2 rates: both
+    assert len(result.tuning) == 4 and all(len(row["auc_per_seed"]) == 2 for row in result.tuning)
+    drawn = [row for row in result.tuning if row["candidate"] == "drawn"]
+    assert sorted({row["learning_rate"] for row in drawn}) == grid  # 3 draws over 2 rates: both
+    [reference] = [row for row in result.tuning if row["candidate"] == "reference"]  # at the task's rate
+    assert {name: reference[name] for name in tuning.space("reinforce")} == tuning.reference_configuration(
+        "reinforce", 0.08
+    )
     best = max(result.tuning, key=lambda row: row["auc_mean"])
     assert result.settings == {name: best[name] for name in tuning.space("reinforce")}
     overrides = tuning.as_overrides(result.settings, BUDGET["num_iterations"])
@@ -118,8 +161,12 @@ def test_compare_search_reports_the_best_configuration_as_a_plain_run_gives_it()
     np.testing.assert_allclose(result.curves[0], evaluation["return"], rtol=1e-6)
     assert result.updates.shape == (1, 2)
     table = tuning_table(comparison).splitlines()
-    assert table[0] == "reinforce:" and len(table) == 4 + 3  # name, blank, header, rule, a row per configuration
+    # Name, blank, header, rule, a row per configuration; then how the choice was made.
+    assert table[0] == "reinforce:" and len(table) >= 4 + 4 + 2 and table[8] == ""
     assert table[4].startswith(f"| **{best['learning_rate']:g}** |")  # best first, in bold
+    by_final = max(result.tuning, key=lambda row: row["final_mean"])
+    assert ("the same configuration" in table[9]) == (by_final is best)
+    assert (best["learning_rate"] == 0.3) == any("is an edge of the grid 0.03…0.3" in line for line in table)
 
 
 @pytest.mark.slow
@@ -134,7 +181,8 @@ def test_successive_halving_goes_on_from_the_runs_it_promotes(algorithm, tmp_pat
     }
     comparison = compare("bandit", [algorithm], checkpoint_folder=tmp_path, rungs=3, **search)
     [result] = comparison.results
-    assert sorted(row["iterations"] for row in result.tuning) == [6, 6, 12, 24]  # 4 configurations, 2, then 1
+    # 4 configurations drawn and the reference: 5, then 3, then 2.
+    assert sorted(row["iterations"] for row in result.tuning) == [6, 6, 12, 24, 24]
     best = max((row for row in result.tuning if row["iterations"] == 24), key=lambda row: row["auc_mean"])
     assert result.settings == {name: best[name] for name in tuning.space(algorithm)}  # chosen in the last rung
     same = whole[tuple(sorted(result.settings.items()))]

@@ -150,3 +150,7 @@ class Algorithm:
     steps_per_batch: Callable[[Any], int] = _updates_per_iteration
     # Setting -> the values `compare --search` tries, beside those every algorithm shares (`ftw_jax.tuning`).
     search_space: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
+    # Its reference implementation's recipe: a value for each searched knob but the learning rate, β
+    # (`kl_coef`) and β's horizon (`kl_decay_fraction`; None: β constant) included. `compare --search` runs it
+    # beside the drawn configurations, at the task's learning rate (`ftw_jax.tuning.reference_configuration`).
+    reference: Mapping[str, Any] = dataclasses.field(default_factory=dict)

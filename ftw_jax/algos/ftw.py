@@ -99,4 +99,14 @@ ALGORITHM = Algorithm(
         "num_elites": (1, 2, 4),
         "elite_rule": ("top_k", "beat_minimum"),
     },
+    # The reference implementation's run (its two-armed bandit): N 128, J 4, C 5, K 1, β 0.05 throughout.
+    reference={
+        "kl_coef": 0.05,
+        "kl_decay_fraction": None,
+        "pool_capacity": 128,
+        "num_batches": 4,
+        "batch_size": 5,
+        "num_elites": 1,
+        "elite_rule": "top_k",
+    },
 )

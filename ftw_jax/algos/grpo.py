@@ -100,5 +100,18 @@ ALGORITHM = Algorithm(
         "group_size": (4, 8, 16),
         "updates_per_iteration": (1, 4),  # TRL's default: one step per batch
         "entropy_coef": ENTROPY_COEFS,
+        "clip_epsilon": (0.1, 0.2, 0.3),
+        "normalise_advantages": (True, False),  # Dr. GRPO drops the group's sd
+    },
+    # TRL's GRPOTrainer: G 8, one step per batch, ε 0.2, advantages over the group's sd, no entropy bonus, and
+    # DeepSeekMath's β 0.04 throughout (TRL's default until 0.19; 0 since, which the drawn β values hold).
+    reference={
+        "kl_coef": 0.04,
+        "kl_decay_fraction": None,
+        "group_size": 8,
+        "updates_per_iteration": 1,
+        "entropy_coef": 0.0,
+        "clip_epsilon": 0.2,
+        "normalise_advantages": True,
     },
 )

@@ -289,5 +289,23 @@ ALGORITHM = Algorithm(
     make_learner=make_learner,
     check=check,
     steps_per_batch=steps_per_batch,
-    search_space={"num_minibatches": (1, 4), "entropy_coef": ENTROPY_COEFS},
+    # The knobs CleanRL's and rejax's PPO expose beside the learning rate (the clipped value loss and γ fixed).
+    search_space={
+        "num_minibatches": (1, 4),
+        "entropy_coef": ENTROPY_COEFS,
+        "clip_epsilon": (0.1, 0.2, 0.3),
+        "updates_per_iteration": (1, 4, 10),  # epochs
+        "gae_lambda": (0.9, 0.95, 1.0),
+    },
+    # CleanRL's ppo.py: 4 minibatches, 4 epochs, ε 0.2, entropy 0.01, λ 0.95, no KL (its γ 0.99 is not searched:
+    # our tasks reward at the end of at most a few dozen steps, and run at γ 1 as Search-R1 does).
+    reference={
+        "kl_coef": 0.0,
+        "kl_decay_fraction": 1.0,
+        "num_minibatches": 4,
+        "entropy_coef": 0.01,
+        "clip_epsilon": 0.2,
+        "updates_per_iteration": 4,
+        "gae_lambda": 0.95,
+    },
 )

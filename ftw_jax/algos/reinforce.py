@@ -96,5 +96,18 @@ ALGORITHM = Algorithm(
     config=ReinforceConfig,
     make_learner=make_learner,
     check=check,
-    search_space={"updates_per_iteration": (1, 4), "entropy_coef": ENTROPY_COEFS},
+    search_space={
+        "updates_per_iteration": (1, 4),
+        "entropy_coef": ENTROPY_COEFS,
+        "leave_one_out": (None, 2, 4, 8),  # the batch's mean as the baseline, or RLOO's over G episodes
+    },
+    # TRL's RLOOTrainer: G 2 (the others' mean as each episode's baseline), one step per batch, β 0.05
+    # throughout, no entropy bonus.
+    reference={
+        "kl_coef": 0.05,
+        "kl_decay_fraction": None,
+        "updates_per_iteration": 1,
+        "entropy_coef": 0.0,
+        "leave_one_out": 2,
+    },
 )

@@ -69,14 +69,15 @@ def _add_tuning_arguments(parser) -> None:
         type=rate_list,
         default=None,
         help="the tuning grid (default: the environment's learning rate alone, no tuning); with --search, the "
-        "rates it draws from (default: ftw_jax.tuning.LEARNING_RATES, the half-decades 1e-4...3e-2)",
+        "rates it draws from (default: ftw_jax.tuning.LEARNING_RATES, the half-decades 1e-4...1e-1)",
     )
     parser.add_argument(
         "--search",
         type=positive_int,
         default=0,
         help="tune by random search: this many configurations per algorithm from its space "
-        "(learning rate, beta and its horizon, its own knobs; default: off)",
+        "(learning rate, beta and its horizon, its own knobs), and its reference recipe at the environment's "
+        "learning rate beside them (default: off)",
     )
     parser.add_argument("--search-seed", type=one_seed, default=0, help="the seed that draws the configurations")
     parser.add_argument(
