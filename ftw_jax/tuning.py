@@ -53,9 +53,13 @@ def space(algorithm: str, learning_rates: Sequence[float] | None = None) -> dict
 
 def reference_configuration(algorithm: str, learning_rate: float) -> dict:
     """The algorithm's reference recipe (its registry entry's `reference`) at `learning_rate`, as a point of its
-    space (`space`'s names, in order; a `kl_decay_fraction` of None keeps β constant)."""
-    recipe = {"learning_rate": learning_rate, **algos.get(algorithm).reference}
+    space (`space`'s names, in order; a `kl_decay_fraction` of None keeps β constant). What the entry leaves out
+    is its config's default, without a KL: an algorithm registered without a recipe runs its defaults."""
+    entry = algos.get(algorithm)
     names = list(space(algorithm))
+    defaults = entry.config()
+    own = {name: getattr(defaults, name) for name in names if hasattr(defaults, name)}
+    recipe = {**own, "kl_coef": 0.0, "kl_decay_fraction": 1.0, **entry.reference, "learning_rate": learning_rate}
     if set(recipe) != set(names):
         raise ValueError(f"{algorithm}'s reference recipe sets {sorted(recipe)}; its searched settings are {names}.")
     return {name: recipe[name] for name in names}

@@ -36,4 +36,8 @@ def test_a_new_algorithm_and_environment_train_from_the_command_line():
     # Registered after `import ftw_jax.train`, searched over its own space by `compare --search`.
     assert [row["algorithm"] for row in comparison["algorithms"]] == ["top_half", "reinforce"]
     assert comparison["chosen"]["top_half"]["quantile"] in (0.5, 0.75, 0.9)
-    assert len(comparison["tuning"]["top_half"]) == 3
+    assert len(comparison["tuning"]["top_half"]) == 4  # 3 drawn, and its defaults as its reference recipe
+    assert comparison["tuning"]["top_half"][-1]["candidate"] == "reference"
+    assert (
+        comparison["tuning"]["top_half"][-1]["quantile"] == 0.5 and comparison["tuning"]["top_half"][-1]["kl_coef"] == 0
+    )

@@ -152,5 +152,6 @@ class Algorithm:
     search_space: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
     # Its reference implementation's recipe: a value for each searched knob but the learning rate, β
     # (`kl_coef`) and β's horizon (`kl_decay_fraction`; None: β constant) included. `compare --search` runs it
-    # beside the drawn configurations, at the task's learning rate (`ftw_jax.tuning.reference_configuration`).
+    # beside the drawn configurations, at the task's learning rate (`ftw_jax.tuning.reference_configuration`);
+    # a knob it leaves out runs at its config's default, β at 0.
     reference: Mapping[str, Any] = dataclasses.field(default_factory=dict)
