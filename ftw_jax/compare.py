@@ -91,7 +91,7 @@ def compare(
     metric: str | None = None,
     checkpoint_folder: pathlib.Path | None = None,
     checkpoints: CheckpointSettings | None = None,
-    on_period: Callable[[str, str, int, np.ndarray, tuple[int, int]], None] | None = None,
+    on_period: Callable[[PhasePeriod], None] | None = None,
     log: Callable[[str], None] | None = None,
     provenance: dict | None = None,
 ) -> Comparison:
@@ -119,9 +119,7 @@ def compare(
         `checkpoints` (default: every period; none where they are off).
       provenance: what each phase record says about the code that ran it, beside its fingerprint (default:
         this process's, `ftw_jax.running.provenance`).
-      on_period: progress, called as (algorithm, phase, period, metric of every member [M], (ready updates
-        skipped, updates tried) in the period by all members) after every evaluation period; phase is "tune"
-        (or "tuneN" with `search`) or "report".
+      on_period: progress and rows, called after every evaluation period of every phase (`PhasePeriod`).
 
     A reported run that stops applying updates stops the comparison (`ftw_jax.running.skips.SkippedUpdates`, as
     `ftw-jax train`); a tuning run never does: a configuration that diverges is a finding of the tuning (it
@@ -142,10 +140,10 @@ def compare(
     for name, value, default in (("rungs", rungs, 1), ("tuning_iterations", tuning_iterations, None)):
         if value != default and not search:  # a setting of the random search alone: it would be ignored
             raise ValueError(f"{name}={value} applies to a random search (`search` N); there is none here.")
-    searched = _Search(search, search_seed, grid, tuning_iterations, rungs, base.learning_rate)
+    searched = tuning.Search(search, search_seed, grid, tuning_iterations, rungs, base.learning_rate)
     if search:
         tuning.rung_periods((tuning_iterations or base.num_iterations) // base.eval_every, rungs)  # refuses
-        _check_search(env, env_options, own_settings, searched, tuning_seeds)
+        tuning.check_search(env, env_options, own_settings, searched, tuning_seeds)
     for algorithm in algorithms:  # every algorithm's options are checked before the first one runs
         try:
             make_sweep(env, {"lr": learning_rates}, seeds, env_options, algorithm=algorithm, **own_settings[algorithm])
@@ -192,41 +190,21 @@ def _metric_of(env: str, env_options: dict | None, metric: str | None) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Search:
-    """A random search, the same for every algorithm (`compare`'s `search`, `search_seed`, `learning_rates`,
-    `tuning_iterations`, `rungs`), and the rate its reference recipes run at (the environment's)."""
+class PhasePeriod:
+    """What `compare` tells `on_period` after each evaluation period of a phase ("tune", "tuneN", "tuneN-rungR"
+    or "report")."""
 
-    count: int
-    seed: int
-    learning_rates: list[float] | None
-    tuning_iterations: int | None
-    rungs: int
-    reference_rate: float
-
-    def candidates(self, env: str, env_options: dict | None, algorithm: str) -> list[dict]:
-        """The configurations the algorithm tunes on this task (`tuning.candidates`, its own draw)."""
-        draw = tuning.task_seed(self.seed, env, env_options, algorithm)
-        return tuning.candidates(algorithm, self.count, draw, self.reference_rate, self.learning_rates)
-
-
-def _check_search(
-    env: str, env_options: dict | None, own_settings: dict[str, dict], search: _Search, tuning_seeds: list[int]
-) -> None:
-    """Raises ValueError unless every algorithm's random search can run: tuning seeds given, no searched setting
-    among its overrides, and every configuration it tunes a run of this environment (e.g. B a multiple of GRPO's
-    G)."""
-    if not tuning_seeds:
-        raise ValueError(f"a random search of {search.count} configurations needs tuning seeds.")
-    for algorithm, settings in own_settings.items():
-        searched = sorted(set(tuning.space(algorithm)) & set(settings))
-        if searched:
-            raise ValueError(f"{', '.join(searched)} is/are searched for {algorithm}; leave them out of the overrides.")
-        # draw_configurations refuses a bad count.
-        configurations = search.candidates(env, env_options, algorithm)
-        try:
-            tuning.group_sweeps(env, configurations, tuning_seeds, env_options, algorithm=algorithm, **settings)
-        except ValueError as error:
-            raise ValueError(f"{algorithm}: a searched configuration: {error}") from None
+    algorithm: str
+    phase: str
+    period: int  # the period just run, from 0
+    members: list[dict]  # the phase's members: their sweep axes and seed
+    metrics: dict  # {name: [M, eval_every]} per iteration (metrics.jsonl's rows)
+    evaluation: dict  # {name: [M]} (evaluation.jsonl's)
+    metric: str  # the comparison's metric, one of `evaluation`'s names
+    skipped: tuple[int, int]  # ready updates skipped, updates tried, in the period by all members
+    # The first period this process ran of a phase that had run before (resumed, or a rung going on from the
+    # last): each member's env steps before it [M]; None otherwise.
+    resumed_from: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,7 +216,7 @@ class _Phases:
     metric: str
     checkpoint_folder: pathlib.Path | None
     checkpoints: CheckpointSettings
-    on_period: Callable[[str, str, int, np.ndarray, tuple[int, int]], None] | None
+    on_period: Callable[[PhasePeriod], None] | None
     log: Callable[[str], None] | None = None
     provenance: dict | None = None  # beside each phase record's fingerprint, never compared
 
@@ -340,10 +318,15 @@ class _Phases:
         if start and not run.history:
             previous, members = start(stack)
             run.take_members(previous, members)
-        for _ in run.periods(until):
+        first = len(run.history)  # the periods this process runs start here
+        for metrics, evaluation in run.periods(until):
             if self.on_period:
-                period = len(run.history) - 1
-                self.on_period(algorithm, phase, period, run.history[-1][self.metric], run.last_period_skipped())
+                before = run.history[first - 1]["env_steps"] if first and len(run.history) == first + 1 else None
+                period = PhasePeriod(
+                    algorithm, phase, len(run.history) - 1, sweep.members, metrics, evaluation, self.metric,
+                    run.last_period_skipped(), before,
+                )  # fmt: skip
+                self.on_period(period)
         return run
 
     def compare(
@@ -400,12 +383,12 @@ class _Phases:
         self,
         algorithm: str,
         settings: dict,
-        search: _Search,
+        search: tuning.Search,
         seeds: list[int],
         tuning_seeds: list[int],
     ) -> AlgorithmResult:
         """The search's configurations drawn from the algorithm's space and its reference recipe
-        (`_Search.candidates`) on the tuning seeds (one sweep per compiled program), narrowed by successive
+        (`tuning.Search.candidates`) on the tuning seeds (one sweep per compiled program), narrowed by successive
         halving over its rungs (`tuning.rung_periods`; each rung's runs go on from the last one's), the best mean
         AUC at the full tuning horizon, then the reported seeds with it. Each configuration's row holds its
         scores at the last rung it ran, and says whether it was drawn or is the reference recipe (`candidate`)."""

@@ -23,6 +23,7 @@ followed by a wider grid for one method.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import zlib
@@ -177,3 +178,41 @@ def group_sweeps(
     for index, config in enumerate(configs):
         groups.setdefault(repr(sorted(program_key(config).items())), []).append(index)
     return [(sweep_of([configs[i] for i in indices], seeds, env_options), indices) for indices in groups.values()]
+
+
+@dataclasses.dataclass(frozen=True)
+class Search:
+    """A random search, the same for every algorithm (`compare`'s `search`, `search_seed`, `learning_rates`,
+    `tuning_iterations`, `rungs`), and the rate its reference recipes run at (the environment's)."""
+
+    count: int
+    seed: int
+    learning_rates: list[float] | None
+    tuning_iterations: int | None
+    rungs: int
+    reference_rate: float
+
+    def candidates(self, env: str, env_options: dict | None, algorithm: str) -> list[dict]:
+        """The configurations the algorithm tunes on this task (`candidates`, its own draw)."""
+        draw = task_seed(self.seed, env, env_options, algorithm)
+        return candidates(algorithm, self.count, draw, self.reference_rate, self.learning_rates)
+
+
+def check_search(
+    env: str, env_options: dict | None, own_settings: dict[str, dict], search: Search, tuning_seeds: list[int]
+) -> None:
+    """Raises ValueError unless every algorithm's random search can run: tuning seeds given, no searched setting
+    among its overrides, and every configuration it tunes a run of this environment (e.g. B a multiple of GRPO's
+    G)."""
+    if not tuning_seeds:
+        raise ValueError(f"a random search of {search.count} configurations needs tuning seeds.")
+    for algorithm, settings in own_settings.items():
+        searched = sorted(set(space(algorithm)) & set(settings))
+        if searched:
+            raise ValueError(f"{', '.join(searched)} is/are searched for {algorithm}; leave them out of the overrides.")
+        # draw_configurations refuses a bad count.
+        configurations = search.candidates(env, env_options, algorithm)
+        try:
+            group_sweeps(env, configurations, tuning_seeds, env_options, algorithm=algorithm, **settings)
+        except ValueError as error:
+            raise ValueError(f"{algorithm}: a searched configuration: {error}") from None

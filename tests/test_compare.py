@@ -9,6 +9,7 @@ import shutil
 import jax
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ftw_jax.cli import main
 from ftw_jax.compare import AlgorithmResult, Comparison, compare
@@ -254,6 +255,14 @@ def test_cli_writes_the_table_the_csvs_and_the_plot(tmp_path, capsys):
     assert curves["ppo_return"].shape == (3, 2) and curves["ppo_updates"].shape == (3, 2)
     for name in ("curves", "curves_env_steps", "curves_updates"):
         assert (folder / f"{name}.png").stat().st_size > 10_000
+    # TensorBoard: one run per algorithm and seed, its evaluations those of the curves.
+    boards = folder / "tensorboard"
+    assert sorted(str(path.relative_to(boards)) for path in boards.glob("*/*")) == [
+        f"{algorithm}/seed_{seed}" for algorithm in ("ftw", "ppo") for seed in (0, 1, 2)
+    ]
+    events = EventAccumulator(str(boards / "ppo" / "seed_2"))
+    events.Reload()
+    np.testing.assert_allclose([point.value for point in events.Scalars("eval/return")], curves["ppo_return"][2])
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import numpy as np
 import optax
 import pytest
 from conftest import with_cpu_devices
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ftw_jax import cli
 from ftw_jax.algos.ftw import FTWConfig
@@ -381,6 +382,14 @@ def test_lm_learn_writes_versions_an_engine_can_load_and_resumes_exactly(engine,
         np.testing.assert_array_equal(a, b)
     rows = [json.loads(line) for line in (part / "metrics.jsonl").read_text().splitlines()]
     assert [row["episodes"] for row in rows] == [8, 16, 24]
+    # TensorBoard: each row's numbers as learn/NAME at its iteration, once each across the two processes.
+    events = EventAccumulator(str(part / "tensorboard" / "learner"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [(point.step, point.value) for point in events.Scalars("learn/episodes")] == [(1, 8), (2, 16), (3, 24)]
+    for name in ("reward_mean", "cross_entropy", "version"):
+        points = events.Scalars(f"learn/{name}")
+        assert [point.step for point in points] == [row["iteration"] for row in rows], name
+        np.testing.assert_allclose([point.value for point in points], [row[name] for row in rows], rtol=1e-6)
 
 
 @pytest.mark.slow

@@ -197,6 +197,10 @@ def test_sweep_cli_writes_the_table_curves_and_heatmap(capsys, tmp_path):
     assert rows[0].startswith("N,J,C,K,kl,lr,seed,final_return") and len(rows) == 1 + 4 * 2
     curves = np.load(folder / "curves.npz")
     assert curves["return"].shape == (8, 2) and list(curves["member_C"]) == [4, 4, 4, 4, 8, 8, 8, 8]
+    # TensorBoard: one run per member, named by its grid point and seed.
+    assert sorted(path.name for path in (folder / "tensorboard").iterdir()) == [
+        f"C={c},K={k},seed={seed}" for c in (4, 8) for k in (1, 2) for seed in (0, 1)
+    ]
     means = {(p["C"], p["K"]): p["mean"] for p in summary["points"]}
     np.testing.assert_allclose(means[(4, 1)], curves["return"][:2, -1].mean())
     assert cli.main(["sweep", "--env", "cartpole", "--grid", "C=4 K=9", "--out", str(tmp_path)]) == 2

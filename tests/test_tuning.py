@@ -75,13 +75,13 @@ def test_every_algorithm_tunes_its_reference_recipe_beside_the_drawn_configurati
         0.95,
     )
     # The reference is never drawn as well, even where the draws could reach it.
-    reference = tuning.reference_configuration("ppo", 0.003)
-    reference["kl_coef"] = 0.0  # a point of the drawn space: β 0 over the whole run
-    valid = 13 * 2 * 2 * 3 * 3 * 3  # β 0, or one of 4 βs × 3 horizons; then PPO's own knobs
-    drawn = tuning.draw_configurations("ppo", valid - 1, seed=0, learning_rates=[0.003], exclude=reference)
+    reference = tuning.reference_configuration("reinforce", 0.003)
+    reference.update(kl_coef=0.0, kl_decay_fraction=1.0)  # a point of the drawn space: β 0 over the whole run
+    valid = 13 * 2 * 2 * 4  # β 0, or one of 4 βs × 3 horizons; then REINFORCE's own knobs
+    drawn = tuning.draw_configurations("reinforce", valid - 1, seed=0, learning_rates=[0.003], exclude=reference)
     assert reference not in drawn  # every other valid point is
     with pytest.raises(ValueError, match=f"count must be in \\[1, {valid - 1}\\]"):
-        tuning.draw_configurations("ppo", valid, seed=0, learning_rates=[0.003], exclude=reference)
+        tuning.draw_configurations("reinforce", valid, seed=0, learning_rates=[0.003], exclude=reference)
     assert tuning.at_edge(1e-4, tuning.LEARNING_RATES) and tuning.at_edge(0.1, tuning.LEARNING_RATES)
     assert not tuning.at_edge(3e-3, tuning.LEARNING_RATES)
 

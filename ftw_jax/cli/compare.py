@@ -104,7 +104,7 @@ def _add_tuning_arguments(parser) -> None:
 
 
 def run(args: argparse.Namespace, session: Session) -> int:
-    from ftw_jax.compare import compare
+    from ftw_jax.compare import PhasePeriod, compare
     from ftw_jax.running import run_files
 
     seeds = seeds_of(args)
@@ -121,30 +121,38 @@ def run(args: argparse.Namespace, session: Session) -> int:
     log = logger(args)
     log(f"comparing {', '.join(fingerprint['algorithms'])} on {args.env} over seeds {seeds}; run folder {folder}")
     started = time.perf_counter()
+    board = outputs.event_writer(args, folder, log, [], None)
 
-    def progress(algorithm, phase, period, values, skipped):
+    def progress(period: PhasePeriod) -> None:
+        values, skipped = period.evaluation[period.metric], period.skipped
         log(
-            f"{algorithm:>10} {phase:>6}  period {period + 1:>3}  eval mean {values.mean():8.3f} "
+            f"{period.algorithm:>10} {period.phase:>6}  period {period.period + 1:>3}  eval mean {values.mean():8.3f} "
             f"(min {values.min():.3f}, max {values.max():.3f})  skipped {skipped[0]:,}/{skipped[1]:,}"
             f"  {time.perf_counter() - started:7.1f} s"
         )
+        if board:
+            outputs.phase_events(board, period)
 
-    comparison = compare(
-        args.env,
-        fingerprint["algorithms"],
-        seeds,
-        learning_rates=fingerprint["learning_rates"],
-        tuning_seeds=fingerprint["tuning_seeds"],
-        **search,
-        env_options=args.env_options,
-        overrides=fingerprint["overrides"],
-        metric=args.metric,
-        checkpoint_folder=folder / "checkpoints",
-        checkpoints=checkpoints,
-        on_period=progress,
-        log=log,
-        provenance=session.provenance(),
-    )
+    try:
+        comparison = compare(
+            args.env,
+            fingerprint["algorithms"],
+            seeds,
+            learning_rates=fingerprint["learning_rates"],
+            tuning_seeds=fingerprint["tuning_seeds"],
+            **search,
+            env_options=args.env_options,
+            overrides=fingerprint["overrides"],
+            metric=args.metric,
+            checkpoint_folder=folder / "checkpoints",
+            checkpoints=checkpoints,
+            on_period=progress,
+            log=log,
+            provenance=session.provenance(),
+        )
+    finally:
+        if board:
+            board.close()
     options = ", ".join(f"{name}={value}" for name, value in args.env_options.items())
     title = f"{args.env}{f' ({options})' if options else ''}: mean of {len(seeds)} seeds, 95% bootstrap CI"
     table = outputs.save_comparison(folder, comparison, title)

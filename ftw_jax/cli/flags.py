@@ -262,7 +262,17 @@ def add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
         help="continue the run in RUN_FOLDER from its last checkpoint (same options as it started with)",
     )
     add_checkpoint_arguments(parser)
+    add_tensorboard_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress goes to stderr)")
+
+
+def add_tensorboard_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-tensorboard",
+        action="store_true",
+        help="write no TensorBoard event files (default: RUN/tensorboard/, one run per seed or member; "
+        "`tensorboard --logdir RUN/tensorboard`)",
+    )
 
 
 def add_checkpoint_arguments(parser: argparse.ArgumentParser) -> None:

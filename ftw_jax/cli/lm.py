@@ -263,7 +263,11 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
     fingerprint = {"model": str(model), **{k: str(v) for k, v in dataclasses.asdict(files).items()}}
     folder, checkpointer = open_run(args, session, "retrieval-qa", {**fingerprint, **dataclasses.asdict(config)})
     report = outputs.LearnOutputs(
-        folder, log=logger(args), updates=config.learn.steps_per_batch, provenance=session.provenance()
+        folder,
+        log=logger(args),
+        updates=config.learn.steps_per_batch,
+        provenance=session.provenance(),
+        board=outputs.event_writer(args, folder, logger(args), [], None),
     )
     try:
         summary = train_retrieval_qa(config, files, model, folder, checkpointer, report)
@@ -315,6 +319,7 @@ def run_learn(args: argparse.Namespace, session: Session) -> int:
             updates=config.steps_per_batch,
             writer=main_process,
             provenance=session.provenance(),
+            board=outputs.event_writer(args, folder, logger(args), [], None) if main_process else None,
         )
         try:
             summary = learn_from_file(

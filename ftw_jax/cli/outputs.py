@@ -16,9 +16,10 @@ import numpy as np
 from ftw_jax.running import run_files
 
 if typing.TYPE_CHECKING:
-    from ftw_jax.compare import Comparison
+    from ftw_jax.compare import Comparison, PhasePeriod
     from ftw_jax.envs import GaussianBandit
     from ftw_jax.running.loop import MemberRun
+    from ftw_jax.running.metric_writers import TensorBoardWriter
     from ftw_jax.sweep import Sweep
     from ftw_jax.train import TrainConfig
 
@@ -97,14 +98,50 @@ def save_bandit_curve(folder: pathlib.Path, config: TrainConfig, seeds: list[int
 # ------------------------------------------------------------------------------------------------------ train
 
 
-def write_period_logs(folder: pathlib.Path, metrics: dict, evaluation: dict, seeds: list[int], eval_every: int) -> None:
-    """Appends a period's rows to metrics.jsonl (per iteration and seed) and evaluation.jsonl (per seed)."""
+def event_writer(
+    args: typing.Any, folder: pathlib.Path, log: typing.Callable[[str], None], runs: list[str], run: MemberRun | None
+) -> TensorBoardWriter | None:
+    """The run's TensorBoard event files (RUN/tensorboard/RUN_NAME/ for each of `runs`, M seeds or members), or
+    None with `no_tensorboard`. A resumed run drops what a killed process wrote after its last checkpoint (all of
+    it where there was none), so TensorBoard shows one curve per run."""
+    if args.no_tensorboard:
+        return None
+    from ftw_jax.running.metric_writers import TensorBoardWriter
+
+    writer = TensorBoardWriter(folder / "tensorboard", log)
+    if args.resume:
+        history = run.history if run else []
+        writer.resume(runs, history[-1]["env_steps"] if history else [-1] * len(runs))
+    return writer
+
+
+def phase_events(board: TensorBoardWriter, period: PhasePeriod) -> None:
+    """A comparison's period in TensorBoard: each reported seed its own run (ALGORITHM/seed_S), each tuning member
+    one under its phase (ALGORITHM/PHASE/AXES,seed=S); a phase going on from a checkpoint or an earlier rung
+    drops what a killed process wrote past that point first."""
+    if period.phase == "report":
+        runs = [f"{period.algorithm}/seed_{member['seed']}" for member in period.members]
+    else:
+        runs = [
+            f"{period.algorithm}/{period.phase}/" + ",".join(f"{name}={value:g}" if isinstance(value, float) else
+                                                               f"{name}={value}" for name, value in member.items())
+            for member in period.members
+        ]  # fmt: skip
+    if period.resumed_from is not None:
+        board.resume(runs, period.resumed_from)
+    board.period(runs, period.metrics, period.evaluation)
+
+
+def write_period_logs(folder: pathlib.Path, metrics: dict, evaluation: dict, seeds: list[int], eval_every: int) -> dict:
+    """Appends a period's rows to metrics.jsonl (per iteration and seed) and evaluation.jsonl (per seed); returns
+    the metrics as written, with their iteration."""
     last = evaluation["iteration"][:, None]  # [S, 1]
     metrics = {**metrics, "iteration": last - eval_every + 1 + np.arange(eval_every)[None]}
     run_files.append_rows(folder / "metrics.jsonl", metrics, seeds)
     run_files.append_rows(
         folder / "evaluation.jsonl", {name: value[:, None] for name, value in evaluation.items()}, seeds
     )
+    return metrics
 
 
 def train_summary(
@@ -351,14 +388,19 @@ class LearnOutputs:
     updates: int  # the optimizer steps per batch (U; PPO: U x M), of which the log line counts those skipped
     writer: bool = True
     provenance: dict | None = None  # the code that ran (`ftw_jax.running.provenance`), for summary.json
+    board: TensorBoardWriter | None = None  # each row as TensorBoard's `learn/NAME` at its iteration
 
     def resumed(self, iterations: int) -> None:
         if self.writer:
             run_files.keep_rows_up_to(self.folder / "metrics.jsonl", iterations, range(1, iterations + 1), [None])
+        if self.board:  # what a killed process wrote after the checkpoint goes
+            self.board.resume(["learner"], [iterations])
 
     def iteration(self, row: dict, total: int | None) -> None:
         if self.writer:
             run_files.append_lines(self.folder / "metrics.jsonl", [row])
+        if self.board:
+            self.board.rows("learner", [row], "iteration", "learn")
         shown = "".join(f"  {label} {row[name]:{spec}}" for name, label, spec in LEARN_LOG if row.get(name) is not None)
         self.log(
             f"iteration {row['iteration']:>4}{'' if total is None else f'/{total}'}  reward {row['reward_mean']:.3f}"
@@ -366,6 +408,8 @@ class LearnOutputs:
         )
 
     def finished(self, summary: dict) -> None:
+        if self.board:
+            self.board.close()
         if self.provenance is not None:
             summary["provenance"] = self.provenance
         if self.writer:

@@ -127,10 +127,14 @@ def _run_members(args, session: Session, sweep, seeds: list[int]):
     )
     axes = list(sweep.grid)
     labels = [", ".join([*(f"{axis}={m[axis]}" for axis in axes), f"seed {m['seed']}"]) for m in sweep.members]
-    started = time.perf_counter()
+    runs = [",".join([*(f"{axis}={m[axis]}" for axis in axes), f"seed={m['seed']}"]) for m in sweep.members]
+    started, board = time.perf_counter(), None
     try:
         run = MemberRun(trainer, sweep.keys(), sweep.hyperparameters(), checkpointer, labels=labels)
-        for _, evaluation in run.periods():
+        board = outputs.event_writer(args, folder, log, runs, run) if main_process else None
+        for metrics, evaluation in run.periods():
+            if board:
+                board.period(runs, metrics, evaluation)
             values = evaluation[metric]
             log(
                 f"iteration {evaluation['iteration'][0]:>5}/{sweep.config.num_iterations}  eval {metric} mean "
@@ -140,4 +144,6 @@ def _run_members(args, session: Session, sweep, seeds: list[int]):
     finally:  # waits for the checkpoint writes in flight
         if checkpointer:
             checkpointer.close()
+        if board:
+            board.close()
     return run, metric, folder, started

@@ -53,9 +53,10 @@ def run(args: argparse.Namespace, session: Session) -> int:
         args, session, args.env, {"seeds": seeds, "env_options": args.env_options, **dataclasses.asdict(config)}
     )
     log(f"training {args.env} for {config.num_iterations} iterations x {len(seeds)} seed(s); run folder {folder}")
-    started = time.perf_counter()
+    started, board = time.perf_counter(), None
     try:
         run = MemberRun(trainer, seed_keys(seeds), checkpointer=checkpointer, labels=[f"seed {s}" for s in seeds])
+        board = outputs.event_writer(args, folder, log, [f"seed_{seed}" for seed in seeds], run)
         if run.periods_done_before:
             log(f"resumed from the checkpoint after iteration {run.periods_done_before * config.eval_every}")
         done = run.periods_done_before * config.eval_every
@@ -63,11 +64,13 @@ def run(args: argparse.Namespace, session: Session) -> int:
             # rows written after that checkpoint come again; those it counts must all be there
             run_files.keep_rows_up_to(folder / log_file, done, list(range(every, done + 1, every)), seeds)
         start = _starting_evaluation(trainer, run, seeds, folder, log) if config.warm_start_demonstrations else None
-        if not _train(run, config, seeds, folder, log, trainer.env.has_success):
+        if not _train(run, config, seeds, folder, log, trainer.env.has_success, board):
             return 1
     finally:  # waits for the checkpoint writes in flight
         if checkpointer:
             checkpointer.close()
+        if board:
+            board.close()
     seconds = time.perf_counter() - started
     summary = outputs.train_summary(
         args.env, args.env_options, config, seeds, run, folder, seconds, trainer.env.has_success
@@ -93,12 +96,15 @@ def run(args: argparse.Namespace, session: Session) -> int:
     return 0
 
 
-def _train(run, config, seeds: list[int], folder: pathlib.Path, log, has_success: bool) -> bool:
-    """Runs the periods left, logging each; False when an evaluation return is not finite."""
+def _train(run, config, seeds: list[int], folder: pathlib.Path, log, has_success: bool, board) -> bool:
+    """Runs the periods left, logging each (and to TensorBoard's `board`, unless None); False when an evaluation
+    return is not finite."""
     for metrics, evaluation in run.periods():
         if len(run.clock) == 1:
             log(f"compiled in {run.compile_seconds:.1f} s")
-        outputs.write_period_logs(folder, metrics, evaluation, seeds, config.eval_every)
+        metrics = outputs.write_period_logs(folder, metrics, evaluation, seeds, config.eval_every)
+        if board:
+            board.period([f"seed_{seed}" for seed in seeds], metrics, evaluation)
         success = f"  eval success {evaluation['success'].mean():6.1%}" if has_success else ""
         log(
             f"iteration {evaluation['iteration'][0]:>5}/{config.num_iterations}  env steps {run.clock[-1][1]:>10,}"
