@@ -4,6 +4,7 @@ reader, one point per step after a resume too, and a writer that fails leaving t
 import json
 import pathlib
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -93,3 +94,68 @@ def test_numbers_only_and_flags_as_numbers(tmp_path):
     writer.scalars("r", 5, {"a": 1.5, "b": True, "c": "text", "d": [1, 2], "e": float("nan"), "f": None}, "x")
     writer.close()
     assert scalars(tmp_path / "r") == {"x/a": [(5, 1.5)], "x/b": [(5, 1.0)]}
+
+
+def wandb_history(path: pathlib.Path) -> tuple[str, dict, dict[int, dict[str, float]]]:
+    """A W&B run file's name, config and history (step -> {key: value}). The file is W&B's header (":W&B", 7
+    bytes), then LevelDB's log format (32 KiB blocks of records with a 7-byte header: checksum, length, kind; a
+    record cut across blocks comes as first, middle and last pieces), each record one protobuf `Record`. W&B's
+    own reader is in its Go service, not in Python."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    position, pending, name, config, history = 7, b"", "", {}, {}
+    while position + 7 <= len(data):
+        if 32768 - position % 32768 < 7:  # a block's tail too short for a header: padding
+            position += 32768 - position % 32768
+            continue
+        length, kind = int.from_bytes(data[position + 4 : position + 6], "little"), data[position + 6]
+        pending += data[position + 7 : position + 7 + length]
+        position += 7 + length
+        if kind in (1, 4):  # a whole record, or its last piece
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            pending = b""
+            if record.WhichOneof("record_type") == "run":
+                name = record.run.display_name
+                config = {item.key: json.loads(item.value_json) for item in record.run.config.update}
+            if record.WhichOneof("record_type") == "history":
+                row = history.setdefault(record.history.step.num, {})
+                row.update(
+                    {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                )
+    return name, config, history
+
+
+def test_wandb_offline_writes_a_run_per_seed_with_every_row(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")  # the `wandb` extra, in `test`
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    assert cli.main([*BANDIT, "--out", str(tmp_path), "--name", "run", "--wandb", "ftw-tests"]) == 0
+    run = tmp_path / "run"
+    files = sorted((run / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(files) == 2  # a W&B run per seed
+    runs = {name: (config, history) for name, config, history in map(wandb_history, files)}
+    assert set(runs) == {"run/seed_3", "run/seed_4"}  # named by the run folder and the seed
+    for seed in (3, 4):
+        config, history = runs[f"run/seed_{seed}"]
+        assert config["seeds"] == [3, 4] and config["num_iterations"] == 48  # the run's settings
+        for line in rows(run / "metrics.jsonl", seed):
+            point = history[line["env_steps"]]
+            for key, value in line.items():
+                if isinstance(value, int | float) and key != "seed":
+                    assert point[f"train/{key}"] == pytest.approx(float(value), rel=1e-6), key
+        for line in rows(run / "evaluation.jsonl", seed):
+            assert history[line["env_steps"]]["eval/return"] == pytest.approx(line["return"], rel=1e-6)
+
+
+def test_wandb_missing_warns_once_and_the_run_goes_on(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if the `wandb` extra were not installed
+    assert cli.main([*BANDIT, "--out", str(tmp_path), "--name", "run", "--wandb", "ftw-tests"]) == 0
+    printed = capsys.readouterr()
+    warnings = [line for line in (printed.out + printed.err).splitlines() if "W&B runs" in line]
+    assert (
+        len(warnings) == 1 and "ModuleNotFoundError" in warnings[0] and "its JSON lines hold every row" in warnings[0]
+    )
+    assert len(rows(tmp_path / "run" / "metrics.jsonl", 4)) == 48 and (tmp_path / "run" / "tensorboard").is_dir()

@@ -262,16 +262,24 @@ def add_run_folder_arguments(parser: argparse.ArgumentParser) -> None:
         help="continue the run in RUN_FOLDER from its last checkpoint (same options as it started with)",
     )
     add_checkpoint_arguments(parser)
-    add_tensorboard_argument(parser)
+    add_metric_writer_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout (progress goes to stderr)")
 
 
-def add_tensorboard_argument(parser: argparse.ArgumentParser) -> None:
+def add_metric_writer_arguments(parser: argparse.ArgumentParser) -> None:
+    """Where the rows go beside the JSON lines: TensorBoard by default, W&B when asked."""
     parser.add_argument(
         "--no-tensorboard",
         action="store_true",
         help="write no TensorBoard event files (default: RUN/tensorboard/, one run per seed or member; "
         "`tensorboard --logdir RUN/tensorboard`)",
+    )
+    parser.add_argument(
+        "--wandb",
+        default=None,
+        metavar="PROJECT",
+        help="also log every row to Weights & Biases project PROJECT, one W&B run per seed or member (the `wandb` "
+        "extra; WANDB_MODE=offline works without a network; default: off)",
     )
 
 

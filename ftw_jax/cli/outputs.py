@@ -19,7 +19,7 @@ if typing.TYPE_CHECKING:
     from ftw_jax.compare import Comparison, PhasePeriod
     from ftw_jax.envs import GaussianBandit
     from ftw_jax.running.loop import MemberRun
-    from ftw_jax.running.metric_writers import TensorBoardWriter
+    from ftw_jax.running.metric_writers import Writers
     from ftw_jax.sweep import Sweep
     from ftw_jax.train import TrainConfig
 
@@ -100,22 +100,27 @@ def save_bandit_curve(folder: pathlib.Path, config: TrainConfig, seeds: list[int
 
 def event_writer(
     args: typing.Any, folder: pathlib.Path, log: typing.Callable[[str], None], runs: list[str], run: MemberRun | None
-) -> TensorBoardWriter | None:
-    """The run's TensorBoard event files (RUN/tensorboard/RUN_NAME/ for each of `runs`, M seeds or members), or
-    None with `no_tensorboard`. A resumed run drops what a killed process wrote after its last checkpoint (all of
-    it where there was none), so TensorBoard shows one curve per run."""
-    if args.no_tensorboard:
-        return None
-    from ftw_jax.running.metric_writers import TensorBoardWriter
+) -> Writers | None:
+    """Where the run's rows go beside its JSON lines: TensorBoard event files (RUN/tensorboard/RUN_NAME/ for each
+    of `runs`, M seeds or members; not with `no_tensorboard`) and W&B runs (with `wandb` PROJECT); None where
+    neither. A resumed run drops what a killed process wrote after its last checkpoint (all of it where there was
+    none), so each run shows one curve."""
+    from ftw_jax.running.metric_writers import RowWriter, TensorBoardWriter, WandbWriter, Writers
 
-    writer = TensorBoardWriter(folder / "tensorboard", log)
+    writers: list[RowWriter] = [] if args.no_tensorboard else [TensorBoardWriter(folder / "tensorboard", log)]
+    if args.wandb:
+        config = run_files.read_json(folder / "config.json") if (folder / "config.json").exists() else {}
+        writers.append(WandbWriter(args.wandb, folder, config, log))
+    if not writers:
+        return None
+    board = Writers(writers)
     if args.resume:
         history = run.history if run else []
-        writer.resume(runs, history[-1]["env_steps"] if history else [-1] * len(runs))
-    return writer
+        board.resume(runs, history[-1]["env_steps"] if history else [-1] * len(runs))
+    return board
 
 
-def phase_events(board: TensorBoardWriter, period: PhasePeriod) -> None:
+def phase_events(board: Writers, period: PhasePeriod) -> None:
     """A comparison's period in TensorBoard: each reported seed its own run (ALGORITHM/seed_S), each tuning member
     one under its phase (ALGORITHM/PHASE/AXES,seed=S); a phase going on from a checkpoint or an earlier rung
     drops what a killed process wrote past that point first."""
@@ -388,7 +393,7 @@ class LearnOutputs:
     updates: int  # the optimizer steps per batch (U; PPO: U x M), of which the log line counts those skipped
     writer: bool = True
     provenance: dict | None = None  # the code that ran (`ftw_jax.running.provenance`), for summary.json
-    board: TensorBoardWriter | None = None  # each row as TensorBoard's `learn/NAME` at its iteration
+    board: Writers | None = None  # each row as TensorBoard's (and W&B's) `learn/NAME` at its iteration
 
     def resumed(self, iterations: int) -> None:
         if self.writer:

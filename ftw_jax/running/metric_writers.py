@@ -1,4 +1,5 @@
-"""Metrics where researchers read them: TensorBoard event files beside the run's JSON lines.
+"""Metrics where researchers read them: TensorBoard event files (and Weights & Biases when asked) beside the run's
+JSON lines.
 
     writer = TensorBoardWriter(folder / "tensorboard", log)       # RUN/tensorboard/<run>/: one run per seed or member
     writer.resume(["seed_0", "seed_1"], purge_after=[40_960, 41_002])  # a resumed run: drop what the kill left after it
@@ -8,17 +9,19 @@
 Every number of a `metrics.jsonl` row is the scalar `train/NAME` and every number of an `evaluation.jsonl` row
 `eval/NAME` (docs/metrics.md says what each means), at the step of its environment steps, so that runs of
 different methods line up on the same axis; `lm learn` writes `learn/NAME` per iteration (`rows`). Each seed, sweep
-member or comparison seed is a folder of its own, which TensorBoard draws as one curve of its own, overlaid.
+member or comparison seed is a run of its own, which TensorBoard and W&B draw as a curve of its own, overlaid.
 
 Events go through tensorboardX: the format's writer without TensorFlow (numpy and protobuf, which Orbax already
 installs), where CLU's writer needs TensorFlow and TensorBoard's own comes with its server. A resumed run writes
 TensorBoard's purge marker (a session start at the first step after its checkpoint), so the reader drops the
-points a killed process wrote past the checkpoint and shows one curve. A writer that fails (a full disk) warns
-once and stops; the run goes on, its JSON lines the record.
+points a killed process wrote past the checkpoint and shows one curve. W&B (`WandbWriter`, the optional `wandb`
+package) resumes a run by its id and ignores steps it has seen. A writer that fails (a full disk, W&B not
+installed) warns once and stops; the run goes on, its JSON lines the record.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import pathlib
 from collections.abc import Callable, Sequence
@@ -27,18 +30,16 @@ from typing import Any
 import numpy as np
 
 
-class TensorBoardWriter:
-    """Event files under `root`, one folder per run name; `log` takes the one warning a failure gives."""
+class RowWriter:
+    """Rows of a run as scalars: `period` and `rows` call `_write` per row; the first failure warns (with `log`)
+    and stops the writer."""
 
-    def __init__(self, root: pathlib.Path, log: Callable[[str], None]):
-        self.root, self.log = root, log
-        self._writers: dict[str, Any] = {}
-        self._purge: dict[str, int] = {}
+    def __init__(self, where: str, log: Callable[[str], None]):
+        self.where, self.log = where, log
         self.failed = False
 
     def resume(self, runs: Sequence[str], purge_after: Sequence[int] | np.ndarray) -> None:
         """The runs continue from a checkpoint at these steps: what a killed process wrote after it is dropped."""
-        self._purge.update({run: int(step) + 1 for run, step in zip(runs, purge_after)})
 
     def period(self, runs: Sequence[str], metrics: dict, evaluation: dict) -> None:
         """A period's rows: metrics {name: [M, T]} per iteration, evaluation {name: [M]}, for the M `runs`; each
@@ -61,51 +62,130 @@ class TensorBoardWriter:
 
     def scalars(self, run: str, step: int, values: dict, prefix: str) -> None:
         """Every finite number of `values` as `prefix/NAME` at `step` (flags as 0 or 1; text and lists left out)."""
-        if self.failed:
-            return
-        try:
-            writer = self._writer(run)
-            for name, value in values.items():
-                number = _number(value)
-                if number is not None:
-                    writer.add_scalar(f"{prefix}/{name}", number, global_step=step)
-        except Exception as error:  # noqa: BLE001 - any failure of the writer: warn once, the run goes on
-            self._fail(error)
+        numbers = {
+            f"{prefix}/{name}": number for name, value in values.items() if (number := _number(value)) is not None
+        }
+        self._guarded(self._write, run, step, numbers)
 
     def flush(self) -> None:
-        """Puts what was written on disk: a process killed after this leaves readable event files."""
+        """Puts what was written on disk: a process killed after this leaves readable files."""
+        self._guarded(self._flush)
+
+    def close(self) -> None:
+        self._guarded(self._close)
+
+    def _write(self, run: str, step: int, numbers: dict[str, float]) -> None:
+        raise NotImplementedError
+
+    def _flush(self) -> None:
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        raise NotImplementedError
+
+    def _guarded(self, action: Callable[..., None], *args: Any) -> None:
         if self.failed:
             return
         try:
-            for writer in self._writers.values():
-                writer.flush()
-        except Exception as error:  # noqa: BLE001
-            self._fail(error)
+            action(*args)
+        except Exception as error:  # noqa: BLE001 - any failure of the writer: warn once, the run goes on
+            self.failed = True
+            self.log(
+                f"warning: {self.where} could not be written ({type(error).__name__}: {error}); the run goes on "
+                "without them, its JSON lines hold every row."
+            )
 
-    def close(self) -> None:
-        for writer in self._writers.values():
-            try:
-                writer.close()
-            except Exception as error:  # noqa: BLE001
-                self._fail(error)
-        self._writers.clear()
 
-    def _writer(self, run: str):
+class TensorBoardWriter(RowWriter):
+    """Event files under `root`, one folder per run name."""
+
+    def __init__(self, root: pathlib.Path, log: Callable[[str], None]):
+        super().__init__(f"TensorBoard events under {root}", log)
+        self.root = root
+        self._writers: dict[str, Any] = {}
+        self._purge: dict[str, int] = {}
+
+    def resume(self, runs: Sequence[str], purge_after: Sequence[int] | np.ndarray) -> None:
+        self._purge.update({run: int(step) + 1 for run, step in zip(runs, purge_after)})
+
+    def _write(self, run: str, step: int, numbers: dict[str, float]) -> None:
         if run not in self._writers:
             from tensorboardX import SummaryWriter
 
             self._writers[run] = SummaryWriter(
                 logdir=str(self.root / run), purge_step=self._purge.get(run), flush_secs=3600
             )
-        return self._writers[run]
+        for tag, number in numbers.items():
+            self._writers[run].add_scalar(tag, number, global_step=step)
 
-    def _fail(self, error: Exception) -> None:
-        if not self.failed:
-            self.failed = True
-            self.log(
-                f"warning: TensorBoard events under {self.root} could not be written ({type(error).__name__}: "
-                f"{error}); the run goes on without them, its JSON lines hold every row."
+    def _flush(self) -> None:
+        for writer in self._writers.values():
+            writer.flush()
+
+    def _close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
+
+
+class WandbWriter(RowWriter):
+    """The same rows in Weights & Biases, project `project`: one W&B run per run name, named FOLDER/RUN and grouped
+    by the run folder's name, the run's settings (`config`) as its config, its files under `folder`/wandb. The
+    id is the folder's and the run's, so a resumed run continues its W&B run (W&B ignores steps it has seen). W&B's
+    own settings hold: `WANDB_MODE=offline` writes the runs without a network, for `wandb sync` later."""
+
+    def __init__(self, project: str, folder: pathlib.Path, config: dict, log: Callable[[str], None]):
+        super().__init__(f"W&B runs of project {project!r}", log)
+        self.project, self.folder, self.config = project, folder, config
+        self._runs: dict[str, Any] = {}
+
+    def _write(self, run: str, step: int, numbers: dict[str, float]) -> None:
+        if run not in self._runs:
+            import wandb
+
+            identity = hashlib.sha256(f"{self.folder.resolve()}/{run}".encode()).hexdigest()[:16]
+            self._runs[run] = wandb.init(
+                project=self.project,
+                name=f"{self.folder.name}/{run}",
+                group=self.folder.name,
+                config=self.config,
+                dir=str(self.folder),
+                id=identity,
+                resume="allow",
+                reinit="create_new",
             )
+        self._runs[run].log(numbers, step=step)
+
+    def _flush(self) -> None:
+        """W&B writes in its own process as rows come."""
+
+    def _close(self) -> None:
+        for run in self._runs.values():
+            run.finish()
+        self._runs.clear()
+
+
+class Writers:
+    """Several writers as one: each call goes to every writer."""
+
+    def __init__(self, writers: Sequence[RowWriter]):
+        self.writers = list(writers)
+
+    def resume(self, runs: Sequence[str], purge_after: Sequence[int] | np.ndarray) -> None:
+        for writer in self.writers:
+            writer.resume(runs, purge_after)
+
+    def period(self, runs: Sequence[str], metrics: dict, evaluation: dict) -> None:
+        for writer in self.writers:
+            writer.period(runs, metrics, evaluation)
+
+    def rows(self, run: str, rows: Sequence[dict], step_name: str, prefix: str) -> None:
+        for writer in self.writers:
+            writer.rows(run, rows, step_name, prefix)
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
 
 
 def _number(value: Any) -> float | None:
