@@ -15,7 +15,7 @@ profile=$(mktemp -d)
 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking \
   --disable-component-update --disable-sync --user-data-dir="$profile" --hide-scrollbars \
   --window-size=1400,820 --virtual-time-budget=20000 --screenshot="$out" \
-  "http://127.0.0.1:$port/?tagFilter=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$filter")#timeseries" \
+  "http://127.0.0.1:$port/#scalars&tagFilter=$(python3 -c 'import sys, urllib.parse; print(urllib.parse.quote(sys.argv[1]))' "$filter")&_smoothingWeight=0" \
   2>/dev/null
 rm -rf "$profile"
 echo "TensorBoard of $run ($filter) in $out"
