@@ -10,7 +10,9 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ftw_jax import cli
 
@@ -57,6 +59,15 @@ def assert_same_run(folder, summary, whole):
         assert summary[key] == whole_summary[key], key
     for name in LOGS:
         assert (folder / name).read_bytes() == (whole_folder / name).read_bytes(), name
+    # TensorBoard shows each seed's rows once, whatever the stops and resumes wrote: the run's curve.
+    for seed in (0, 1):
+        events = EventAccumulator(str(folder / "tensorboard" / f"seed_{seed}"), size_guidance={"scalars": 0})
+        events.Reload()
+        rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        expected = [(row["env_steps"], row["return_mean"]) for row in rows if row["seed"] == seed]
+        points = [(point.step, point.value) for point in events.Scalars("train/return_mean")]
+        assert [step for step, _ in points] == [step for step, _ in expected]
+        np.testing.assert_allclose([value for _, value in points], [value for _, value in expected], rtol=1e-6)
 
 
 def truncate_the_array_files(checkpoint):
