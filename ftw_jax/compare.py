@@ -202,9 +202,9 @@ class PhasePeriod:
     evaluation: dict  # {name: [M]} (evaluation.jsonl's)
     metric: str  # the comparison's metric, one of `evaluation`'s names
     skipped: tuple[int, int]  # ready updates skipped, updates tried, in the period by all members
-    # The first period this process ran of a phase that had run before (resumed, or a rung going on from the
-    # last): each member's env steps before it [M]; None otherwise.
-    resumed_from: np.ndarray | None = None
+    # On the first period this process runs of the phase: each member's env steps before it [M] (−1 where the
+    # phase starts at its beginning; a killed process may have gone further); None on the later periods.
+    starts_after: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -321,7 +321,9 @@ class _Phases:
         first = len(run.history)  # the periods this process runs start here
         for metrics, evaluation in run.periods(until):
             if self.on_period:
-                before = run.history[first - 1]["env_steps"] if first and len(run.history) == first + 1 else None
+                before = None
+                if len(run.history) == first + 1:  # the first period this process runs of the phase
+                    before = run.history[first - 1]["env_steps"] if first else np.full(len(sweep.members), -1)
                 period = PhasePeriod(
                     algorithm, phase, len(run.history) - 1, sweep.members, metrics, evaluation, self.metric,
                     run.last_period_skipped(), before,

@@ -1076,6 +1076,22 @@ MUTATIONS = (
         "mine, theirs = int((reference > SOLVED_AT).sum()), int((other >= SOLVED_AT).sum())",
         ("tests/test_compare.py", "-k", "split"),
     ),
+    Mutation(
+        "tensorboard-no-purge",
+        "a resumed run's TensorBoard curve shows the points a killed process wrote past the checkpoint twice",
+        "ftw_jax/running/metric_writers.py",
+        "self._purge.update({run: int(step) + 1 for run, step in zip(runs, purge_after)})",
+        "pass",
+        ("tests/test_metric_writers.py", "-k", "resume"),
+    ),
+    Mutation(
+        "tensorboard-compare-no-purge",
+        "a comparison's phase run again shows its first process's points in TensorBoard beside the new ones",
+        "ftw_jax/cli/outputs.py",
+        "        board.resume(runs, period.starts_after)",
+        "        pass",
+        ("tests/test_compare.py", "-k", "cli_resume_runs_only"),
+    ),
 )
 
 

@@ -326,6 +326,16 @@ def test_cli_resume_runs_only_the_missing_periods_and_gives_the_same_results(tmp
     assert [{k: v for k, v in row.items() if k != "seconds"} for row in rows] == [
         {k: v for k, v in row.items() if k != "seconds"} for row in again["algorithms"]
     ]
+    # TensorBoard, after a phase resumed from its first period and one run again from its start: one point per
+    # evaluation in each run, the curves of the comparison.
+    curves = np.load(tmp_path / "run" / "curves.npz")
+    for algorithm in ("ftw", "reinforce"):
+        for index, seed in enumerate((0, 1)):
+            events = EventAccumulator(str(tmp_path / "run" / "tensorboard" / algorithm / f"seed_{seed}"))
+            events.Reload()
+            points = events.Scalars("eval/return")
+            assert len({point.step for point in points}) == len(points) == 2
+            np.testing.assert_allclose([point.value for point in points], curves[f"{algorithm}_return"][index])
     record = json.loads((checkpoints / "ftw-tune.json").read_text())
     record["fingerprint"]["config"]["learning_rate"] = 0.5
     (checkpoints / "ftw-tune.json").write_text(json.dumps(record))

@@ -122,8 +122,8 @@ def event_writer(
 
 def phase_events(board: Writers, period: PhasePeriod) -> None:
     """A comparison's period in TensorBoard: each reported seed its own run (ALGORITHM/seed_S), each tuning member
-    one under its phase (ALGORITHM/PHASE/AXES,seed=S); a phase going on from a checkpoint or an earlier rung
-    drops what a killed process wrote past that point first."""
+    one under its phase (ALGORITHM/PHASE/AXES,seed=S); the first period a process runs of a phase drops what a
+    killed process wrote past its start first."""
     if period.phase == "report":
         runs = [f"{period.algorithm}/seed_{member['seed']}" for member in period.members]
     else:
@@ -132,8 +132,8 @@ def phase_events(board: Writers, period: PhasePeriod) -> None:
                                                                f"{name}={value}" for name, value in member.items())
             for member in period.members
         ]  # fmt: skip
-    if period.resumed_from is not None:
-        board.resume(runs, period.resumed_from)
+    if period.starts_after is not None:
+        board.resume(runs, period.starts_after)
     board.period(runs, period.metrics, period.evaluation)
 
 
