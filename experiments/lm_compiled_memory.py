@@ -26,9 +26,10 @@ kept, so the loss runs on J·K = 8 trajectories of T = 1024 steps (max_length 10
 path), U = 1 update, Adam, β = 0.05, the trust-region monitor off unless `--monitor-entries` (its default in
 `lm learn`, 16, adds 2 × 16 forward passes of T tokens). Compute in bfloat16 with float32 master weights and
 Adam state (`--param-dtype bfloat16`: pure bfloat16). `--losses dense,chunked`: the loss over the whole batch's
-logits, or in chunks of `--chunk` steps (`LearnConfig.logits_chunk`; default: its automatic choice, 128 for
-these vocabularies). `estimate` is `memory_estimate` for the same step (M = 8 rows of T tokens, the same
-chunks), divided by the devices on a mesh.
+logits, or in chunks of `--chunk` steps (`LearnConfig.logits_chunk`; default: its automatic choice, 32 for
+M = 8 rows of these vocabularies; the tables in docs/lm.md were measured at 128, the choice before, and name
+it). `estimate` is `memory_estimate` for the same step (M = 8 rows of T tokens, the same chunks), divided by
+the devices on a mesh.
 
 Progress goes to stderr; each row, as it finishes, is appended to `--out` (JSON Lines), and rows already there
 are not compiled again. The table (GiB per device) goes to stdout; `--json` prints the rows instead.

@@ -70,7 +70,9 @@ class LearnConfig(LearnerSettings):
     logits_chunk: int | None = setting(
         None,
         "the loss makes the logits this many tokens of each episode at a time, so one chunk's [M, chunk, V] is in "
-        "memory instead of the batch's (0: all at once; None: 128 from a vocabulary of 32,768 up, else 0)",
+        "memory instead of the batch's (0: all at once; None: from a vocabulary of 32,768 up, the largest power of "
+        "two up to 128 whose float32 logits of the loss's sequences fit 256 MiB, e.g. 32 for Qwen's vocabulary and "
+        "8 sequences; else 0)",
     )
     seed: int = setting(0, "the seed of the learner's draws (selection, ties)")
     save_every: int = setting(1, "write the weights every this many iterations, and after the last")
@@ -133,6 +135,15 @@ class LearnConfig(LearnerSettings):
         if not (isinstance(self.save_every, int) and self.save_every >= 1):
             raise ValueError(f"save_every must be an int >= 1, got {self.save_every!r}.")
         algorithm.check(self.algorithm_config, self.episodes_per_iteration)
+
+    @property
+    def loss_rows(self) -> int:
+        """The sequences one loss holds the logits of at once, which the logits' chunk is sized for: FTW's J·K
+        elites, a baseline's batch of B (PPO's minibatches are smaller: a bound)."""
+        ftw = self.algorithm_config
+        if hasattr(ftw, "num_batches") and hasattr(ftw, "num_elites"):
+            return ftw.num_batches * ftw.num_elites
+        return self.episodes_per_iteration
 
     def check_lora(self) -> None:
         if self.lora_rank is not None and not (
@@ -222,7 +233,9 @@ class EpisodeLearner:
             num_actions=model_config.vocab_size,
             config=model_config,
             max_length=config.num_steps,
-            logits_chunk=logits_chunk_for(model_config.vocab_size, config.logits_chunk),
+            logits_chunk=logits_chunk_for(
+                model_config.vocab_size, config.logits_chunk, config.loss_rows, config.num_steps
+            ),
         )
         learner = _learner(config, policy)
         seed = config.seed

@@ -878,9 +878,15 @@ def test_the_monitor_in_chunks_measures_what_the_dense_one_does():
 def test_the_learner_chunks_the_logits_of_a_real_vocabulary_by_default():
     from ftw_jax.policies.lm import logits_chunk_for
 
-    assert logits_chunk_for(151_936, None) == 128 and logits_chunk_for(32_768, None) == 128
+    # Sized so that one [rows, chunk, V] float32 array fits 256 MiB: 128 steps up to V = 65,536 at 8 rows.
+    assert logits_chunk_for(32_768, None) == 128 and logits_chunk_for(65_536, None) == 128
+    assert logits_chunk_for(151_936, None) == 32 and logits_chunk_for(151_936, None, rows=2) == 128
+    assert logits_chunk_for(128_256, None, rows=16) == 32 and logits_chunk_for(128_256, None, rows=32) == 16
+    assert logits_chunk_for(151_936, None, rows=10**6) == 1 and logits_chunk_for(32_768, None, steps=48) == 48
     assert logits_chunk_for(32_767, None) == 0 and logits_chunk_for(151_936, 0) == 0
     assert logits_chunk_for(58, 16) == 16
+    assert small_config().loss_rows == 4  # FTW's J·K elites
+    assert small_config(algorithm="grpo", algorithm_config=None).loss_rows == 8  # a baseline's batch
     with pytest.raises(ValueError, match="logits_chunk must be None or an int >= 0, got -1"):
         small_config(logits_chunk=-1)
 

@@ -32,15 +32,26 @@ from ftw_jax.policies.base import PolicyNetwork
 # activations, while over a task's own words (58 to a few thousand) a whole sequence's logits are small and
 # the dense loss compiles and runs faster.
 CHUNKED_VOCABULARY = 32_768
-DEFAULT_LOGITS_CHUNK = 128  # steps: [M, 128, V] float32 at a time, 0.6 GiB per array for M = 8 at V = 152k
+DEFAULT_LOGITS_CHUNK = 128  # steps per chunk at most
+# Bytes of one [M, chunk, V] float32 array that the chunk is sized to (the loss holds a few such arrays at once:
+# logits, log-probabilities, their gradient): 128 steps of M = 8 rows up to V = 65,536; Qwen's V = 151,936 gets
+# 32 (156 MiB a copy, where 128 made 594 MiB).
+LOGITS_BUDGET = 256 * 2**20
 
 
-def logits_chunk_for(vocab_size: int, logits_chunk: int | None) -> int:
-    """The steps per chunk of the update's logits: `logits_chunk` if given (0: all at once), else
-    DEFAULT_LOGITS_CHUNK from a vocabulary of CHUNKED_VOCABULARY up and 0 below it."""
+def logits_chunk_for(vocab_size: int, logits_chunk: int | None, rows: int = 8, steps: int | None = None) -> int:
+    """The steps per chunk of the update's logits: `logits_chunk` if given (0: all at once); else 0 below a
+    vocabulary of CHUNKED_VOCABULARY, and from it up the largest power of two up to DEFAULT_LOGITS_CHUNK whose
+    float32 logits of `rows` sequences, [rows, chunk, V], fit LOGITS_BUDGET (at least 1), and no more than the
+    sequences' `steps` (a longer chunk is padding)."""
     if logits_chunk is not None:
         return logits_chunk
-    return DEFAULT_LOGITS_CHUNK if vocab_size >= CHUNKED_VOCABULARY else 0
+    if vocab_size < CHUNKED_VOCABULARY:
+        return 0
+    chunk, fits = DEFAULT_LOGITS_CHUNK, LOGITS_BUDGET // (4 * rows * vocab_size)
+    while chunk > 1 and chunk > fits:
+        chunk //= 2
+    return chunk if steps is None else max(1, min(chunk, steps))
 
 
 def checkpoint_params(policy: LMPolicy, pretrained: Pretrained) -> dict:
