@@ -158,6 +158,7 @@ def test_train_cli_json_and_run_folder(capsys, tmp_path):
         "summary.json",
         "learning_curve.png",
         "checkpoints",
+        "tensorboard",
     }
     assert sorted(p.name for p in (folder / "checkpoints").iterdir()) == ["1", "2"]  # after each period
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
