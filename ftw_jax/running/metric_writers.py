@@ -39,7 +39,8 @@ class RowWriter:
         self.failed = False
 
     def resume(self, runs: Sequence[str], purge_after: Sequence[int] | np.ndarray) -> None:
-        """The runs continue from a checkpoint at these steps: what a killed process wrote after it is dropped."""
+        """The runs continue from a checkpoint at these steps: what a killed process wrote after them must not
+        show twice (TensorBoard purges it; W&B ignores the steps it has seen, which a resumed run repeats)."""
 
     def period(self, runs: Sequence[str], metrics: dict, evaluation: dict) -> None:
         """A period's rows: metrics {name: [M, T]} per iteration, evaluation {name: [M]}, for the M `runs`; each
