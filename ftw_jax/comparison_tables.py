@@ -219,13 +219,18 @@ def tuning_table(comparison: Comparison) -> str:
             "|" + "---:|" * (len(names) + len(horizon) + 2),
         ]
         for row in sorted(result.tuning, key=lambda row: (-row.get("iterations", 0), -row["auc_mean"])):
-            chosen = all(result.settings.get(name, row[name]) == row[name] for name in names)
+            chosen = _is_chosen(result, row, names)
             cells = [f"{row[name]:g}" if isinstance(row[name], float) else str(row[name]) for name in names]
             cells += [str(row[name]) for name in horizon]
             cells += [number(row["auc_mean"]), number(row["final_mean"]) if "final_mean" in row else ""]
             lines.append("| " + " | ".join(f"**{cell}**" if chosen and cell else cell for cell in cells) + " |")
         sections.append("\n".join([*lines, *_choice_notes(result, names)]))
     return "\n\n".join(sections) + ("\n" if sections else "")
+
+
+def _is_chosen(result: AlgorithmResult, row: dict, names: list[str]) -> bool:
+    """Whether a tuning row is the configuration the algorithm reported (its settings, where it has them)."""
+    return all(result.settings.get(name, row[name]) == row[name] for name in names)
 
 
 def _choice_notes(result: AlgorithmResult, names: list[str]) -> list[str]:
@@ -237,7 +242,7 @@ def _choice_notes(result: AlgorithmResult, names: list[str]) -> list[str]:
     horizon = max(row["iterations"] for row in result.tuning)
     finalists = [row for row in result.tuning if row["iterations"] == horizon]
     by_final = max(finalists, key=lambda row: row["final_mean"])
-    same = all(result.settings.get(name, by_final[name]) == by_final[name] for name in names)
+    same = _is_chosen(result, by_final, names)
     described = ", ".join(f"{name} {by_final[name]}" for name in names if name != "candidate")
     notes = [
         "",

@@ -94,6 +94,24 @@ def test_welch_difference_and_verdicts_by_hand():
     assert verdict(close, close[::-1] + 0.001, margin=0.001) == "inconclusive"  # too tight a margin to claim
 
 
+def final_only(finals: dict[str, np.ndarray]) -> Comparison:
+    """A success comparison of one evaluation per seed: each algorithm's final successes [S]."""
+    results = [
+        AlgorithmResult(
+            algorithm=name,
+            learning_rate=1e-3,
+            curves=final[:, None],
+            env_steps=np.ones((final.size, 1)),
+            seconds=0.0,
+            tuning=[],
+            applied_share=np.ones(final.size),
+        )
+        for name, final in finals.items()
+    ]
+    seeds = list(range(results[0].curves.shape[0]))
+    return Comparison(env="search", metric="success", seeds=seeds, episodes=np.array([10]), results=results)
+
+
 def test_the_table_says_equivalence_rests_on_the_90_percent_interval():
     """A difference whose 95% interval crosses the margin can still be "equivalent" (two one-sided tests at 5%
     use the 90% interval); the table names the interval it used, so the two read together."""
@@ -101,21 +119,7 @@ def test_the_table_says_equivalence_rests_on_the_90_percent_interval():
     ppo_final = np.array([0.399, 0.438, 0.412, 0.373, 0.425, 0.386, 0.451, 0.360, 0.412, 0.386])
     test, tost = welch(ftw_final, ppo_final), welch(ftw_final, ppo_final, confidence=0.9)
     assert test["p_value"] > 0.05 and test["high"] > 0.05 > tost["high"]  # the case two-hop search met
-    results = [
-        AlgorithmResult(
-            algorithm=name,
-            learning_rate=1e-3,
-            curves=final[:, None],
-            env_steps=np.ones((10, 1)),
-            seconds=0.0,
-            tuning=[],
-            applied_share=np.ones(10),
-        )
-        for name, final in (("ftw", ftw_final), ("ppo", ppo_final))
-    ]
-    table = markdown_table(
-        Comparison(env="search", metric="success", seeds=list(range(10)), episodes=np.array([10]), results=results)
-    )
+    table = markdown_table(final_only({"ftw": ftw_final, "ppo": ppo_final}))
     assert "| equivalent (90% CI inside ±5.0) |" in table and "equivalent (margin" not in table
 
 
@@ -131,21 +135,7 @@ def test_seeds_that_split_in_two_are_counted_and_tested_exactly():
     }
     assert solved_seeds(np.full(30, 0.9), np.full(30, 0.1))["solved_p_value"] < 1e-15
     assert solved_seeds(np.array([0.5, 0.49]), np.array([0.5, 0.5]))["solved"] == 1  # half the questions: solved
-    results = [
-        AlgorithmResult(
-            algorithm=name,
-            learning_rate=1e-3,
-            curves=final[:, None],
-            env_steps=np.ones((10, 1)),
-            seconds=0.0,
-            tuning=[],
-            applied_share=np.ones(10),
-        )
-        for name, final in (("ftw", ftw), ("ppo", ppo))
-    ]
-    comparison = Comparison(
-        env="search", metric="success", seeds=list(range(10)), episodes=np.array([10]), results=results
-    )
+    comparison = final_only({"ftw": ftw, "ppo": ppo})
     table = markdown_table(comparison)
     assert "seeds solved (final ≥ 50.0%), Fisher's exact p |" in table and "| 10 vs 7 of 10, p = 0.211 |" in table
     returns = markdown_table(dataclasses.replace(comparison, metric="return"))

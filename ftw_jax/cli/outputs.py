@@ -120,6 +120,12 @@ def event_writer(
     return board
 
 
+def member_run(member: dict, names: list[str]) -> str:
+    """A sweep member's TensorBoard run: its values of `names`, e.g. "C=4,lr=0.003,seed=0"."""
+    return ",".join(f"{name}={member[name]:g}" if isinstance(member[name], float) else f"{name}={member[name]}"
+                    for name in names)  # fmt: skip
+
+
 def phase_events(board: Writers, period: PhasePeriod) -> None:
     """A comparison's period in TensorBoard: each reported seed its own run (ALGORITHM/seed_S), each tuning member
     one under its phase (ALGORITHM/PHASE/AXES,seed=S); the first period a process runs of a phase drops what a
@@ -127,11 +133,7 @@ def phase_events(board: Writers, period: PhasePeriod) -> None:
     if period.phase == "report":
         runs = [f"{period.algorithm}/seed_{member['seed']}" for member in period.members]
     else:
-        runs = [
-            f"{period.algorithm}/{period.phase}/" + ",".join(f"{name}={value:g}" if isinstance(value, float) else
-                                                               f"{name}={value}" for name, value in member.items())
-            for member in period.members
-        ]  # fmt: skip
+        runs = [f"{period.algorithm}/{period.phase}/{member_run(member, list(member))}" for member in period.members]
     if period.starts_after is not None:
         board.resume(runs, period.starts_after)
     board.period(runs, period.metrics, period.evaluation)

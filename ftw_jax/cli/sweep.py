@@ -127,7 +127,7 @@ def _run_members(args, session: Session, sweep, seeds: list[int]):
     )
     axes = list(sweep.grid)
     labels = [", ".join([*(f"{axis}={m[axis]}" for axis in axes), f"seed {m['seed']}"]) for m in sweep.members]
-    runs = [",".join([*(f"{axis}={m[axis]}" for axis in axes), f"seed={m['seed']}"]) for m in sweep.members]
+    runs = [outputs.member_run(member, [*axes, "seed"]) for member in sweep.members]
     started, board = time.perf_counter(), None
     try:
         run = MemberRun(trainer, sweep.keys(), sweep.hyperparameters(), checkpointer, labels=labels)

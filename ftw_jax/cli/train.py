@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import pathlib
 import sys
@@ -53,10 +54,10 @@ def run(args: argparse.Namespace, session: Session) -> int:
         args, session, args.env, {"seeds": seeds, "env_options": args.env_options, **dataclasses.asdict(config)}
     )
     log(f"training {args.env} for {config.num_iterations} iterations x {len(seeds)} seed(s); run folder {folder}")
-    started, board = time.perf_counter(), None
+    started, board, runs = time.perf_counter(), None, [f"seed_{seed}" for seed in seeds]  # a TensorBoard run each
     try:
         run = MemberRun(trainer, seed_keys(seeds), checkpointer=checkpointer, labels=[f"seed {s}" for s in seeds])
-        board = outputs.event_writer(args, folder, log, [f"seed_{seed}" for seed in seeds], run)
+        board = outputs.event_writer(args, folder, log, runs, run)
         if run.periods_done_before:
             log(f"resumed from the checkpoint after iteration {run.periods_done_before * config.eval_every}")
         done = run.periods_done_before * config.eval_every
@@ -64,7 +65,8 @@ def run(args: argparse.Namespace, session: Session) -> int:
             # rows written after that checkpoint come again; those it counts must all be there
             run_files.keep_rows_up_to(folder / log_file, done, list(range(every, done + 1, every)), seeds)
         start = _starting_evaluation(trainer, run, seeds, folder, log) if config.warm_start_demonstrations else None
-        if not _train(run, config, seeds, folder, log, trainer.env.has_success, board):
+        to_board = functools.partial(board.period, runs) if board else None
+        if not _train(run, config, seeds, folder, log, trainer.env.has_success, to_board):
             return 1
     finally:  # waits for the checkpoint writes in flight
         if checkpointer:
@@ -96,15 +98,15 @@ def run(args: argparse.Namespace, session: Session) -> int:
     return 0
 
 
-def _train(run, config, seeds: list[int], folder: pathlib.Path, log, has_success: bool, board) -> bool:
-    """Runs the periods left, logging each (and to TensorBoard's `board`, unless None); False when an evaluation
-    return is not finite."""
+def _train(run, config, seeds: list[int], folder: pathlib.Path, log, has_success: bool, to_board) -> bool:
+    """Runs the periods left, logging each (and giving its rows `to_board`, unless None); False when an
+    evaluation return is not finite."""
     for metrics, evaluation in run.periods():
         if len(run.clock) == 1:
             log(f"compiled in {run.compile_seconds:.1f} s")
         metrics = outputs.write_period_logs(folder, metrics, evaluation, seeds, config.eval_every)
-        if board:
-            board.period([f"seed_{seed}" for seed in seeds], metrics, evaluation)
+        if to_board:
+            to_board(metrics, evaluation)
         success = f"  eval success {evaluation['success'].mean():6.1%}" if has_success else ""
         log(
             f"iteration {evaluation['iteration'][0]:>5}/{config.num_iterations}  env steps {run.clock[-1][1]:>10,}"
