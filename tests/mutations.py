@@ -608,8 +608,8 @@ MUTATIONS = (
         "unused-inputs-reach-the-gradient",
         "NaN inputs of never-kept entries and padding skip the update",
         "ftw_jax/core/elite_loss.py",
-        "        trajectories = without_unused_observations(trajectories, weights)\n        per_step = jax.vmap(",
-        "        per_step = jax.vmap(",
+        "        trajectories = without_unused_observations(trajectories, weights)\n        per_step = step_losses(",
+        "        per_step = step_losses(",
         UPDATE_TESTS,
     ),
     Mutation(

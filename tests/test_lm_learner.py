@@ -841,18 +841,21 @@ def chunk_case(vocab_size: int, num_steps: int, num_trajectories: int, chunk: in
 @pytest.mark.parametrize("kl_direction", ["policy_to_reference", "reference_to_policy"])
 def test_logits_in_chunks_give_the_dense_loss_and_gradient(kl_direction, normalisation):
     """Issue 31: 13 steps in chunks of 4 (the last one padded) make the loss, its terms, the importance weights
-    and the gradient of the whole-sequence logits, to 1e-5 in float32."""
+    and the gradient of the whole-sequence logits, to 1e-5 in float32; and so does the model run once over the
+    batch (the learner's way) against once per sequence under `vmap`."""
     dense, chunked, params, reference, trajectories, weights = chunk_case(50, 13, 4, chunk=4)
     config = FTWConfig(kl_direction=kl_direction, normalisation=normalisation)
-    assert chunked.chunked_logits() is not None and dense.chunked_logits() is None
+    assert chunked.chunked_logits().chunk == 4 and dense.chunked_logits().chunk == 0
 
-    def loss_and_grad(policy):
-        loss = make_loss(policy.apply, config, policy.chunked_logits())
+    def loss_and_grad(policy, chunked_logits):
+        loss = make_loss(policy.apply, config, chunked_logits)
         return jax.jit(jax.value_and_grad(loss, has_aux=True))(params, reference, 0.3, trajectories, weights)
 
-    expected, got = loss_and_grad(dense), loss_and_grad(chunked)
+    expected = loss_and_grad(dense, None)  # per sequence
     assert float(expected[0][0]) > 0
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), got, expected)
+    for policy in (dense, chunked):
+        got = loss_and_grad(policy, policy.chunked_logits())
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5), got, expected)
 
 
 def test_the_monitor_in_chunks_measures_what_the_dense_one_does():
@@ -862,17 +865,16 @@ def test_the_monitor_in_chunks_measures_what_the_dense_one_does():
     dense, chunked, params, reference, trajectories, _ = chunk_case(50, 13, 4, chunk=5)
     pool = pool_lib.add(pool_lib.init(8, example_trajectory(13)), trajectories)
     config = FTWConfig(pool_capacity=8, batch_size=4, num_elites=1, monitor_entries=3)
-    measure = lambda policy: jax.jit(  # noqa: E731
+    measure = lambda policy, chunked_logits: jax.jit(  # noqa: E731
         make_trust_region(
-            policy.apply,
-            entries=config.monitor_entries,
-            discount=config.monitor_discount,
-            chunked=policy.chunked_logits(),
+            policy.apply, entries=config.monitor_entries, discount=config.monitor_discount, chunked=chunked_logits
         )
-    )
-    expected, got = measure(dense)(reference, params, pool), measure(chunked)(reference, params, pool)
+    )(reference, params, pool)
+    expected = measure(dense, None)  # per sequence
     assert float(expected["policy_kl_mean"]) > 0
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, expected)
+    for policy in (dense, chunked):
+        got = measure(policy, policy.chunked_logits())
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), got, expected)
 
 
 def test_the_learner_chunks_the_logits_of_a_real_vocabulary_by_default():

@@ -139,9 +139,7 @@ def make_policy_gradient_update(
 
     def loss_fn(params, reference_params, kl_coef, batch: Trajectory, advantages):
         reference_params = None if kl_estimate is None else reference_params
-        per_step = jax.vmap(step_terms, in_axes=(None, None, 0, 0, 0))(
-            params, reference_params, batch.observation, batch.action, batch.mask
-        )
+        per_step = step_terms(params, reference_params, batch.observation, batch.action, batch.mask)
         log_probs = per_step["log_probs"]
         chex.assert_equal_shape((log_probs, batch.mask))
         steps = jnp.maximum(jnp.sum(batch.mask), 1)

@@ -247,9 +247,7 @@ def make_learner(config: PPOConfig, context: Context) -> Learner:
         extra = {}
         if config.kl_in_reward:
             reference_params = losses.filled_reference(state.policy.reference_params, state.policy.params)
-            reference = jax.vmap(reference_log_probs, in_axes=(None, None, 0, 0, 0))(
-                reference_params, None, batch.observation, batch.action, batch.mask
-            )
+            reference = reference_log_probs(reference_params, None, batch.observation, batch.action, batch.mask)
             rewards, extra["kl"] = rewards_with_kl(batch, reference, state.policy.kl_coef)
             batch = batch.replace(reward=rewards)
         advantages, targets, values = ppo_advantages(config, value_fn, state.critic.params, batch)

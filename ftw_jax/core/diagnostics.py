@@ -127,16 +127,21 @@ def make_trust_region(
     def divergences(old, new, mask):  # [n, A] logits -> KL and TV [n]
         return losses.categorical_kl(old, new, mask), jnp.where(mask, total_variation(old, new), 0.0)
 
-    def sequence_divergences(old_params, new_params, observation, mask):
+    def sequence_divergences(old_params, new_params, observation, mask):  # one sequence
+        return divergences(apply_fn(old_params, observation), apply_fn(new_params, observation), mask)
+
+    def batch_divergences(old_params, new_params, observations, mask):  # [M, T, ...] -> KL and TV [M, T]
         if chunked is None:
-            return divergences(apply_fn(old_params, observation), apply_fn(new_params, observation), mask)
+            return jax.vmap(sequence_divergences, in_axes=(None, None, 0, 0))(
+                old_params, new_params, observations, mask
+            )
         head = chunked.head
-        return losses.map_chunks(
-            lambda old, new, mask: divergences(head(old_params, old), head(new_params, new), mask),
-            chunked.chunk,
-            chunked.features(old_params, observation),
-            chunked.features(new_params, observation),
-            mask,
+        in_chunk = lambda old, new, mask: jax.vmap(divergences)(head(old_params, old), head(new_params, new), mask)  # noqa: E731
+        old, new = chunked.features(old_params, observations), chunked.features(new_params, observations)
+        return (
+            in_chunk(old, new, mask)
+            if not chunked.chunk
+            else losses.map_chunks(in_chunk, chunked.chunk, old, new, mask)
         )
 
     def monitor(old_params, new_params, pool: pool_lib.Pool) -> dict:
@@ -144,9 +149,7 @@ def make_trust_region(
         picks = (jnp.arange(count) * pool.size) // count
         monitored = jax.tree.map(lambda leaf: leaf[picks], pool.trajectories)
         mask = monitored.mask & (pool.size > 0)
-        kl, tv = jax.vmap(sequence_divergences, in_axes=(None, None, 0, 0))(
-            old_params, new_params, monitored.observation, mask
-        )
+        kl, tv = batch_divergences(old_params, new_params, monitored.observation, mask)
         steps = jnp.maximum(jnp.sum(mask), 1)
         largest_return = jnp.max(jnp.where(pool_lib.valid_mask(pool), jnp.abs(pool.trajectories.episode_return), 0.0))
         return {

@@ -54,9 +54,10 @@ def without_unused_observations(trajectories: pool_lib.Trajectory, weights: jax.
 def make_step_losses(
     apply_fn: ApplyFn, config: UpdateConfig, chunked: losses.ChunkedLogits | None = None
 ) -> Callable[[Any, Any, Any, jax.Array, jax.Array], dict[str, jax.Array]]:
-    """`step_losses(params, reference_params, observation [T, ...], action [T], mask [T]) -> {name: [T]}`: the
-    cross-entropy, the configured KL and the entropy of each step of one sequence (0 where masked out); with
-    `chunked`, the logits are made and used one chunk of steps at a time (the same values)."""
+    """`step_losses(params, reference_params, observations [M, T, ...], actions [M, T], mask [M, T]) ->
+    {name: [M, T]}`: the cross-entropy, the configured KL and the entropy of each step (0 where masked out); with
+    `chunked`, one model call over the batch, the logits made and used a chunk of steps at a time (the same
+    values)."""
 
     def terms(logits, reference_logits, action, mask):
         chex.assert_rank(logits, 2)
@@ -103,7 +104,7 @@ def make_loss(
 
     def loss(params, reference_params, kl_coef, trajectories, weights):
         trajectories = without_unused_observations(trajectories, weights)
-        per_step = jax.vmap(step_losses, in_axes=(None, None, 0, 0, 0))(
+        per_step = step_losses(
             params, reference_params, trajectories.observation, trajectories.action, trajectories.mask
         )
         log_weights = diagnostics.log_importance_ratio(  # [M] log π_θ(τ) / q(τ), no gradient through it
@@ -153,8 +154,11 @@ def make_stepwise_loss_and_grad(
 
         def chunk_loss(params, steps, in_chunk):
             c = jnp.where(in_chunk, coefficients[steps], 0.0)
-            observed = jax.tree.map(lambda leaf: leaf[steps], observation)
-            per_step = step_losses(params, reference_params, observed, action[steps], c > 0)
+            observed = jax.tree.map(lambda leaf: leaf[steps][None], observation)  # the chunk as one sequence
+            per_step = jax.tree.map(
+                lambda value: value[0],
+                step_losses(params, reference_params, observed, action[steps][None], (c > 0)[None]),
+            )
             terms = {name: jnp.sum(jnp.where(c > 0, value, 0.0) * c) for name, value in per_step.items()}
             return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, -per_step["cross_entropy"])
 

@@ -68,30 +68,35 @@ def entropy(logits: jax.Array, mask: jax.Array) -> jax.Array:
 
 
 class ChunkedLogits(NamedTuple):
-    """A policy whose logits are a head over per-step features, for the loss and the monitor to compute `chunk`
-    steps at a time (`losses.map_chunks`): an LM's [T, V] logits over a real vocabulary outweigh the rest of the
-    step, and in chunks only one chunk's [chunk, V] is alive. `head(params, features(params, observation))`
-    equals `apply_fn(params, observation)`."""
+    """A policy whose logits are a head over per-step features, computed for a batch of sequences in one call
+    (one model call over [M, T] tokens, not M calls under `vmap`: XLA's CPU programs were 1.3× slower vmapped),
+    `chunk` steps of every sequence at a time (`map_chunks`; 0: all steps at once): an LM's [M, T, V] logits
+    over a real vocabulary outweigh the rest of the step, and in chunks only one chunk's [M, chunk, V] is alive.
+    `head(params, features(params, observations))[m]` equals `apply_fn(params, observations[m])`."""
 
-    features: Callable[[Any, Any], Any]  # (params, observation [T, ...]) -> the head's inputs, leaves [T, ...]
-    head: Callable[[Any, Any], jax.Array]  # (params, inputs with leaves [n, ...]) -> logits [n, A]
-    chunk: int  # steps per chunk
+    features: Callable[[Any, Any], Any]  # (params, observations [M, T, ...]) -> the head's inputs, leaves [M, T, ...]
+    head: Callable[[Any, Any], jax.Array]  # (params, inputs with leaves [M, n, ...]) -> logits [M, n, A]
+    chunk: int  # steps per chunk (0: the whole sequence)
 
 
 def map_chunks(fn: Callable[..., Any], chunk: int, *per_step: Any) -> Any:
-    """`fn` over consecutive chunks of `chunk` steps of per-step inputs (pytrees of leaves [T, ...]), its outputs
-    (leaves [chunk, ...]) joined back to [T, ...]. The last chunk is padded with zeros (a False mask), and each
-    chunk is recomputed in the backward pass (`jax.checkpoint`), so what `fn` makes inside — a chunk's logits
-    [chunk, A] over a whole vocabulary — is alive for one chunk at a time, forward and backward."""
-    num_steps = jax.tree.leaves(per_step)[0].shape[0]
+    """`fn` over consecutive chunks of `chunk` steps of a batch's per-step inputs (pytrees of leaves [M, T, ...]),
+    its outputs (leaves [M, chunk, ...]) joined back to [M, T, ...]. The last chunk is padded with zeros (a False
+    mask), and each chunk is recomputed in the backward pass (`jax.checkpoint`), so what `fn` makes inside — a
+    chunk's logits [M, chunk, A] over a whole vocabulary — is alive for one chunk at a time, forward and backward."""
+    num_steps = jax.tree.leaves(per_step)[0].shape[1]
     num_chunks = -(-num_steps // chunk)
 
-    def split(leaf):
-        padded = jnp.pad(leaf, [(0, num_chunks * chunk - num_steps)] + [(0, 0)] * (leaf.ndim - 1))
-        return padded.reshape((num_chunks, chunk) + leaf.shape[1:])
+    def split(leaf):  # [M, T, ...] -> [chunks, M, chunk, ...]
+        padded = jnp.pad(leaf, [(0, 0), (0, num_chunks * chunk - num_steps)] + [(0, 0)] * (leaf.ndim - 2))
+        return jnp.moveaxis(padded.reshape(leaf.shape[:1] + (num_chunks, chunk) + leaf.shape[2:]), 1, 0)
+
+    def join(leaf):  # [chunks, M, chunk, ...] -> [M, T, ...]
+        joined = jnp.moveaxis(leaf, 0, 1)
+        return joined.reshape(joined.shape[:1] + (num_chunks * chunk,) + joined.shape[3:])[:, :num_steps]
 
     out = jax.lax.map(lambda chunks: jax.checkpoint(fn)(*chunks), jax.tree.map(split, per_step))
-    return jax.tree.map(lambda leaf: leaf.reshape((num_chunks * chunk,) + leaf.shape[2:])[:num_steps], out)
+    return jax.tree.map(join, out)
 
 
 def filled_reference(reference_params: Any, params: Any) -> Any:
@@ -110,26 +115,33 @@ def per_step_terms(
     terms: Callable[..., Any],
     chunked: ChunkedLogits | None = None,
 ) -> Callable[..., Any]:
-    """`step_terms(params, reference_params, observation [T, ...], *per_step) -> leaves [T]`: `terms(logits,
-    reference_logits, *per_step)` of one sequence, the reference's logits without a gradient (`reference_params`
-    None: `reference_logits` None, and no reference pass). With `chunked`, the logits are made and used
-    `chunked.chunk` steps at a time (`map_chunks`): the same values, one chunk's [chunk, A] alive at a time."""
+    """`step_terms(params, reference_params, observations [M, T, ...], *per_step [M, T]) -> leaves [M, T]`:
+    `terms(logits, reference_logits, *per_step)` of each sequence, the reference's logits without a gradient
+    (`reference_params` None: `reference_logits` None, and no reference pass). Without `chunked`, `apply_fn` runs
+    on one sequence at a time under `vmap`; with it, the model runs once on the batch and the logits are made and
+    used `chunked.chunk` steps at a time (`map_chunks`): the same values."""
 
     def reference(logits_of, reference_params, inputs):
         return None if reference_params is None else jax.lax.stop_gradient(logits_of(reference_params, inputs))
 
-    def step_terms(params, reference_params, observation, *per_step):
+    def sequence_terms(params, reference_params, observation, *per_step):
+        return terms(apply_fn(params, observation), reference(apply_fn, reference_params, observation), *per_step)
+
+    def step_terms(params, reference_params, observations, *per_step):
         if reference_params is not None:
             reference_params = filled_reference(reference_params, params)
         if chunked is None:
-            return terms(apply_fn(params, observation), reference(apply_fn, reference_params, observation), *per_step)
-        features, head = chunked.features(params, observation), chunked.head
-        reference_features = reference(chunked.features, reference_params, observation)
+            in_axes = (None, None) + (0,) * (1 + len(per_step))
+            return jax.vmap(sequence_terms, in_axes=in_axes)(params, reference_params, observations, *per_step)
+        features, head = chunked.features(params, observations), chunked.head
+        reference_features = reference(chunked.features, reference_params, observations)
 
         def chunk_terms(features, reference_features, *per_step):
             reference_logits = None if reference_features is None else head(reference_params, reference_features)
-            return terms(head(params, features), reference_logits, *per_step)
+            return jax.vmap(terms)(head(params, features), reference_logits, *per_step)
 
+        if not chunked.chunk:
+            return chunk_terms(features, reference_features, *per_step)
         return map_chunks(chunk_terms, chunked.chunk, features, reference_features, *per_step)
 
     return step_terms

@@ -89,18 +89,18 @@ class LMPolicy(PolicyNetwork):
     cached: ClassVar[bool] = True
 
     def chunked_logits(self) -> ChunkedLogits | None:
-        """The policy's logits as the model's output head over its final hidden states, for the update to make
-        `logits_chunk` steps at a time; None where they are made whole (`logits_chunk` 0, or a head of another
-        size than the vocabulary)."""
-        if not self.logits_chunk or self.num_actions != self.config.vocab_size:
+        """The policy's logits as the model's output head over its final hidden states, the model run once over
+        a batch of sequences and the head `logits_chunk` steps at a time (0: all at once); None where the head
+        is the policy's own (another size than the vocabulary), and the update runs `apply` per sequence."""
+        if self.num_actions != self.config.vocab_size:
             return None
         model = CausalLM(self.config, head=False, parent=None)  # a model of its own, not a submodule
         frozen = frozen_base if self.config.lora_rank else (lambda params: params)
 
-        def features(params, tokens):
+        def features(params, tokens):  # [M, T] -> ([M, T, D], [M, T, A] | None)
             params = frozen(params)
             ids, legal = split_legal_actions(tokens)
-            return model.apply({"params": params["params"]["lm"]}, ids[None])[0], legal  # ([T, D], [T, A] | None)
+            return model.apply({"params": params["params"]["lm"]}, ids), legal
 
         def head(params, inputs):
             params, (hidden, legal) = frozen(params), inputs
