@@ -39,7 +39,7 @@ from ftw_jax.core.pool import Trajectory
 from ftw_jax.core.settings import check_settings, check_takes_effect, setting
 from ftw_jax.lm import lora
 from ftw_jax.lm.config import LMConfig
-from ftw_jax.policies.lm import LMPolicy, frozen_in_lora, logits_chunk_for
+from ftw_jax.policies.lm import LMPolicy, frozen_in_lora, logits_chunk_for, remat_for
 from ftw_jax.running.memory import check_state_memory, check_working_memory, state_bytes
 
 if TYPE_CHECKING:
@@ -73,6 +73,11 @@ class LearnConfig(LearnerSettings):
         "memory instead of the batch's (0: all at once; None: from a vocabulary of 32,768 up, the largest power of "
         "two up to 128 whose float32 logits of the loss's sequences fit 256 MiB, e.g. 32 for Qwen's vocabulary and "
         "8 sequences; else 0)",
+    )
+    remat: bool | None = setting(
+        None,
+        "recompute each layer's activations in the backward pass instead of keeping them: memory for time (None: "
+        "where the loss's sequences would keep more than 256 MiB of them, `lm.memory.memory_estimate`)",
     )
     seed: int = setting(0, "the seed of the learner's draws (selection, ties)")
     save_every: int = setting(1, "write the weights every this many iterations, and after the last")
@@ -229,6 +234,8 @@ class EpisodeLearner:
     @classmethod
     def build(cls, config: LearnConfig, model_config: LMConfig) -> EpisodeLearner:
         model_config = config.with_lora(model_config)
+        remat = remat_for(model_config, config.remat, config.loss_rows, config.num_steps)
+        model_config = dataclasses.replace(model_config, remat=remat)
         policy = LMPolicy(
             num_actions=model_config.vocab_size,
             config=model_config,

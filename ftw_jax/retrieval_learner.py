@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from ftw_jax.algos.defaults import LM_FTW
 from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.core.checks import check_positive_int
 from ftw_jax.core.settings import check_settings, setting
@@ -54,7 +55,7 @@ LEARNER_DEFAULTS: dict[str, Any] = {
 }
 # FTW's: exact match is 0 or 1, so most minibatches hold tied returns; `top_k` would imitate failures among them
 # (the collapse binary Sokoban shows), `beat_minimum` keeps only what beat its minibatch's lowest return.
-FTW_DEFAULTS: dict[str, Any] = {"elite_rule": "beat_minimum"}
+FTW_DEFAULTS: dict[str, Any] = {"elite_rule": "beat_minimum", **LM_FTW}
 
 
 @dataclasses.dataclass(frozen=True)

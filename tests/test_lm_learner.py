@@ -343,8 +343,6 @@ def lm_learn(model_folder, episodes, out, *extra):
         "4",
         "--num-elites",
         "1",
-        "--monitor-entries",
-        "4",
         "--json",
         *extra,
     ]
@@ -433,6 +431,8 @@ def test_a_short_last_batch_is_learnt_from_and_resumed_after(engine, model_folde
     episodes = tmp_path / "episodes.jsonl"
     write_episodes(episodes, records[:12])
     assert lm_learn(model_folder, episodes, tmp_path) == 0
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["algorithm_config"]["monitor_entries"] == 4  # the LM commands' default (algos.defaults.LM_FTW)
     write_episodes(episodes, records[12:])
     monkeypatch.chdir(tmp_path)
     relative = pathlib.Path("episodes.jsonl")
@@ -891,6 +891,21 @@ def test_the_learner_chunks_the_logits_of_a_real_vocabulary_by_default():
     assert small_config(algorithm="grpo", algorithm_config=None).loss_rows == 8  # a baseline's batch
     with pytest.raises(ValueError, match="logits_chunk must be None or an int >= 0, got -1"):
         small_config(logits_chunk=-1)
+
+
+def test_the_learner_recomputes_activations_where_they_would_outweigh_the_budget():
+    from ftw_jax.lm.memory import memory_estimate
+    from ftw_jax.policies.lm import ACTIVATIONS_BUDGET, remat_for
+
+    small, wide = tiny_config(58), tiny_config(151_936)
+    kept = lambda config, rows, steps: memory_estimate(config, rows, steps)["activations"]  # noqa: E731
+    assert kept(small, 32, 64) < ACTIVATIONS_BUDGET < kept(wide, 32, 512)  # the two sides of the rule
+    assert not remat_for(small, None, 32, 64) and remat_for(wide, None, 32, 512)
+    assert remat_for(small, True, 32, 64) and not remat_for(wide, False, 32, 512)  # a setting given wins
+    assert remat_for(dataclasses.replace(small, remat=True), None, 32, 64)  # as does a config that asks for it
+    learner = lambda **settings: EpisodeLearner.build(small_config(**settings), small)  # noqa: E731
+    assert not learner().model_config.remat and learner(remat=True).model_config.remat
+    assert learner(remat=True).policy.config.remat
 
 
 @pytest.mark.slow

@@ -120,6 +120,12 @@ SEARCH_R1: dict[str, dict[str, Any]] = {
 }
 
 
+# FTW in the LM commands (`lm learn`, retrieval QA): the trust-region monitor on 4 pool entries, not 16. Each
+# entry costs two forward passes of the model after the update: with 16, FTW's step over 8 kept sequences of 256
+# tokens took 1.38x as long as with the monitor off (experiments/lm_vs_tunix.py).
+LM_FTW: dict[str, Any] = {"monitor_entries": 4}
+
+
 def of(env: str, algorithm: str) -> dict[str, Any]:
     """The settings a run of `algorithm` on `env` starts from: the environment's run defaults and the algorithm's
     own there (empty where the table has neither)."""

@@ -41,7 +41,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_learn_parser(commands) -> None:
-    from ftw_jax.algos.defaults import SEARCH_R1
     from ftw_jax.core.settings import describe
     from ftw_jax.episode_learner import LearnConfig
 
@@ -85,7 +84,7 @@ def _add_learn_parser(commands) -> None:
         "data parallel over DATA, tensor parallel over MODEL (default: one device)",
     )
     add_settings(learn, describe(LearnConfig))
-    add_settings(learn, _algorithm_settings(), defaults_here=_algorithm_defaults_shown(SEARCH_R1))
+    add_settings(learn, _algorithm_settings(), defaults_here=_algorithm_defaults_shown(_learn_algorithm_defaults()))
     add_run_folder_arguments(learn)
     add_cluster_arguments(learn)
     learn.set_defaults(handler=run_learn)
@@ -205,6 +204,14 @@ def _add_retrieval_arguments(train: argparse.ArgumentParser) -> None:
     add_settings(group, [item for item in _retrieval_settings() if item.name not in shared], defaults_here=shown)
 
 
+def _learn_algorithm_defaults() -> dict[str, dict]:
+    """Each algorithm's settings in `lm learn` where they are not its config's own: FTW's monitor on fewer
+    entries, the baselines as Search-R1 runs them."""
+    from ftw_jax.algos.defaults import LM_FTW, SEARCH_R1
+
+    return {"ftw": LM_FTW, **SEARCH_R1}
+
+
 def _retrieval_algorithm_defaults() -> dict[str, dict]:
     """Each algorithm's settings in retrieval QA where they are not its config's own: FTW's `beat_minimum` on
     exact match, the baselines as Search-R1 runs them."""
@@ -292,14 +299,14 @@ def _mesh(text: str) -> tuple[int, int]:
 
 
 def run_learn(args: argparse.Namespace, session: Session) -> int:
-    from ftw_jax.algos.defaults import SEARCH_R1
     from ftw_jax.core.settings import describe
     from ftw_jax.episode_learner import LearnConfig
     from ftw_jax.lm_learn import learn_from_file
 
     own = given_settings(args, describe(LearnConfig))
     algorithm = own.get("algorithm", "ftw")
-    config = LearnConfig(**own, algorithm_config=algorithm_config(args, algorithm, SEARCH_R1, logger(args)))
+    defaults = _learn_algorithm_defaults()
+    config = LearnConfig(**own, algorithm_config=algorithm_config(args, algorithm, defaults, logger(args)))
     fingerprint = {
         "episodes": str(args.episodes.resolve()),  # resolved: a resume may name them relative or absolute
         "model": str(args.model.resolve()),

@@ -13,6 +13,7 @@ state instead, as the value heads of LLM PPO implementations do.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 import flax.linen as nn
@@ -24,6 +25,7 @@ from ftw_jax.core.losses import ChunkedLogits
 from ftw_jax.lm import lora
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.load import Pretrained
+from ftw_jax.lm.memory import memory_estimate
 from ftw_jax.lm.model import CausalLM, head_logits, init_cache
 from ftw_jax.policies.base import PolicyNetwork
 
@@ -37,6 +39,10 @@ DEFAULT_LOGITS_CHUNK = 128  # steps per chunk at most
 # logits, log-probabilities, their gradient): 128 steps of M = 8 rows up to V = 65,536; Qwen's V = 151,936 gets
 # 32 (156 MiB a copy, where 128 made 594 MiB).
 LOGITS_BUDGET = 256 * 2**20
+# Bytes of activations a training step may keep for the backward pass before the learner's model recomputes each
+# layer's instead (`remat_for`). On 2 CPU cores recomputing cost 0-10% of a loss-and-gradient step and kept 2-6x
+# less (4 x 512 over 8 x 256 tokens, 2 x 64 over 32 x 512, 8 x 1,024 over 4 x 256): worth it from a few hundred MiB.
+ACTIVATIONS_BUDGET = 256 * 2**20
 
 
 def logits_chunk_for(vocab_size: int, logits_chunk: int | None, rows: int = 8, steps: int | None = None) -> int:
@@ -52,6 +58,16 @@ def logits_chunk_for(vocab_size: int, logits_chunk: int | None, rows: int = 8, s
     while chunk > 1 and chunk > fits:
         chunk //= 2
     return chunk if steps is None else max(1, min(chunk, steps))
+
+
+def remat_for(config: LMConfig, remat: bool | None, rows: int, steps: int) -> bool:
+    """Whether the learner's model recomputes each layer's activations in the backward pass: `remat` if given;
+    else the config's own where it asks for it, or where the activations that `rows` sequences of `steps` tokens
+    would keep without it (`lm.memory.memory_estimate`) outweigh ACTIVATIONS_BUDGET."""
+    if remat is not None:
+        return remat
+    kept = memory_estimate(dataclasses.replace(config, remat=False), rows, steps)["activations"]
+    return config.remat or kept > ACTIVATIONS_BUDGET
 
 
 def checkpoint_params(policy: LMPolicy, pretrained: Pretrained) -> dict:
