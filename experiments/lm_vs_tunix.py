@@ -27,7 +27,8 @@ median over rounds. Measured on the same B sequences of L tokens:
   trust-region monitor's two forward passes over 4 pool entries (`lm learn`'s default), then over 16 (the
   FTW update's own default) and with the monitor off. `LearnConfig`'s defaults otherwise: from a vocabulary of
   32,768 up the loss makes the logits a chunk of tokens at a time, and the layers recompute their activations
-  in the backward pass where the kept ones would pass 256 MiB (`policies.lm.remat_for`: on at these shapes).
+  in the backward pass where the kept ones would pass 256 MiB (`policies.lm.remat_for`: on at these shapes;
+  "no remat" rows keep them).
 - ftw_jax GRPO step: `EpisodeLearner.step` with GRPO (group size min(8, B), one step, ε 0.2, k3 KL with
   β 0.04 against the initial model, inside the step), the like-for-like algorithm.
 - Tunix GRPO step incl. reference: what one Tunix GRPO iteration runs on the device once the completions and
@@ -67,7 +68,15 @@ BETA = 0.04
 EPSILON = 0.2
 PAD_ID = 0  # Tunix masks this id out: the random tokens are drawn from 1..V-1
 EOS_ID = 1  # Tunix's `process_ids` takes an EOS id but does not use it without packing
-FTW_MEASURES = ("forward", "ftw", "ftw_monitor_16", "ftw_no_monitor", "grpo")
+FTW_MEASURES = (
+    "forward",
+    "ftw",
+    "ftw_monitor_16",
+    "ftw_no_monitor",
+    "ftw_no_monitor_no_remat",
+    "grpo",
+    "grpo_no_remat",
+)
 TUNIX_MEASURES = ("forward", "grpo")
 ROWS = (  # (label, side, measure, the Tunix measure its ratio is over)
     ("forward log-probs, ftw_jax", "ftw", "forward", "forward"),
@@ -75,7 +84,9 @@ ROWS = (  # (label, side, measure, the Tunix measure its ratio is over)
     ("ftw_jax FTW step (lm learn's monitor: 4 entries)", "ftw", "ftw", "grpo"),
     ("ftw_jax FTW step, monitor on 16 entries", "ftw", "ftw_monitor_16", "grpo"),
     ("ftw_jax FTW step, monitor off", "ftw", "ftw_no_monitor", "grpo"),
+    ("ftw_jax FTW step, monitor off, no remat", "ftw", "ftw_no_monitor_no_remat", "grpo"),
     ("ftw_jax GRPO step", "ftw", "grpo", "grpo"),
+    ("ftw_jax GRPO step, no remat", "ftw", "grpo_no_remat", "grpo"),
     ("Tunix GRPO step incl. reference", "tunix", "grpo", "grpo"),
 )
 
@@ -155,16 +166,20 @@ def ftw_worker(folder: pathlib.Path) -> dict:
         alive=np.ones((batch, steps), bool),
     )
     ftw = dict(pool_capacity=batch, num_batches=batch, batch_size=min(2, batch), num_elites=1, updates_per_iteration=1)
-    algorithms = {
-        "ftw": ("ftw", FTWConfig(**ftw, **LM_FTW)),
-        "ftw_monitor_16": ("ftw", FTWConfig(**ftw, monitor_entries=16)),
-        "ftw_no_monitor": ("ftw", FTWConfig(**ftw, monitor_entries=0)),
-        "grpo": ("grpo", GRPOConfig(group_size=group_size(batch), updates_per_iteration=1, clip_epsilon=EPSILON)),
+    grpo = GRPOConfig(group_size=group_size(batch), updates_per_iteration=1, clip_epsilon=EPSILON)
+    algorithms = {  # (algorithm, its config, remat: None the learner's choice)
+        "ftw": ("ftw", FTWConfig(**ftw, **LM_FTW), None),
+        "ftw_monitor_16": ("ftw", FTWConfig(**ftw, monitor_entries=16), None),
+        "ftw_no_monitor": ("ftw", FTWConfig(**ftw, monitor_entries=0), None),
+        "ftw_no_monitor_no_remat": ("ftw", FTWConfig(**ftw, monitor_entries=0), False),
+        "grpo": ("grpo", grpo, None),
+        "grpo_no_remat": ("grpo", grpo, False),
     }
-    for measure, (algorithm, algorithm_config) in algorithms.items():
+    for measure, (algorithm, algorithm_config, remat) in algorithms.items():
         config = LearnConfig(
             algorithm=algorithm,
             algorithm_config=algorithm_config,
+            remat=remat,
             max_length=length,
             episodes_per_iteration=batch,
             kl_coef=BETA,

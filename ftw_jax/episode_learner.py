@@ -70,9 +70,9 @@ class LearnConfig(LearnerSettings):
     logits_chunk: int | None = setting(
         None,
         "the loss makes the logits this many tokens of each episode at a time, so one chunk's [M, chunk, V] is in "
-        "memory instead of the batch's (0: all at once; None: from a vocabulary of 32,768 up, the largest power of "
-        "two up to 128 whose float32 logits of the loss's sequences fit 256 MiB, e.g. 32 for Qwen's vocabulary and "
-        "8 sequences; else 0)",
+        "memory instead of the batch's (0: all at once; None: from a vocabulary of 32,768 up, all at once where the "
+        "float32 logits of the loss's whole sequences fit 256 MiB, else the largest power of two up to 128 whose "
+        "chunk's fit, e.g. 32 for Qwen's vocabulary and 8 sequences of 512 tokens; else 0)",
     )
     remat: bool | None = setting(
         None,

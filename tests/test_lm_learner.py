@@ -884,7 +884,10 @@ def test_the_learner_chunks_the_logits_of_a_real_vocabulary_by_default():
     assert logits_chunk_for(32_768, None) == 128 and logits_chunk_for(65_536, None) == 128
     assert logits_chunk_for(151_936, None) == 32 and logits_chunk_for(151_936, None, rows=2) == 128
     assert logits_chunk_for(128_256, None, rows=16) == 32 and logits_chunk_for(128_256, None, rows=32) == 16
-    assert logits_chunk_for(151_936, None, rows=10**6) == 1 and logits_chunk_for(32_768, None, steps=48) == 48
+    assert logits_chunk_for(151_936, None, rows=10**6) == 1
+    # Whole where the sequences' logits fit the budget: 8 x 256 x 32,768 float32 is 256 MiB, one more step is not.
+    assert logits_chunk_for(32_768, None, steps=256) == 0 and logits_chunk_for(32_768, None, steps=257) == 128
+    assert logits_chunk_for(151_936, None, rows=32, steps=13) == 0 and logits_chunk_for(151_936, None, 32, 14) == 8
     assert logits_chunk_for(32_767, None) == 0 and logits_chunk_for(151_936, 0) == 0
     assert logits_chunk_for(58, 16) == 16
     assert small_config().loss_rows == 4  # FTW's J·K elites

@@ -47,17 +47,19 @@ ACTIVATIONS_BUDGET = 256 * 2**20
 
 def logits_chunk_for(vocab_size: int, logits_chunk: int | None, rows: int = 8, steps: int | None = None) -> int:
     """The steps per chunk of the update's logits: `logits_chunk` if given (0: all at once); else 0 below a
-    vocabulary of CHUNKED_VOCABULARY, and from it up the largest power of two up to DEFAULT_LOGITS_CHUNK whose
-    float32 logits of `rows` sequences, [rows, chunk, V], fit LOGITS_BUDGET (at least 1), and no more than the
-    sequences' `steps` (a longer chunk is padding)."""
+    vocabulary of CHUNKED_VOCABULARY, and from it up 0 where the float32 logits of `rows` whole sequences of
+    `steps`, [rows, steps, V], fit LOGITS_BUDGET (a chunk's logits are recomputed in the backward pass: at 8 x 255
+    steps over V = 32,768 the chunked step took 1.25x as long), else the largest power of two up to
+    DEFAULT_LOGITS_CHUNK whose [rows, chunk, V] fit it (at least 1)."""
     if logits_chunk is not None:
         return logits_chunk
-    if vocab_size < CHUNKED_VOCABULARY:
+    fits = LOGITS_BUDGET // (4 * rows * vocab_size)
+    if vocab_size < CHUNKED_VOCABULARY or (steps is not None and steps <= fits):
         return 0
-    chunk, fits = DEFAULT_LOGITS_CHUNK, LOGITS_BUDGET // (4 * rows * vocab_size)
+    chunk = DEFAULT_LOGITS_CHUNK
     while chunk > 1 and chunk > fits:
         chunk //= 2
-    return chunk if steps is None else max(1, min(chunk, steps))
+    return chunk
 
 
 def remat_for(config: LMConfig, remat: bool | None, rows: int, steps: int) -> bool:
