@@ -1,11 +1,11 @@
-"""What top-p alone costs per sampling step: the sampler's cut (the most likely candidates first) against a sort
-of the whole vocabulary, as it was before issue 36.
+"""What top-p alone costs per sampling step: the sampler's cut (the most likely candidates first, then a
+threshold search) against a sort of the whole vocabulary.
 
     python experiments/nucleus_speed.py            # B = 8 rows, V up to Qwen2.5's 151,936; ~1 minute on 2 cores
 
 Logits are N(0, 1) times a spread: a trained model's step is peaked (a nucleus of a few tokens: spread 12), or
 middling, or flat as a randomly initialised model's (the nucleus is most of the vocabulary: the sampler then
-sorts too, after trying the candidates). "Tokens kept otherwise" counts tokens one keeps and the other does not
+searches the whole vocabulary for the nucleus's least probability, after trying the candidates). "Tokens kept otherwise" counts tokens one keeps and the other does not
 (a float32 sum of thousands of probabilities lands within rounding of top_p). Each is jitted, compiled first,
 and timed as the median of `--repeats` calls, alternating.
 """

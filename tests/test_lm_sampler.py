@@ -129,9 +129,9 @@ def test_the_cut_distribution_is_the_one_a_whole_sort_gives(top_k, top_p):
     [(12.0, (1, 64)), (3.0, (64, 1024)), (0.3, (1024, 4096)), ("mixed", (1, 4096))],
 )
 def test_top_p_alone_from_the_most_likely_candidates_is_the_whole_sorts_nucleus(spread, nucleus_sizes):
-    """Top-p alone tries the 64, then 1,024 most likely tokens before sorting all 4,096: the same kept sets and
+    """Top-p alone tries the 64, then 1,024 most likely tokens before searching all 4,096: the same kept sets and
     log-probs as a whole sort whichever it takes (peaked rows: 64; middling: 1,024; flat, or any flat row in
-    the batch: the sort), ties included (logits rounded to a hundredth)."""
+    the batch: the threshold search over the vocabulary), ties included (logits rounded to a hundredth)."""
     normal = jax.random.normal(jax.random.key(3), (6, 4096))
     scales = jnp.array([12.0, 12.0, 3.0, 3.0, 0.3, 0.3])[:, None] if spread == "mixed" else spread
     logits = jnp.round(normal * scales * 100) / 100
