@@ -5,8 +5,9 @@ threshold search) against a sort of the whole vocabulary.
 
 Logits are N(0, 1) times a spread: a trained model's step is peaked (a nucleus of a few tokens: spread 12), or
 middling, or flat as a randomly initialised model's (the nucleus is most of the vocabulary: the sampler then
-searches the whole vocabulary for the nucleus's least probability, after trying the candidates). "Tokens kept otherwise" counts tokens one keeps and the other does not
-(a float32 sum of thousands of probabilities lands within rounding of top_p). Each is jitted, compiled first,
+searches the whole vocabulary for the nucleus's least probability, after trying the candidates). "Tokens kept
+otherwise" counts tokens one keeps and the other does not (a float32 sum of thousands of probabilities lands
+within rounding of top_p). Each is jitted, compiled first,
 and timed as the median of `--repeats` calls, alternating.
 """
 
