@@ -135,14 +135,15 @@ def _nucleus_by_threshold(probabilities: jax.Array, top_p: float) -> jax.Array:
     the tokens before it (more likely, or as likely with a lower id) is below top_p. The least probability in
     the nucleus, t, is the largest whose tokens at or above it hold top_p; a bisection over float32's bit
     patterns (ordered as the non-negative values are) finds it in at most 31 passes over the vocabulary, each a
-    comparison and a sum, where a sort of 151,936 tokens cost 0.5 s for 8 rows on 2 CPU cores."""
+    comparison and a sum, where a sort of 151,936 tokens cost 0.4-0.5 s for 8 rows on 2 CPU cores."""
     bits = jax.lax.bitcast_convert_type(probabilities, jnp.int32)
     holds = lambda t: jnp.sum(jnp.where(bits >= t, probabilities, 0.0), axis=-1, keepdims=True) >= top_p  # noqa: E731
 
     def halve(_, bounds):  # holds(low) is true, holds(high + 1) false
         low, high = bounds
         middle = low + (high - low + 1) // 2
-        return jnp.where(holds(middle), middle, low), jnp.where(holds(middle), high, middle - 1)
+        up = holds(middle)
+        return jnp.where(up, middle, low), jnp.where(up, high, middle - 1)
 
     top = jnp.max(bits, axis=-1, keepdims=True)
     threshold, _ = jax.lax.fori_loop(0, 31, halve, (jnp.zeros_like(top), top))
