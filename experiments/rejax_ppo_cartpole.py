@@ -128,13 +128,14 @@ def rejax_worker(out: pathlib.Path) -> None:
     )
 
 
-def run_rejax(venv: pathlib.Path, out: pathlib.Path) -> dict:
+def run_rejax(venv: pathlib.Path, out: pathlib.Path, worker: str = __file__) -> dict:
+    """`worker` (a script taking `--worker rejax --worker-out OUT`) run in rejax's venv, built first if missing."""
     python = venv / "bin" / "python"
     if not python.exists():
         print(f"building {venv} with {' '.join(REJAX)} (once)", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
         subprocess.run([str(python), "-m", "pip", "install", "-q", *REJAX], check=True)
-    subprocess.run([str(python), __file__, "--worker", "rejax", "--worker-out", str(out)], check=True)
+    subprocess.run([str(python), worker, "--worker", "rejax", "--worker-out", str(out)], check=True)
     return json.loads(out.read_text())
 
 
