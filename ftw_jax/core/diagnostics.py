@@ -127,22 +127,9 @@ def make_trust_region(
     def divergences(old, new, mask):  # [n, A] logits -> KL and TV [n]
         return losses.categorical_kl(old, new, mask), jnp.where(mask, total_variation(old, new), 0.0)
 
-    def sequence_divergences(old_params, new_params, observation, mask):  # one sequence
-        return divergences(apply_fn(old_params, observation), apply_fn(new_params, observation), mask)
-
-    def batch_divergences(old_params, new_params, observations, mask):  # [M, T, ...] -> KL and TV [M, T]
-        if chunked is None:
-            return jax.vmap(sequence_divergences, in_axes=(None, None, 0, 0))(
-                old_params, new_params, observations, mask
-            )
-        head = chunked.head
-        in_chunk = lambda old, new, mask: jax.vmap(divergences)(head(old_params, old), head(new_params, new), mask)  # noqa: E731
-        old, new = chunked.features(old_params, observations), chunked.features(new_params, observations)
-        return (
-            in_chunk(old, new, mask)
-            if not chunked.chunk
-            else losses.map_chunks(in_chunk, chunked.chunk, old, new, mask)
-        )
+    # [M, T, ...] -> KL and TV [M, T]: the loss's way to logits (one model call over the batch, in chunks where
+    # `chunked` says), the new params in the reference's place
+    batch_divergences = losses.per_step_terms(apply_fn, divergences, chunked)
 
     def monitor(old_params, new_params, pool: pool_lib.Pool) -> dict:
         count = min(entries, pool.capacity)  # more would only repeat entries
