@@ -315,6 +315,57 @@ def test_a_baseline_step_with_a_nan_gradient_and_a_finite_loss_changes_nothing(a
     chex.assert_trees_all_equal(new_critic, critic)  # params, Adam's state
 
 
+def ragged_batch():
+    """Six episodes of 2 to 7 steps padded to T = 9, with steps the environment wrote (alive, not the policy's)."""
+    batch = make_trajectories(6, 9, seed=3, returns=jnp.array([1.0, 0.0, 3.0, 3.5, 2.0, 0.5]))
+    lengths = jnp.array([2, 7, 4, 5, 3, 6])
+    alive = jnp.arange(9) < lengths[:, None]
+    mask = alive & ~((jnp.arange(9) == 1) & (lengths[:, None] > 3))  # step 1 of the longer ones: written for them
+    offsets = 0.3 * jax.random.normal(jax.random.key(4), mask.shape)
+    return batch.replace(mask=mask, alive=alive, behaviour_logp=batch.behaviour_logp + offsets)
+
+
+@pytest.mark.parametrize(
+    "algorithm, options",
+    [("reinforce", {}), ("grpo", {"kl_estimate": "k3"}), ("grpo", {"kl_estimate": "exact"}), ("ppo", {})],
+)
+def test_a_markov_policys_step_runs_its_own_steps_alone_to_the_same_update(algorithm, options):
+    batch = ragged_batch()
+    config = baseline_config(algorithm, group_size=2, entropy_coef=0.05, **options)
+    reference = 0.1 * jnp.arange(6.0).reshape(3, 2)
+    state = PolicyState.create(reference, optax.adam(0.1), kl_coef=0.3).replace(
+        params=reference + jnp.array([[0.8, -0.5], [-0.7, 0.6], [0.4, 0.9]])
+    )
+    advantages = mean_baseline_advantages(batch.episode_return)
+    if algorithm == "ppo":  # per-step advantages
+        advantages = jnp.where(batch.alive, advantages[:, None] + jnp.arange(9.0) / 9, 0.0)
+    apply = lambda p, o: o @ p  # noqa: E731
+    dense = BASELINES[algorithm].make_step(config, apply)(state, batch, advantages)
+    stepwise = BASELINES[algorithm].make_step(config, apply, markov=True)(state, batch, advantages)
+    chex.assert_trees_all_close(stepwise, dense, rtol=1e-5, atol=1e-7)
+    assert float(dense[1]["kl"]) > 0.01 and float(dense[1]["entropy"]) > 0.1  # every term in play
+    # The steps after each end are not run: a NaN there would make the dense gradient NaN.
+    poisoned = batch.replace(observation=jnp.where(batch.alive[..., None], batch.observation, jnp.nan))
+    unharmed = BASELINES[algorithm].make_step(config, apply, markov=True)(state, poisoned, advantages)
+    chex.assert_trees_all_close(unharmed, dense, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("clip_epsilon", [None, 0.05])
+def test_a_markov_critics_step_runs_the_alive_steps_alone_to_the_same_update(clip_epsilon):
+    batch = ragged_batch()
+    params = {"w": jnp.array([0.3, -0.2, 0.5]), "b": jnp.zeros(())}
+    critic = Critic(params=params, opt_state=optax.adam(0.1).init(params))
+    value_fn = lambda params, observation: observation @ params["w"] + params["b"]  # noqa: E731
+    targets = jnp.arange(54.0).reshape(6, 9) / 20
+    old_values = jax.vmap(value_fn, in_axes=(None, 0))(params, batch.observation) + 0.1
+    dense = make_critic_update(value_fn, optax.adam(0.1), clip_epsilon)(critic, batch, targets, old_values)
+    stepwise = make_critic_update(value_fn, optax.adam(0.1), clip_epsilon, markov=True)(
+        critic, batch, targets, old_values
+    )
+    chex.assert_trees_all_close(stepwise, dense, rtol=1e-5, atol=1e-7)
+    assert float(dense[1]) > 0.1
+
+
 # ------------------------------------------------------------------------------ the baselines as LLM trainers run them
 
 

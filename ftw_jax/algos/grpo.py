@@ -55,7 +55,10 @@ class GRPOConfig:
 
 
 def make_step(
-    config: GRPOConfig, apply_fn: Callable[[Any, Any], jax.Array], chunked: ChunkedLogits | None = None
+    config: GRPOConfig,
+    apply_fn: Callable[[Any, Any], jax.Array],
+    chunked: ChunkedLogits | None = None,
+    markov: bool = False,
 ) -> Callable[[PolicyState, Trajectory, jax.Array], tuple[PolicyState, dict]]:
     """GRPO's step: the clipped ratio to the behaviour policy + β·KL (k3 or exact) − the entropy bonus."""
     return make_policy_gradient_update(
@@ -64,6 +67,7 @@ def make_step(
         kl_estimate=config.kl_estimate,
         entropy_coef=config.entropy_coef,
         chunked=chunked,
+        markov=markov,
     )
 
 
@@ -75,7 +79,7 @@ def advantages(config: GRPOConfig, returns: jax.Array) -> jax.Array:
 def make_learner(config: GRPOConfig, context: Context) -> Learner:
     return repeated_steps_learner(
         context,
-        make_step(config, context.policy.apply, context.policy.chunked_logits()),
+        make_step(config, context.policy.apply, context.policy.chunked_logits(), context.policy.markov),
         functools.partial(advantages, config),
         config.updates_per_iteration,
         group_size=config.group_size,

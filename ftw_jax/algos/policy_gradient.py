@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 
 from ftw_jax.algos.base import Context, Learner
-from ftw_jax.core import diagnostics, losses
+from ftw_jax.core import diagnostics, losses, stepwise
 from ftw_jax.core.pool import Trajectory
 from ftw_jax.core.settings import setting
 from ftw_jax.core.state import PolicyState
@@ -111,6 +111,7 @@ def make_policy_gradient_update(
     kl_estimate: Literal["exact", "k3"] | None = "exact",
     entropy_coef: float = 0.0,
     chunked: losses.ChunkedLogits | None = None,
+    markov: bool = False,
 ) -> Callable[[PolicyState, Trajectory, jax.Array], tuple[PolicyState, dict]]:
     """`update(state, batch, advantages) -> (state, metrics)`: one gradient step on a batch of B trajectories.
 
@@ -120,8 +121,10 @@ def make_policy_gradient_update(
     that KL's), the k3 estimate at the sampled actions ("k3", whose gradient follows KL(π_ref ‖ π): see
     `k3_kl`), or none (None: the KL is paid in the rewards, PPO's `kl_in_reward`; no reference pass).
     `advantages` are [B] per trajectory or [B, T] per step (PPO). With `chunked` (an LM over a real vocabulary)
-    the logits are made a chunk of steps at a time. A step whose loss, gradients or updates are not finite is
-    skipped (`metrics["applied"]` False), as in the FTW update.
+    the logits are made a chunk of steps at a time; with `markov` (a policy whose logits at a step depend on
+    that step's observation only) the policy's steps alone are run, not the padding after each episode's end
+    (`stepwise`). A step whose loss, gradients or updates are not finite is skipped (`metrics["applied"]`
+    False), as in the FTW update.
     """
 
     def terms(logits, reference_logits, action, mask):
@@ -137,29 +140,27 @@ def make_policy_gradient_update(
 
     step_terms = losses.per_step_terms(apply_fn, terms, chunked)
 
-    def loss_fn(params, reference_params, kl_coef, batch: Trajectory, advantages):
-        reference_params = None if kl_estimate is None else reference_params
-        per_step = step_terms(params, reference_params, batch.observation, batch.action, batch.mask)
+    def summed_loss(per_step, behaviour_logp, advantages, counted, steps, kl_coef):
+        """(loss, terms): each term the sum over the `counted` steps given / `steps`, the batch's policy steps
+        (so the sums over any split of the batch add up to its averages)."""
         log_probs = per_step["log_probs"]
-        chex.assert_equal_shape((log_probs, batch.mask))
-        steps = jnp.maximum(jnp.sum(batch.mask), 1)
-        per_step_advantages = advantages if advantages.ndim == 2 else advantages[:, None]
         if clip_epsilon is not None:
-            surrogate = clipped_surrogate(log_probs, batch.behaviour_logp, per_step_advantages, clip_epsilon)
+            surrogate = clipped_surrogate(log_probs, behaviour_logp, advantages, clip_epsilon)
         else:
-            surrogate = -per_step_advantages * log_probs
-        mean = lambda per_step: jnp.sum(jnp.where(batch.mask, per_step, 0.0)) / steps  # noqa: E731
-        terms = {"surrogate": mean(surrogate), "kl": mean(per_step["kl"]), "entropy": mean(per_step["entropy"])}
-        terms["log_ratio"] = jax.lax.stop_gradient(mean(log_probs - batch.behaviour_logp))  # 0: on-policy
-        log_weights = diagnostics.log_importance_ratio(
-            jax.lax.stop_gradient(log_probs), batch.behaviour_logp, batch.mask
-        )
-        return terms["surrogate"] + kl_coef * terms["kl"] - entropy_coef * terms["entropy"], (terms, log_weights)
+            surrogate = -advantages * log_probs
+        total = lambda values: jnp.sum(jnp.where(counted, values, 0.0)) / steps  # noqa: E731
+        terms = {"surrogate": total(surrogate), "kl": total(per_step["kl"]), "entropy": total(per_step["entropy"])}
+        terms["log_ratio"] = jax.lax.stop_gradient(total(log_probs - behaviour_logp))  # 0: on-policy
+        return terms["surrogate"] + kl_coef * terms["kl"] - entropy_coef * terms["entropy"], terms
+
+    loss_and_grad = make_loss_and_grad(step_terms, summed_loss, stepwise_steps=markov and chunked is None)
 
     def update(state: PolicyState, batch: Trajectory, advantages: jax.Array):
-        (loss, (terms, log_weights)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, state.reference_params, state.kl_coef, batch, advantages
+        reference_params = None if kl_estimate is None else state.reference_params
+        (loss, (terms, log_probs)), grads = loss_and_grad(
+            state.params, reference_params, state.kl_coef, batch, advantages
         )
+        log_weights = diagnostics.log_importance_ratio(log_probs, batch.behaviour_logp, batch.mask)
         ones = jnp.ones_like(log_weights)  # the sampler gap of every episode the current version wrote
         gap = diagnostics.sampler_gap(log_weights, ones, batch.behaviour_version, batch.mask, state.version)
         new_state, applied, _ = state.apply_if_finite(grads, loss)
@@ -175,6 +176,51 @@ def make_policy_gradient_update(
         return new_state, metrics
 
     return update
+
+
+def make_loss_and_grad(
+    step_terms: Callable[..., dict], summed_loss: Callable[..., tuple[jax.Array, dict]], stepwise_steps: bool
+) -> Callable[..., tuple[tuple[jax.Array, tuple[dict, jax.Array]], Any]]:
+    """`loss_and_grad(params, reference_params, kl_coef, batch, advantages) -> ((loss, (terms, log-probs [B, T])),
+    grads)` of the policy-gradient loss: over the whole [B, T] batch, or with `stepwise_steps` (a Markov policy)
+    over the policy's steps alone, a chunk at a time (`stepwise`). `step_terms` and `summed_loss` are
+    `make_policy_gradient_update`'s."""
+
+    def per_step_advantages(batch: Trajectory, advantages):  # [B] or [B, T] -> [B, T]
+        return jnp.broadcast_to(advantages if advantages.ndim == 2 else advantages[:, None], batch.mask.shape)
+
+    def dense_loss_and_grad(params, reference_params, kl_coef, batch: Trajectory, advantages):
+        steps = jnp.maximum(jnp.sum(batch.mask), 1)
+
+        def loss_fn(params):
+            per_step = step_terms(params, reference_params, batch.observation, batch.action, batch.mask)
+            chex.assert_equal_shape((per_step["log_probs"], batch.mask))
+            step_advantages = per_step_advantages(batch, advantages)
+            loss, terms = summed_loss(per_step, batch.behaviour_logp, step_advantages, batch.mask, steps, kl_coef)
+            return loss, (terms, jax.lax.stop_gradient(per_step["log_probs"]))
+
+        return jax.value_and_grad(loss_fn, has_aux=True)(params)
+
+    def stepwise_loss_and_grad(params, reference_params, kl_coef, batch: Trajectory, advantages):
+        steps = jnp.maximum(jnp.sum(batch.mask), 1)
+        flat = lambda leaf: leaf.reshape((-1,) + leaf.shape[2:])  # noqa: E731  [B, T, ...] -> [S, ...]
+        observation, action, behaviour_logp, mask, step_advantages = jax.tree.map(
+            flat,
+            (batch.observation, batch.action, batch.behaviour_logp, batch.mask, per_step_advantages(batch, advantages)),
+        )
+
+        def chunk_loss(params, chunk, in_chunk):
+            counted = in_chunk & mask[chunk]
+            observed = jax.tree.map(lambda leaf: leaf[chunk][None], observation)  # the chunk as one sequence
+            per_step = step_terms(params, reference_params, observed, action[chunk][None], counted[None])
+            per_step = jax.tree.map(lambda value: value[0], per_step)
+            loss, terms = summed_loss(per_step, behaviour_logp[chunk], step_advantages[chunk], counted, steps, kl_coef)
+            return loss, (terms, jax.lax.stop_gradient(per_step["log_probs"]))
+
+        (loss, (terms, log_probs)), grads = stepwise.stepwise_value_and_grad(chunk_loss, params, mask)
+        return (loss, (terms, log_probs.reshape(batch.mask.shape))), grads
+
+    return stepwise_loss_and_grad if stepwise_steps else dense_loss_and_grad
 
 
 def repeated_steps_learner(

@@ -32,7 +32,7 @@ from ftw_jax.algos.policy_gradient import (
     entropy_coef_setting,
     make_policy_gradient_update,
 )
-from ftw_jax.core import losses
+from ftw_jax.core import losses, stepwise
 from ftw_jax.core.actions import split_legal_actions
 from ftw_jax.core.checks import check_non_negative, check_positive_int
 from ftw_jax.core.losses import ChunkedLogits
@@ -145,23 +145,48 @@ def make_critic_update(
     value_fn: Callable[[Any, Any], jax.Array],
     optimizer: optax.GradientTransformation,
     clip_epsilon: float | None = None,
+    markov: bool = False,
 ) -> Callable[[Critic, Trajectory, jax.Array, jax.Array], tuple[Critic, jax.Array]]:
     """`update(critic, batch, targets, old_values) -> (critic, value_loss)`: one step on ½ (V(h_t) − target_t)²
     averaged over the alive steps; with `clip_epsilon` on ½ max((V − target)², (V_clipped − target)²) with
-    V_clipped = V_old + clip(V − V_old, −ε, ε). `value_fn(params, observation [T, ...]) -> [T]`; a non-finite
-    step is skipped."""
+    V_clipped = V_old + clip(V − V_old, −ε, ε). `value_fn(params, observation [T, ...]) -> [T]`; with `markov`
+    (V(h_t) reads observation t alone) only the alive steps are run (`stepwise`). A non-finite step is skipped."""
 
-    def loss_fn(params, batch: Trajectory, targets, old_values):
-        values = jax.vmap(value_fn, in_axes=(None, 0))(params, batch.observation)
-        chex.assert_equal_shape((values, targets, old_values))
+    def summed_loss(values, targets, old_values, counted, steps):
+        """½ (squared error) summed over the `counted` steps given / `steps`, the batch's alive steps."""
         squared = (values - targets) ** 2
         if clip_epsilon is not None:
             clipped = old_values + jnp.clip(values - old_values, -clip_epsilon, clip_epsilon)
             squared = jnp.maximum(squared, (clipped - targets) ** 2)
-        return jnp.sum(jnp.where(batch.alive, 0.5 * squared, 0.0)) / jnp.maximum(jnp.sum(batch.alive), 1)
+        return jnp.sum(jnp.where(counted, 0.5 * squared, 0.0)) / steps
+
+    def dense_loss_and_grad(params, batch: Trajectory, targets, old_values, steps):
+        def loss_fn(params):
+            values = jax.vmap(value_fn, in_axes=(None, 0))(params, batch.observation)
+            chex.assert_equal_shape((values, targets, old_values))
+            return summed_loss(values, targets, old_values, batch.alive, steps)
+
+        return jax.value_and_grad(loss_fn)(params)
+
+    def stepwise_loss_and_grad(params, batch: Trajectory, targets, old_values, steps):
+        flat = lambda leaf: leaf.reshape((-1,) + leaf.shape[2:])  # noqa: E731  [B, T, ...] -> [S, ...]
+        observation, alive, targets, old_values = jax.tree.map(
+            flat, (batch.observation, batch.alive, targets, old_values)
+        )
+
+        def chunk_loss(params, chunk, in_chunk):
+            values = value_fn(params, jax.tree.map(lambda leaf: leaf[chunk], observation))  # the chunk as one sequence
+            loss = summed_loss(values, targets[chunk], old_values[chunk], in_chunk & alive[chunk], steps)
+            return loss, ((), ())
+
+        (loss, _), grads = stepwise.stepwise_value_and_grad(chunk_loss, params, alive)
+        return loss, grads
+
+    loss_and_grad = stepwise_loss_and_grad if markov else dense_loss_and_grad
 
     def update(critic: Critic, batch: Trajectory, targets: jax.Array, old_values: jax.Array):
-        loss, grads = jax.value_and_grad(loss_fn)(critic.params, batch, targets, old_values)
+        steps = jnp.maximum(jnp.sum(batch.alive), 1)
+        loss, grads = loss_and_grad(critic.params, batch, targets, old_values, steps)
         params, opt_state, _, _ = apply_if_finite(optimizer, critic.params, critic.opt_state, grads, loss)
         return Critic(params=params, opt_state=opt_state), loss
 
@@ -180,7 +205,10 @@ def ppo_advantages(
 
 
 def make_step(
-    config: PPOConfig, apply_fn: Callable[[Any, Any], jax.Array], chunked: ChunkedLogits | None = None
+    config: PPOConfig,
+    apply_fn: Callable[[Any, Any], jax.Array],
+    chunked: ChunkedLogits | None = None,
+    markov: bool = False,
 ) -> Callable[[PolicyState, Trajectory, jax.Array], tuple[PolicyState, dict]]:
     """PPO's policy step: the clipped ratio to the behaviour policy + β·KL(π ‖ π_ref), exact (none where the KL is
     paid in the rewards), − the entropy bonus."""
@@ -190,6 +218,7 @@ def make_step(
         kl_estimate=None if config.kl_in_reward else "exact",
         entropy_coef=config.entropy_coef,
         chunked=chunked,
+        markov=markov,
     )
 
 
@@ -213,7 +242,7 @@ def starting_critic(fresh: Any, start: Any) -> Any:
 
 def make_learner(config: PPOConfig, context: Context) -> Learner:
     policy = context.policy
-    policy_update = make_step(config, policy.apply, policy.chunked_logits())
+    policy_update = make_step(config, policy.apply, policy.chunked_logits(), policy.markov)
     if context.make_network is None:
         raise ValueError("PPO needs a critic network of the policy's architecture, and this policy provides none.")
     critic_network = context.make_network(1)
@@ -224,7 +253,7 @@ def make_learner(config: PPOConfig, context: Context) -> Learner:
     if config.critic_learning_rate_scale is not None:  # after the injected rate: a sweep's or an annealed one's
         critic_optimizer = optax.chain(critic_optimizer, optax.scale(config.critic_learning_rate_scale))
     critic_update = make_critic_update(
-        value_fn, critic_optimizer, config.clip_epsilon if config.clip_value_loss else None
+        value_fn, critic_optimizer, config.clip_epsilon if config.clip_value_loss else None, policy.markov
     )
     reference_log_probs = losses.per_step_terms(
         policy.apply,

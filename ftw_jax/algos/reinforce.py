@@ -51,10 +51,13 @@ class ReinforceConfig:
 
 
 def make_step(
-    config: ReinforceConfig, apply_fn: Callable[[Any, Any], jax.Array], chunked: ChunkedLogits | None = None
+    config: ReinforceConfig,
+    apply_fn: Callable[[Any, Any], jax.Array],
+    chunked: ChunkedLogits | None = None,
+    markov: bool = False,
 ) -> Callable[[PolicyState, Trajectory, jax.Array], tuple[PolicyState, dict]]:
     """REINFORCE's step: −A·log π + β·KL(π ‖ π_ref), exact, − the entropy bonus."""
-    return make_policy_gradient_update(apply_fn, entropy_coef=config.entropy_coef, chunked=chunked)
+    return make_policy_gradient_update(apply_fn, entropy_coef=config.entropy_coef, chunked=chunked, markov=markov)
 
 
 def leave_one_out_advantages(returns: jax.Array, group_size: int) -> jax.Array:
@@ -72,7 +75,7 @@ def advantages(config: ReinforceConfig, returns: jax.Array) -> jax.Array:
 def make_learner(config: ReinforceConfig, context: Context) -> Learner:
     return repeated_steps_learner(
         context,
-        make_step(config, context.policy.apply, context.policy.chunked_logits()),
+        make_step(config, context.policy.apply, context.policy.chunked_logits(), context.policy.markov),
         functools.partial(advantages, config),
         config.updates_per_iteration,
         group_size=config.leave_one_out or 1,

@@ -19,7 +19,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from ftw_jax.core import diagnostics, losses
+from ftw_jax.core import diagnostics, losses, stepwise
 from ftw_jax.core import pool as pool_lib
 from ftw_jax.core.update_config import UpdateConfig
 
@@ -120,10 +120,6 @@ def make_loss(
     return loss
 
 
-# The step-wise loss runs the kept steps in at most this many chunks of equal size.
-STEP_CHUNKS = 16
-
-
 def make_stepwise_loss_and_grad(
     apply_fn: ApplyFn, config: UpdateConfig
 ) -> Callable[
@@ -132,24 +128,17 @@ def make_stepwise_loss_and_grad(
 ]:
     """Phase 2 for a Markov policy (a step's logits depend on its own observation only): `value_and_grad` of
     `make_loss`, `(params, reference_params, kl_coef, trajectories [M], weights [M]) -> ((loss, aux), grads)`,
-    run on the kept steps alone. The padding after each episode's end and the entries of weight 0 cost nothing.
-
-    The loss is Σ_s c_s·ℓ_s over steps (`step_coefficients`), so its gradient is a sum over chunks: the kept
-    steps are put first and a `while_loop` takes chunks of ⌈M·T / STEP_CHUNKS⌉ steps until none is left. The
-    same loss and gradient as `make_loss`, up to the order of float sums."""
+    run on the kept steps alone (`stepwise.stepwise_value_and_grad`: the loss is Σ_s c_s·ℓ_s over steps,
+    `step_coefficients`). The padding after each episode's end and the entries of weight 0 cost nothing (and
+    their inputs, never run, need no zeroing). The same loss and gradient as `make_loss`, up to the order of
+    float sums."""
     step_losses = make_step_losses(apply_fn, config)
 
     def loss_and_grad(params, reference_params, kl_coef, trajectories, weights):
-        trajectories = without_unused_observations(trajectories, weights)
         num_trajectories, num_steps = trajectories.mask.shape
         step_weights = weights[:, None] * trajectories.mask  # [M, T]
         flat = lambda leaf: leaf.reshape((num_trajectories * num_steps,) + leaf.shape[2:])  # noqa: E731
         coefficients = flat(step_coefficients(config, step_weights))  # [S]
-        kept = flat(step_weights > 0)
-        num_kept = jnp.sum(kept, dtype=jnp.int32)
-        chunk = -(-num_trajectories * num_steps // STEP_CHUNKS)
-        padded = STEP_CHUNKS * chunk
-        order = jnp.pad(jnp.argsort(~kept, stable=True), (0, padded - kept.size))  # the kept steps first
         observation, action = jax.tree.map(flat, trajectories.observation), flat(trajectories.action)
 
         def chunk_loss(params, steps, in_chunk):
@@ -162,29 +151,11 @@ def make_stepwise_loss_and_grad(
             terms = {name: jnp.sum(jnp.where(c > 0, value, 0.0) * c) for name, value in per_step.items()}
             return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, -per_step["cross_entropy"])
 
-        def body(carry):
-            index, grads, terms, log_probs = carry
-            start = index * chunk
-            steps = jax.lax.dynamic_slice(order, (start,), (chunk,))
-            in_chunk = start + jnp.arange(chunk) < num_kept
-            (_, (chunk_terms, chunk_log_probs)), chunk_grads = jax.value_and_grad(chunk_loss, has_aux=True)(
-                params, steps, in_chunk
-            )
-            log_probs = log_probs.at[steps].add(jnp.where(in_chunk, chunk_log_probs, 0.0))
-            return (
-                index + 1,
-                jax.tree.map(jnp.add, grads, chunk_grads),
-                jax.tree.map(jnp.add, terms, chunk_terms),
-                log_probs,
-            )
-
-        zero_terms = {name: jnp.zeros((), jnp.float32) for name in ("cross_entropy", "kl", "entropy")}
-        start = (jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, params), zero_terms, jnp.zeros(kept.shape))
-        _, grads, terms, log_probs = jax.lax.while_loop(lambda carry: carry[0] * chunk < num_kept, body, start)
+        kept = flat(step_weights > 0)
+        (loss, (terms, log_probs)), grads = stepwise.stepwise_value_and_grad(chunk_loss, params, kept)
         log_weights = diagnostics.log_importance_ratio(  # [M]; 0 for an entry of weight 0 (its steps not run)
             log_probs.reshape(num_trajectories, num_steps), trajectories.behaviour_logp, step_weights > 0
         )
-        loss = terms["cross_entropy"] + kl_coef * terms["kl"]
-        return (loss, (terms, log_weights, num_kept)), grads
+        return (loss, (terms, log_weights, jnp.sum(kept, dtype=jnp.int32))), grads
 
     return loss_and_grad
