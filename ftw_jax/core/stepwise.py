@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 # The counted steps run in at most this many chunks of equal size: fewer chunks waste less of the loop's fixed
 # cost per pass, more waste fewer padded steps in the last chunk.
-STEP_CHUNKS = 16
+STEP_CHUNKS = 8
 
 
 def stepwise_value_and_grad(
