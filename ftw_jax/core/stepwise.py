@@ -36,7 +36,7 @@ def stepwise_value_and_grad(
         nothing (weight them 0).
         `value` and the leaves of `sums` are scalars that add up over chunks; the leaves of `per_step` are [n].
       params: what the gradient is taken with respect to.
-      counted: [S] bool, the steps the loss is summed over, put first (stable) and taken in chunks of
+      counted: [S] bool, the steps the loss is summed over, taken in their order in chunks of
         n = ⌈S / num_chunks⌉ by a `while_loop` that stops after the chunk holding the last one.
 
     Returns:
@@ -45,8 +45,11 @@ def stepwise_value_and_grad(
     """
     size = counted.shape[0]
     chunk = -(-size // num_chunks)
-    order = jnp.pad(jnp.argsort(~counted, stable=True), (0, num_chunks * chunk - size))  # counted steps first
     num_counted = jnp.sum(counted, dtype=jnp.int32)
+    # The counted steps' indices first, in order (the rest of `order` is never read): a scatter, where a stable
+    # argsort of `~counted` took 5x as long on a CPU.
+    place = jnp.where(counted, jnp.cumsum(counted, dtype=jnp.int32) - 1, num_chunks * chunk)
+    order = jnp.zeros(num_chunks * chunk, jnp.int32).at[place].set(jnp.arange(size, dtype=jnp.int32), mode="drop")
     value_and_grad = jax.value_and_grad(chunk_loss, has_aux=True)
 
     def body(carry):
