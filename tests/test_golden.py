@@ -72,7 +72,7 @@ CASES = {
         for env in sorted(ENVIRONMENTS)
         for algorithm in ALGORITHMS
     },  # a new one needs its golden file
-    # The search task's earlier policy, still an option (the issue-16 comparison ran with it).
+    # The search task's earlier policy, still an option (version 0.4.0's comparison ran with it).
     "train-search-ftw-transformer": [
         "train",
         "--env",
