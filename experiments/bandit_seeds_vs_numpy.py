@@ -1,6 +1,6 @@
 """The bandit main job's throughput once started, against plain NumPy, over 1, 100 and 10,000 seeds in one process.
 
-    python experiments/bandit_seeds_vs_numpy.py                 # ~4 minutes on 2 cores (NumPy's 10,000 seeds)
+    python experiments/bandit_seeds_vs_numpy.py                 # ~6 minutes on 2 cores (NumPy's 10,000 seeds)
     python experiments/bandit_seeds_vs_numpy.py --seeds 1,100   # quicker
 
 For each number of seeds S (seeds 42, 43, …, as `ftw-jax bandit`): the JAX program of the command
