@@ -409,7 +409,7 @@ MUTATIONS = (
         "ftw_jax/core/stepwise.py",
         "lambda carry: carry[0] * chunk < num_counted",
         "lambda carry: carry[0] < 1",
-        ("tests/test_update.py", "tests/test_policy_gradient.py", "-k", "stepwise or markov"),
+        ("tests/test_stepwise.py", "tests/test_update.py", "tests/test_policy_gradient.py", "-k", "stepwise or markov"),
     ),
     Mutation(
         "stepwise-unused-inputs-reach-the-gradient",
@@ -417,7 +417,7 @@ MUTATIONS = (
         "ftw_jax/core/stepwise.py",
         "steps = jnp.where(in_chunk, jax.lax.dynamic_slice(order, (start,), (chunk,)), order[0])",
         "steps = jax.lax.dynamic_slice(order, (start,), (chunk,))",
-        ("tests/test_update.py", "tests/test_policy_gradient.py", "-k", "stepwise or markov"),
+        ("tests/test_stepwise.py", "tests/test_update.py", "tests/test_policy_gradient.py", "-k", "stepwise or markov"),
     ),
     Mutation(
         "stepwise-ignores-mask",
