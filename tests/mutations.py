@@ -399,8 +399,9 @@ MUTATIONS = (
         "stepwise-token-weights-only",
         "the stepwise loss averages per token under every normalisation",
         "ftw_jax/core/elite_loss.py",
-        "coefficients = flat(step_coefficients(config, step_weights))",
-        "coefficients = flat(step_weights / jnp.maximum(jnp.sum(step_weights), 1e-12))",
+        "            (step_coefficients(config, step_weights), trajectories.observation, trajectories.action)",
+        "            (step_weights / jnp.maximum(jnp.sum(step_weights), 1e-12), trajectories.observation, "
+        "trajectories.action)",
         ("tests/test_update.py", "-k", "stepwise"),
     ),
     Mutation(

@@ -203,10 +203,8 @@ def make_loss_and_grad(
 
     def stepwise_loss_and_grad(params, reference_params, kl_coef, batch: Trajectory, advantages):
         steps = jnp.maximum(jnp.sum(batch.mask), 1)
-        flat = lambda leaf: leaf.reshape((-1,) + leaf.shape[2:])  # noqa: E731  [B, T, ...] -> [S, ...]
-        observation, action, behaviour_logp, mask, step_advantages = jax.tree.map(
-            flat,
-            (batch.observation, batch.action, batch.behaviour_logp, batch.mask, per_step_advantages(batch, advantages)),
+        observation, action, behaviour_logp, mask, step_advantages = stepwise.flat_steps(
+            (batch.observation, batch.action, batch.behaviour_logp, batch.mask, per_step_advantages(batch, advantages))
         )
 
         def chunk_loss(params, chunk, in_chunk):

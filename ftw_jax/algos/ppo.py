@@ -169,9 +169,8 @@ def make_critic_update(
         return jax.value_and_grad(loss_fn)(params)
 
     def stepwise_loss_and_grad(params, batch: Trajectory, targets, old_values, steps):
-        flat = lambda leaf: leaf.reshape((-1,) + leaf.shape[2:])  # noqa: E731  [B, T, ...] -> [S, ...]
-        observation, alive, targets, old_values = jax.tree.map(
-            flat, (batch.observation, batch.alive, targets, old_values)
+        observation, alive, targets, old_values = stepwise.flat_steps(
+            (batch.observation, batch.alive, targets, old_values)
         )
 
         def chunk_loss(params, chunk, in_chunk):

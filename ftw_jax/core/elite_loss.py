@@ -135,11 +135,10 @@ def make_stepwise_loss_and_grad(
     step_losses = make_step_losses(apply_fn, config)
 
     def loss_and_grad(params, reference_params, kl_coef, trajectories, weights):
-        num_trajectories, num_steps = trajectories.mask.shape
         step_weights = weights[:, None] * trajectories.mask  # [M, T]
-        flat = lambda leaf: leaf.reshape((num_trajectories * num_steps,) + leaf.shape[2:])  # noqa: E731
-        coefficients = flat(step_coefficients(config, step_weights))  # [S]
-        observation, action = jax.tree.map(flat, trajectories.observation), flat(trajectories.action)
+        coefficients, observation, action = stepwise.flat_steps(
+            (step_coefficients(config, step_weights), trajectories.observation, trajectories.action)
+        )
 
         def chunk_loss(params, steps, in_chunk):
             c = jnp.where(in_chunk, coefficients[steps], 0.0)
@@ -151,10 +150,10 @@ def make_stepwise_loss_and_grad(
             terms = {name: jnp.sum(jnp.where(c > 0, value, 0.0) * c) for name, value in per_step.items()}
             return terms["cross_entropy"] + kl_coef * terms["kl"], (terms, -per_step["cross_entropy"])
 
-        kept = flat(step_weights > 0)
+        kept = stepwise.flat_steps(step_weights > 0)
         (loss, (terms, log_probs)), grads = stepwise.stepwise_value_and_grad(chunk_loss, params, kept)
         log_weights = diagnostics.log_importance_ratio(  # [M]; 0 for an entry of weight 0 (its steps not run)
-            log_probs.reshape(num_trajectories, num_steps), trajectories.behaviour_logp, step_weights > 0
+            log_probs.reshape(trajectories.mask.shape), trajectories.behaviour_logp, step_weights > 0
         )
         return (loss, (terms, log_weights, jnp.sum(kept, dtype=jnp.int32))), grads
 

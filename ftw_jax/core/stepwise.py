@@ -23,6 +23,11 @@ import jax.numpy as jnp
 STEP_CHUNKS = 8
 
 
+def flat_steps(tree: Any) -> Any:
+    """Every leaf [B, T, ...] as [S, ...], S = B·T: the flat steps `stepwise_value_and_grad` indexes."""
+    return jax.tree.map(lambda leaf: leaf.reshape((-1,) + leaf.shape[2:]), tree)
+
+
 def stepwise_value_and_grad(
     chunk_loss: Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, tuple[Any, Any]]],
     params: Any,
