@@ -1,6 +1,7 @@
 """Checkpoints: a killed run resumes to exactly the uninterrupted result; partial writes, other configs refused."""
 
 import json
+import logging
 import pathlib
 import re
 import shutil
@@ -116,7 +117,7 @@ def test_resume_refuses_a_different_config_and_a_missing_run(tmp_path, capsys):
     assert "no run there" in capsys.readouterr().err
 
 
-def test_checkpointer_round_trip_ignores_partial_writes_and_checks_the_fingerprint(tmp_path):
+def test_checkpointer_round_trip_ignores_partial_writes_and_checks_the_fingerprint(tmp_path, caplog):
     trainer = make_train(TrainConfig.for_env("bandit", num_iterations=4, eval_every=2))
     carry = jax.jit(trainer.init)(jax.random.key(0))
     later, _ = trainer.run(carry, 1)
@@ -124,8 +125,10 @@ def test_checkpointer_round_trip_ignores_partial_writes_and_checks_the_fingerpri
     checkpointer.save(1, later, {"history": [1.5]})
     checkpointer.close()
     (tmp_path / "2.orbax-checkpoint-tmp-1").mkdir()  # what a kill mid-write leaves behind
-    step, restored, record = Checkpointer(tmp_path, {"config": [1, 2]}).restore(carry)
+    with caplog.at_level(logging.WARNING):
+        step, restored, record = Checkpointer(tmp_path, {"config": [1, 2]}).restore(carry)
     assert step == 1 and record["history"] == [1.5]
+    assert not caplog.records, [entry.getMessage() for entry in caplog.records]  # a resume warns of nothing
     assert jax.tree.structure(restored) == jax.tree.structure(later)
     for got, expected in zip(_leaves(restored), _leaves(later)):
         np.testing.assert_array_equal(got, expected)

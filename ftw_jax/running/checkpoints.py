@@ -311,8 +311,12 @@ class Checkpointer:
         the settings now build it: another model's folder, another size), before anything is read or moved: such a
         checkpoint is intact, only not this run's. Unreadable metadata is left to the restore to find."""
         try:
-            metadata = self._ocp.StandardCheckpointer().metadata(self.directory / str(step) / "carry")
-            stored = _shapes(metadata.item_metadata.tree)  # pyright: ignore[reportOptionalMemberAccess]
+            # The item's handler, not a Checkpointer: that looks for a step's metadata in the item's folder and
+            # logs a warning at every resume when it is not there.
+            from etils import epath  # Orbax's own path type (one of its dependencies)
+
+            metadata = self._ocp.StandardCheckpointHandler().metadata(epath.Path(self.directory / str(step) / "carry"))
+            stored = _shapes(metadata.tree)
         except Exception:  # noqa: BLE001 (damaged metadata: the restore sets the checkpoint aside)
             return
         differences = shape_differences(stored, _shapes(with_raw_keys(template)))
