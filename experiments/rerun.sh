@@ -6,8 +6,19 @@
 # run folder is runs/NAME; where it is gone (another machine), the finished phase records committed in
 # results/compare-reference-recipes/NAME are copied in first, and only the phases without one run again.
 # After a phase finishes: bash experiments/publish_phases.sh NAME, then commit.
+#   bash experiments/rerun.sh all       # every rerun in the protocol's order, each logged to runs/NAME-K.log;
+#                                       # a finished one returns at once, an interrupted one stops the chain
 set -euo pipefail
 name="$1"
+if [ "$name" = all ]; then
+  mkdir -p runs
+  for name in sokoban-shaped sokoban-binary text-search-guess search-2hop search-1hop; do
+    logs=(runs/"$name"-*.log)
+    [ -e "${logs[0]}" ] || logs=()
+    bash "$0" "$name" > "runs/$name-$((${#logs[@]} + 1)).log" 2>&1
+  done
+  exit
+fi
 commit=124644591de8b649103eddbfe86422e791c6fa96
 code="$(cd .. && pwd)/ftw-rerun-${commit:0:7}"
 [ -d "$code" ] || git worktree add --detach "$code" "$commit"
