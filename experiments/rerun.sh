@@ -13,9 +13,9 @@ name="$1"
 if [ "$name" = all ]; then
   mkdir -p runs
   for name in sokoban-shaped sokoban-binary text-search-guess search-2hop search-1hop; do
-    logs=(runs/"$name"-*.log)
-    [ -e "${logs[0]}" ] || logs=()
-    bash "$0" "$name" > "runs/$name-$((${#logs[@]} + 1)).log" 2>&1
+    k=1
+    while [ -e "runs/$name-$k.log" ]; do k=$((k + 1)); done  # a new log, never an earlier one
+    bash "$0" "$name" > "runs/$name-$k.log" 2>&1
   done
   exit
 fi
