@@ -1,0 +1,133 @@
+"""The README's comparison table and its FTW-minus-baseline tests, from finished comparisons' run folders.
+
+    python experiments/comparison_summary.py                                   # results/compare-reference-recipes
+    python experiments/comparison_summary.py results/compare-successive-halving   # an earlier protocol's
+
+Reads each task folder's `summary.json` (written when `ftw-jax compare` finishes: per-method statistics and the
+differences with their Holm-adjusted p-values) and `curves.npz` (greedy evaluation), in the order of TASKS; a
+task still running (no summary.json) is listed as such. Prints two Markdown tables: held-out success per method
+(final sampled with its t-interval cut to [0, 100], final greedy, AUC with its interval; the best mean of a row
+in bold), and every FTW − baseline difference with its Welch interval, Holm-adjusted and Mann–Whitney p, the
+verdict and, where seeds split, the solved-seed counts with Fisher's exact p. Nothing is computed here that
+the comparison did not write: this only lays its numbers side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+import numpy as np
+
+from ftw_jax.stats import p_text
+from ftw_jax.train import TrainConfig
+
+TASKS = {  # folder: how the table names it
+    "sokoban-binary": "Sokoban 6×6, binary reward",
+    "sokoban-shaped": "Sokoban 6×6, shaped reward",
+    "search-1hop": "search, one hop",
+    "search-2hop": "search, two hops",
+    "text-search-guess": "text search agent, guessing warm start",
+    "text-search": "text search agent",
+}
+METHODS = ["ftw", "ppo", "grpo", "reinforce"]
+LABELS = {"ftw": "FTW", "ppo": "PPO", "grpo": "GRPO", "reinforce": "REINFORCE"}
+
+
+def percent(value: float) -> str:
+    return f"{100 * value:.1f}"
+
+
+def interval(row: dict, name: str) -> str:
+    """mean [t-interval cut to [0, 100]], as the comparison's own table prints it."""
+    low, high = max(row[f"{name}_t_low"], 0.0), min(row[f"{name}_t_high"], 1.0)
+    return f"{percent(row[f'{name}_mean'])}% [{percent(low)}, {percent(high)}]"
+
+
+def task_rows(folder: pathlib.Path, label: str) -> list[str]:
+    """Three rows of the success table (final sampled, final greedy, AUC) for one finished task."""
+    summary = json.loads((folder / "summary.json").read_text())
+    stats = {row["algorithm"]: row for row in summary["algorithms"]}
+    curves = np.load(folder / "curves.npz")
+    greedy = {
+        name: float(curves[f"{name}_greedy_success"][:, -1].mean())
+        for name in stats
+        if f"{name}_greedy_success" in curves.files
+    }
+    config = TrainConfig.for_env(summary["env"], **summary["overrides"])
+    title = f"{label} ({config.num_iterations} × {config.episodes_per_iteration}, {len(summary['seeds'])} seeds)"
+    cells = {
+        "final, sampled": {name: (row["final_mean"], interval(row, "final")) for name, row in stats.items()},
+        "final, greedy": {name: (value, f"{percent(value)}%") for name, value in greedy.items()},
+        "AUC": {name: (row["auc_mean"], interval(row, "auc")) for name, row in stats.items()},
+    }
+    rows = []
+    for index, (kind, values) in enumerate(cells.items()):
+        best = max(values.values())[0] if values else None
+        shown = [
+            "-" if name not in values else (f"**{values[name][1]}**" if values[name][0] == best else values[name][1])
+            for name in METHODS
+        ]
+        rows.append(f"| {title if index == 0 else ''} | {kind} | {' | '.join(shown)} |")
+    return rows
+
+
+def difference_rows(folder: pathlib.Path, label: str) -> list[str]:
+    """One row per baseline: FTW minus it on final and AUC (points), as the comparison tested them."""
+    summary = json.loads((folder / "summary.json").read_text())
+    rows = []
+    for row in summary["differences"]:
+        cells = []
+        for name in ("final", "auc"):
+            holm = row.get(f"{name}_holm_p_value")  # absent from comparisons made before the correction
+            cells.append(
+                f"{100 * row[f'{name}_difference']:+.1f} [{100 * row[f'{name}_low']:+.1f}, "
+                f"{100 * row[f'{name}_high']:+.1f}], Welch {p_text(row[f'{name}_p_value'])}, "
+                f"Holm {'-' if holm is None else p_text(holm)}, Mann–Whitney {p_text(row[f'{name}_rank_p_value'])}"
+                f": **{row[f'{name}_verdict']}**"
+            )
+        solved = (
+            f"{row['solved']} vs {row['other_solved']}, {p_text(row['solved_p_value'])}" if "solved" in row else "-"
+        )
+        rows.append(f"| {label} | {LABELS.get(row['algorithm'], row['algorithm'])} | {' | '.join(cells)} | {solved} |")
+    return rows
+
+
+def main() -> None:
+    try:
+        summarise()
+    except BrokenPipeError:  # read through `| head`: stop quietly, as other command-line tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so the exit's flush cannot fail again
+        sys.exit(1)
+
+
+def summarise() -> None:
+    parser = argparse.ArgumentParser(description="The README's comparison table from finished comparisons.")
+    parser.add_argument(
+        "folder", nargs="?", type=pathlib.Path, default=pathlib.Path("results/compare-reference-recipes")
+    )
+    args = parser.parse_args()
+    if not args.folder.is_dir():
+        raise SystemExit(f"error: {args.folder} is not a folder of comparisons (one folder per task)")
+    finished = [name for name in TASKS if (args.folder / name / "summary.json").is_file()]
+    running = [name for name in TASKS if (args.folder / name).is_dir() and name not in finished]
+    print("| task (iterations × episodes, seeds) | | " + " | ".join(LABELS[name] for name in METHODS) + " |")
+    print("|---|---|" + "---:|" * len(METHODS))
+    for name in finished:
+        print("\n".join(task_rows(args.folder / name, TASKS[name])))
+    print()
+    print(
+        "| task | FTW minus | final: points [95% Welch CI], p-values: verdict | AUC: the same | seeds solved, Fisher |"
+    )
+    print("|---|---|---|---|---|")
+    for name in finished:
+        print("\n".join(difference_rows(args.folder / name, TASKS[name])))
+    if running:
+        print(f"\nnot finished yet: {', '.join(running)}")
+
+
+if __name__ == "__main__":
+    main()
