@@ -7,9 +7,9 @@ Reads each task folder's `summary.json` (written when `ftw-jax compare` finishes
 differences with their Holm-adjusted p-values) and `curves.npz` (greedy evaluation), in the order of TASKS; a
 task still running (no summary.json) is listed as such. Prints two Markdown tables: held-out success per method
 (final sampled with its t-interval cut to [0, 100], final greedy, AUC with its interval; the best mean of a row
-in bold), and every FTW − baseline difference with its Welch interval, Holm-adjusted and Mann–Whitney p, the
-verdict and, where seeds split, the solved-seed counts with Fisher's exact p. Nothing is computed here that
-the comparison did not write: this only lays its numbers side by side.
+in bold), and every FTW − baseline difference with its Welch interval and p, the Holm-adjusted and Mann–Whitney
+p, the verdict and the solved-seed counts with Fisher's exact p. Nothing is computed here that the comparison
+did not write (but the greedy means of the final evaluation): this only lays its numbers side by side.
 """
 
 from __future__ import annotations
