@@ -1,4 +1,4 @@
-"""The README's comparison table and its FTW-minus-baseline tests, from finished comparisons' run folders.
+"""The numbers of the README's comparison table and its FTW-minus-baseline tests, from finished comparisons.
 
     python experiments/comparison_summary.py                                   # results/compare-reference-recipes
     python experiments/comparison_summary.py results/compare-successive-halving   # an earlier protocol's
@@ -22,9 +22,6 @@ import sys
 
 import numpy as np
 
-from ftw_jax.stats import p_text
-from ftw_jax.train import TrainConfig
-
 TASKS = {  # folder: how the table names it
     "sokoban-binary": "Sokoban 6×6, binary reward",
     "sokoban-shaped": "Sokoban 6×6, shaped reward",
@@ -41,6 +38,14 @@ def percent(value: float) -> str:
     return f"{100 * value:.1f}"
 
 
+def read_summary(folder: pathlib.Path) -> dict:
+    """A finished comparison's summary.json; SystemExit (one line) where its metric is not a success rate."""
+    summary = json.loads((folder / "summary.json").read_text())
+    if summary.get("metric") != "success":
+        raise SystemExit(f"error: {folder} compares {summary.get('metric')!r}; this lays out success rates only")
+    return summary
+
+
 def interval(row: dict, name: str) -> str:
     """mean [t-interval cut to [0, 100]], as the comparison's own table prints it."""
     low, high = max(row[f"{name}_t_low"], 0.0), min(row[f"{name}_t_high"], 1.0)
@@ -49,15 +54,24 @@ def interval(row: dict, name: str) -> str:
 
 def task_rows(folder: pathlib.Path, label: str) -> list[str]:
     """Three rows of the success table (final sampled, final greedy, AUC) for one finished task."""
-    summary = json.loads((folder / "summary.json").read_text())
+    summary = read_summary(folder)
+    from ftw_jax.train import TrainConfig  # here: the errors before it need no JAX
+
     stats = {row["algorithm"]: row for row in summary["algorithms"]}
-    curves = np.load(folder / "curves.npz")
-    greedy = {
-        name: float(curves[f"{name}_greedy_success"][:, -1].mean())
-        for name in stats
-        if f"{name}_greedy_success" in curves.files
+    greedy = {}
+    if (folder / "curves.npz").is_file():  # greedy evaluation is kept in the curves only
+        curves = np.load(folder / "curves.npz")
+        greedy = {
+            name: float(curves[f"{name}_greedy_success"][:, -1].mean())
+            for name in stats
+            if f"{name}_greedy_success" in curves.files
+        }
+    sizes = {
+        key: summary["overrides"][key]
+        for key in ("num_iterations", "episodes_per_iteration")
+        if key in summary["overrides"]
     }
-    config = TrainConfig.for_env(summary["env"], **summary["overrides"])
+    config = TrainConfig.for_env(summary["env"], **sizes)
     title = f"{label} ({config.num_iterations} × {config.episodes_per_iteration}, {len(summary['seeds'])} seeds)"
     cells = {
         "final, sampled": {name: (row["final_mean"], interval(row, "final")) for name, row in stats.items()},
@@ -77,17 +91,21 @@ def task_rows(folder: pathlib.Path, label: str) -> list[str]:
 
 def difference_rows(folder: pathlib.Path, label: str) -> list[str]:
     """One row per baseline: FTW minus it on final and AUC (points), as the comparison tested them."""
-    summary = json.loads((folder / "summary.json").read_text())
+    from ftw_jax.stats import p_text  # as the comparison's tables print a p-value
+
+    summary = read_summary(folder)
     rows = []
     for row in summary["differences"]:
         cells = []
         for name in ("final", "auc"):
             holm = row.get(f"{name}_holm_p_value")  # absent from comparisons made before the correction
+            # "equivalent" rests on the 90% interval (two one-sided tests), as the comparison's table says.
+            judged = "90% CI inside" if row[f"{name}_verdict"] == "equivalent" else "margin"
             cells.append(
                 f"{100 * row[f'{name}_difference']:+.1f} [{100 * row[f'{name}_low']:+.1f}, "
                 f"{100 * row[f'{name}_high']:+.1f}], Welch {p_text(row[f'{name}_p_value'])}, "
                 f"Holm {'-' if holm is None else p_text(holm)}, Mann–Whitney {p_text(row[f'{name}_rank_p_value'])}"
-                f": **{row[f'{name}_verdict']}**"
+                f": **{row[f'{name}_verdict']}** ({judged} ±{100 * row[f'{name}_margin']:.1f})"
             )
         solved = (
             f"{row['solved']} vs {row['other_solved']}, {p_text(row['solved_p_value'])}" if "solved" in row else "-"
@@ -105,7 +123,9 @@ def main() -> None:
 
 
 def summarise() -> None:
-    parser = argparse.ArgumentParser(description="The README's comparison table from finished comparisons.")
+    parser = argparse.ArgumentParser(
+        description="The numbers of the README's comparison table, from finished comparisons."
+    )
     parser.add_argument(
         "folder", nargs="?", type=pathlib.Path, default=pathlib.Path("results/compare-reference-recipes")
     )

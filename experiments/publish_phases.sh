@@ -7,6 +7,7 @@ set -euo pipefail
 name="$1"
 run="${2:-runs}/$name"
 out="results/compare-reference-recipes/$name"
+[ -f "$run/config.json" ] || { echo "error: no comparison run at $run (no config.json there)" >&2; exit 1; }
 mkdir -p "$out/checkpoints"
 shopt -s nullglob
 # The run folder's own files: config.json, and once the comparison has finished its tables, CSVs, summary.json,

@@ -6,15 +6,21 @@
 # run folder is runs/NAME; where it is gone (another machine), the finished phase records committed in
 # results/compare-reference-recipes/NAME are copied in first, and only the phases without one run again.
 # After a phase finishes: bash experiments/publish_phases.sh NAME, then commit.
-#   bash experiments/rerun.sh all       # every rerun in the protocol's order, each logged to runs/NAME-K.log;
-#                                       # a finished one returns at once, an interrupted one stops the chain
+#   bash experiments/rerun.sh all       # every unfinished rerun in the protocol's order, each logged to
+#                                       # runs/NAME-K.log; an interrupted one stops the chain
 set -euo pipefail
 name="$1"
 if [ "$name" = all ]; then
   mkdir -p runs
   for name in sokoban-shaped sokoban-binary text-search-guess search-2hop search-1hop; do
+    # A finished one is left as it is: a resume would add to its config.json and rewrite its summary.
+    if [ -f "runs/$name/summary.json" ] || [ -f "results/compare-reference-recipes/$name/summary.json" ]; then
+      echo "$name: finished"
+      continue
+    fi
     k=1
     while [ -e "runs/$name-$k.log" ]; do k=$((k + 1)); done  # a new log, never an earlier one
+    echo "$name: running, logged to runs/$name-$k.log"
     bash "$0" "$name" > "runs/$name-$k.log" 2>&1
   done
   exit
@@ -38,7 +44,8 @@ records="results/compare-reference-recipes/$name"
 if [ ! -f "$run/config.json" ] && [ -f "$records/config.json" ]; then
   mkdir -p "$run/checkpoints"
   cp "$records/config.json" "$run/"
-  cp "$records"/checkpoints/*.json "$run/checkpoints/"
+  shopt -s nullglob
+  for record in "$records"/checkpoints/*.json; do cp "$record" "$run/checkpoints/"; done
 fi
 if [ -f "$run/config.json" ]; then where=(--resume "$run"); else where=(--name "$name"); fi
 # -P: the worktree on PYTHONPATH comes before this checkout (the current folder), not after it.

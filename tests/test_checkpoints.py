@@ -134,6 +134,9 @@ def test_checkpointer_round_trip_ignores_partial_writes_and_checks_the_fingerpri
         np.testing.assert_array_equal(got, expected)
     with pytest.raises(ValueError, match=r"different configuration.*config: \[1, 2\] -> \[1, 3\]"):
         Checkpointer(tmp_path, {"config": [1, 3]}).restore(carry)
+    larger = make_train(TrainConfig.for_env("bandit", num_iterations=4, eval_every=2, pool_capacity=64))
+    with pytest.raises(ValueError, match=r"holds arrays of other shapes .*-> \(64"):  # read from its metadata
+        Checkpointer(tmp_path, {"config": [1, 2]}).restore(jax.jit(larger.init)(jax.random.key(0)))
     assert Checkpointer(pathlib.Path(tmp_path / "empty"), {}).restore(carry) is None
 
 

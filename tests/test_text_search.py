@@ -244,7 +244,7 @@ def test_lm_train_runs_on_a_checkpoint_from_its_weights(chat_model, tmp_path, ca
         "--env-options",
         "step_limit=240",
         "--seeds",
-        "0",
+        "0,1",
         "--iterations",
         "2",
         "--eval-every",
@@ -281,7 +281,7 @@ def test_lm_train_runs_on_a_checkpoint_from_its_weights(chat_model, tmp_path, ca
     start = summary["start"]
     assert sorted(start) == ["greedy_return", "greedy_success", "return", "success"]
     for values in start.values():
-        assert len(values) == 1 and all(value * 8 == round(value * 8) and 0 <= value <= 1 for value in values)
+        assert len(values) == 2 and all(value * 8 == round(value * 8) and 0 <= value <= 1 for value in values)
     assert json.loads((tmp_path / "run" / "start.json").read_text()) == start
     greedy = f"(greedy {np.mean(start['greedy_success']):.1%})"
     assert any(line.startswith("starting policy") and greedy in line for line in captured.err.splitlines())

@@ -186,7 +186,7 @@ def test_successive_halving_goes_on_from_the_runs_it_promotes(algorithm, tmp_pat
         "bandit", [algorithm], seeds=[7, 8], overrides={**overrides, **tuning.as_overrides(result.settings, 24)}
     )
     np.testing.assert_array_equal(alone.results[0].auc, best["auc_per_seed"])
-    assert alone.results[0].final.mean() == pytest.approx(best["final_mean"], rel=1e-6)
+    assert alone.results[0].final.mean() == best["final_mean"]
     for path in tmp_path.iterdir():  # keep rung 1's records only: rung 2 must rerun rung 1 to go on from it
         if "rung1" in path.name or "rung2" in path.name or (path.is_dir() and "rung0" in path.name):
             shutil.rmtree(path) if path.is_dir() else path.unlink()

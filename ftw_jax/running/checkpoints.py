@@ -315,8 +315,11 @@ class Checkpointer:
             # logs a warning at every resume when it is not there.
             from etils import epath  # Orbax's own path type (one of its dependencies)
 
-            metadata = self._ocp.StandardCheckpointHandler().metadata(epath.Path(self.directory / str(step) / "carry"))
-            stored = _shapes(metadata.tree)
+            handler = self._ocp.StandardCheckpointHandler()
+            try:
+                stored = _shapes(handler.metadata(epath.Path(self.directory / str(step) / "carry")).tree)
+            finally:
+                handler.close()
         except Exception:  # noqa: BLE001 (damaged metadata: the restore sets the checkpoint aside)
             return
         differences = shape_differences(stored, _shapes(with_raw_keys(template)))
