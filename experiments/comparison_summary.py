@@ -52,9 +52,8 @@ def interval(row: dict, name: str) -> str:
     return f"{percent(row[f'{name}_mean'])}% [{percent(low)}, {percent(high)}]"
 
 
-def task_rows(folder: pathlib.Path, label: str) -> list[str]:
+def task_rows(folder: pathlib.Path, summary: dict, label: str) -> list[str]:
     """Three rows of the success table (final sampled, final greedy, AUC) for one finished task."""
-    summary = read_summary(folder)
     from ftw_jax.train import TrainConfig  # here: the errors before it need no JAX
 
     stats = {row["algorithm"]: row for row in summary["algorithms"]}
@@ -89,11 +88,10 @@ def task_rows(folder: pathlib.Path, label: str) -> list[str]:
     return rows
 
 
-def difference_rows(folder: pathlib.Path, label: str) -> list[str]:
+def difference_rows(summary: dict, label: str) -> list[str]:
     """One row per baseline: FTW minus it on final and AUC (points), as the comparison tested them."""
     from ftw_jax.stats import p_text  # as the comparison's tables print a p-value
 
-    summary = read_summary(folder)
     rows = []
     for row in summary["differences"]:
         cells = []
@@ -132,19 +130,21 @@ def summarise() -> None:
     args = parser.parse_args()
     if not args.folder.is_dir():
         raise SystemExit(f"error: {args.folder} is not a folder of comparisons (one folder per task)")
-    finished = [name for name in TASKS if (args.folder / name / "summary.json").is_file()]
+    finished = {
+        name: read_summary(args.folder / name) for name in TASKS if (args.folder / name / "summary.json").is_file()
+    }
     running = [name for name in TASKS if (args.folder / name).is_dir() and name not in finished]
     print("| task (iterations × episodes, seeds) | | " + " | ".join(LABELS[name] for name in METHODS) + " |")
     print("|---|---|" + "---:|" * len(METHODS))
-    for name in finished:
-        print("\n".join(task_rows(args.folder / name, TASKS[name])))
+    for name, summary in finished.items():
+        print("\n".join(task_rows(args.folder / name, summary, TASKS[name])))
     print()
     print(
         "| task | FTW minus | final: points [95% Welch CI], p-values: verdict | AUC: the same | seeds solved, Fisher |"
     )
     print("|---|---|---|---|---|")
-    for name in finished:
-        print("\n".join(difference_rows(args.folder / name, TASKS[name])))
+    for name, summary in finished.items():
+        print("\n".join(difference_rows(summary, TASKS[name])))
     if running:
         print(f"\nnot finished yet: {', '.join(running)}")
 
