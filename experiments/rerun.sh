@@ -5,16 +5,20 @@
 # changes on main cannot move a rerun's numbers between its phases (every phase record names the commit). The
 # run folder is runs/NAME; where it is gone (another machine), the finished phase records committed in
 # results/compare-reference-recipes/NAME are copied in first, and only the phases without one run again.
-# After a phase finishes: bash experiments/publish_phases.sh NAME, then commit.
+# After a phase finishes: bash experiments/publish_phases.sh NAME (or NAME-seeds-A-B, a seed group), then commit.
 #   bash experiments/rerun.sh all       # every unfinished rerun in the protocol's order, each logged to
 #                                       # runs/NAME-K.log; an interrupted one stops the chain
+# The search tasks report their seeds in groups of five (experiments/seed_groups.py says why): the first group,
+# runs/NAME-seeds-0-4, also runs the tuning; each other group takes the tuning from its records and runs its
+# own report phases; then the groups merge into runs/NAME, whose resume writes the whole comparison's tables.
 set -euo pipefail
 name="$1"
+results=results/compare-reference-recipes
 if [ "$name" = all ]; then
   mkdir -p runs
   for name in sokoban-shaped sokoban-binary text-search-guess search-2hop search-1hop; do
     # A finished one is left as it is: a resume would add to its config.json and rewrite its summary.
-    if [ -f "runs/$name/summary.json" ] || [ -f "results/compare-reference-recipes/$name/summary.json" ]; then
+    if [ -f "runs/$name/summary.json" ] || [ -f "$results/$name/summary.json" ]; then
       echo "$name: finished"
       continue
     fi
@@ -28,25 +32,61 @@ fi
 commit=124644591de8b649103eddbfe86422e791c6fa96
 code="$(cd .. && pwd)/ftw-rerun-${commit:0:7}"
 [ -d "$code" ] || git worktree add --detach "$code" "$commit"
-seeds10=0,1,2,3,4,5,6,7,8,9
+group=""  # seeds per group; none: every seed in one report phase
 case "$name" in
-  sokoban-shaped) task=(--env sokoban --iterations 300 --seeds "$seeds10") ;;
-  sokoban-binary) task=(--env sokoban --env-options reward=binary --iterations 300 --seeds "$seeds10") ;;
-  text-search-guess) task=(--env text-search --env-options guess_rate=0.9 --algos ftw,grpo,ppo --seeds "$seeds10") ;;
-  search-2hop) task=(--env search --env-options hops=2 --policy transformer --iterations 800 --seeds "$seeds10") ;;
-  search-1hop) task=(--env search --policy transformer --iterations 400 --seeds "$(seq -s, 0 29)") ;;
+  sokoban-shaped) task=(--env sokoban --iterations 300); seeds=$(seq -s, 0 9) ;;
+  sokoban-binary) task=(--env sokoban --env-options reward=binary --iterations 300); seeds=$(seq -s, 0 9) ;;
+  text-search-guess) task=(--env text-search --env-options guess_rate=0.9 --algos ftw,grpo,ppo); seeds=$(seq -s, 0 9) ;;
+  search-2hop) task=(--env search --env-options hops=2 --policy transformer --iterations 800); seeds=$(seq -s, 0 9)
+    group=5 ;;
+  search-1hop) task=(--env search --policy transformer --iterations 400); seeds=$(seq -s, 0 29); group=5 ;;
   *) echo "unknown rerun $name" >&2; exit 2 ;;
 esac
 protocol=(--search 21 --rungs 3 --tuning-seeds 1000,1001,1002 --max-grad-norm 0.5 --anneal-learning-rate yes
           --eval-greedy true)
-run="runs/$name"
-records="results/compare-reference-recipes/$name"
-if [ ! -f "$run/config.json" ] && [ -f "$records/config.json" ]; then
+
+# restore RUN RECORDS: where runs/RUN is gone, the committed files of RECORDS (config.json, and once finished its
+# summary and tables) and its phase records, and the task's tuning records beside them for a seed group.
+restore() {
+  local run="runs/$1" records="$2" file
+  [ ! -f "$run/config.json" ] && [ -f "$records/config.json" ] || return 0
   mkdir -p "$run/checkpoints"
-  cp "$records/config.json" "$run/"
   shopt -s nullglob
-  for record in "$records"/checkpoints/*.json; do cp "$record" "$run/checkpoints/"; done
+  for file in "$records"/*; do if [ -f "$file" ]; then cp "$file" "$run/"; fi; done
+  for file in "$records"/checkpoints/*.json; do cp "$file" "$run/checkpoints/"; done
+  if [ "$records" != "$results/$name" ]; then
+    for file in "$results/$name"/checkpoints/*.json; do
+      case "$file" in *-report.json) ;; *) [ -e "$run/checkpoints/${file##*/}" ] || cp "$file" "$run/checkpoints/" ;; esac
+    done
+  fi
+  shopt -u nullglob
+}
+
+# compare RUN SEEDS: the comparison in runs/RUN, resumed where its folder has one.
+compare() {
+  local where=(--name "$1")
+  [ -f "runs/$1/config.json" ] && where=(--resume "runs/$1")
+  # -P: the worktree on PYTHONPATH comes before this checkout (the current folder), not after it.
+  PYTHONPATH="$code" .venv/bin/python -P -m ftw_jax.cli compare "${task[@]}" --seeds "$2" "${protocol[@]}" "${where[@]}"
+}
+
+if [ -z "$group" ]; then
+  restore "$name" "$results/$name"
+  compare "$name" "$seeds"
+  exit
 fi
-if [ -f "$run/config.json" ]; then where=(--resume "$run"); else where=(--name "$name"); fi
-# -P: the worktree on PYTHONPATH comes before this checkout (the current folder), not after it.
-PYTHONPATH="$code" exec .venv/bin/python -P -m ftw_jax.cli compare "${task[@]}" "${protocol[@]}" "${where[@]}"
+IFS=, read -r -a all <<< "$seeds"
+groups=()
+for ((i = 0; i < ${#all[@]}; i += group)); do
+  part=("${all[@]:i:group}")
+  run="$name-seeds-${part[0]}-${part[-1]}"
+  part=$(IFS=,; echo "${part[*]}")
+  restore "$run" "$results/$name/seed-groups/seeds-${run##*-seeds-}"
+  if [ ! -f "runs/$run/config.json" ] && [ ${#groups[@]} -gt 0 ]; then
+    .venv/bin/python experiments/seed_groups.py start "runs/$run" --like "${groups[0]}" --seeds "$part"
+  fi
+  if [ ! -f "runs/$run/summary.json" ]; then compare "$run" "$part"; fi
+  groups+=("runs/$run")
+done
+.venv/bin/python experiments/seed_groups.py merge "runs/$name" "${groups[@]}"
+compare "$name" "$seeds"

@@ -1092,6 +1092,14 @@ MUTATIONS = (
         "        pass",
         ("tests/test_compare.py", "-k", "cli_resume_runs_only"),
     ),
+    Mutation(
+        "seed-groups-rows-out-of-order",
+        "merged seed groups give a seed's evaluations to another seed",
+        "experiments/seed_groups.py",
+        "[value for _, record in records for value in",
+        "[value for _, record in records[::-1] for value in",
+        ("tests/test_seed_groups.py",),
+    ),
 )
 
 

@@ -1,0 +1,132 @@
+"""experiments/seed_groups.py: a comparison's reported seeds run as groups and merged into the whole comparison."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from ftw_jax.cli import main
+
+_REPOSITORY = pathlib.Path(__file__).parents[1]
+_SCRIPT = _REPOSITORY / "experiments" / "seed_groups.py"
+
+pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
+
+# A tuned bandit comparison (two learning rates on a tuning seed) small enough to run four times.
+_COMPARE = [
+    "compare",
+    "--env",
+    "bandit",
+    "--algos",
+    "ftw,grpo",
+    "--learning-rates",
+    "0.03,0.1",
+    "--tuning-seeds",
+    "7",
+    "--iterations",
+    "24",
+    "--episodes-per-iteration",
+    "8",
+    "--eval-every",
+    "12",
+    "--eval-episodes",
+    "32",
+    "--json",
+]
+
+
+def seed_groups(*arguments) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(_SCRIPT), *map(str, arguments)], capture_output=True, text=True)
+
+
+@pytest.mark.slow
+def test_seeds_run_in_groups_and_merged_give_the_comparison_of_all_seeds_at_once(tmp_path, capsys):
+    """The first group tunes and reports seeds 0 and 1; the second takes its tuning records and reports seeds 2
+    and 3 (no tuning phase runs again); merged, a resume writes the comparison that one run of the four seeds
+    writes: the same statistics, tests and curves, exactly (this CPU runs a program's members one after another)."""
+    assert main([*_COMPARE, "--seeds", "0,1,2,3", "--out", str(tmp_path), "--name", "whole"]) == 0
+    expected = json.loads(capsys.readouterr().out)
+    assert main([*_COMPARE, "--seeds", "0,1", "--out", str(tmp_path), "--name", "first"]) == 0
+    capsys.readouterr()
+    started = seed_groups("start", tmp_path / "second", "--like", tmp_path / "first", "--seeds", "2,3")
+    assert started.returncode == 0, started.stderr
+    assert main([*_COMPARE, "--seeds", "2,3", "--resume", str(tmp_path / "second")]) == 0
+    ran = capsys.readouterr().err
+    assert " tune" not in ran and ran.count(" report ") == 4  # two algorithms, two periods each
+    merged = seed_groups("merge", tmp_path / "merged", tmp_path / "first", tmp_path / "second")
+    assert merged.returncode == 0, merged.stderr
+    assert main([*_COMPARE, "--seeds", "0,1,2,3", "--resume", str(tmp_path / "merged")]) == 0
+    captured = capsys.readouterr()
+    assert " period " not in captured.err  # every phase from its record: nothing trained
+    summary = json.loads(captured.out)
+    for name in ("algorithms", "differences"):
+        drop = {"seconds", "run_folder"}
+        assert [{k: v for k, v in row.items() if k not in drop} for row in summary[name]] == [
+            {k: v for k, v in row.items() if k not in drop} for row in expected[name]
+        ]
+    assert summary["tuning"] == expected["tuning"]
+    curves, whole = np.load(tmp_path / "merged" / "curves.npz"), np.load(tmp_path / "whole" / "curves.npz")
+    assert sorted(curves.files) == sorted(whole.files)
+    for name in whole.files:
+        np.testing.assert_array_equal(curves[name], whole[name], err_msg=name)
+    record = json.loads((tmp_path / "merged" / "checkpoints" / "grpo-report.json").read_text())
+    groups = record["provenance"]["merged_from"]
+    assert [group["group"] for group in groups] == [str(tmp_path / "first"), str(tmp_path / "second")]
+    assert record["seconds"] == pytest.approx(sum(group["seconds"] for group in groups))
+
+
+def _finished_group(folder: pathlib.Path, seeds: list[int], learning_rate: float = 0.1) -> None:
+    """A finished group's files as `compare` leaves them, by hand: config.json, summary.json, a tuning record
+    and one report record whose rows hold each member's seed."""
+    (folder / "checkpoints").mkdir(parents=True)
+    config = {"algorithms": ["ftw"], "seeds": seeds, "overrides": {"num_iterations": 24}, "provenance": [{}]}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "summary.json").write_text("{}")
+    (folder / "checkpoints" / "ftw-tune0-rung0.json").write_text('{"tuning": true}')
+    fingerprint = {"algorithm": "ftw", "phase": "report", "config": {"learning_rate": learning_rate}}
+    report = {
+        "fingerprint": {**fingerprint, "members": [{"seed": seed} for seed in seeds]},
+        "seconds": 10.0 * len(seeds),
+        "updates_applied_share": [1.0] * len(seeds),
+        "history": {"rows": [{"success": [seed / 10 for seed in seeds], "iteration": [12] * len(seeds)}], "dtypes": {}},
+        "provenance": {"commit": "abc", "command": ["ftw-jax", "compare"]},
+    }
+    (folder / "checkpoints" / "ftw-report.json").write_text(json.dumps(report))
+
+
+def test_merge_lays_the_groups_end_to_end_and_refuses_what_is_not_one_comparison(tmp_path):
+    first, second, other = tmp_path / "first", tmp_path / "second", tmp_path / "other"
+    _finished_group(first, [0, 1])
+    _finished_group(second, [2])
+    assert seed_groups("merge", tmp_path / "whole", first, second).returncode == 0
+    record = json.loads((tmp_path / "whole" / "checkpoints" / "ftw-report.json").read_text())
+    assert record["fingerprint"]["members"] == [{"seed": 0}, {"seed": 1}, {"seed": 2}]
+    assert record["history"]["rows"] == [{"success": [0.0, 0.1, 0.2], "iteration": [12, 12, 12]}]
+    assert record["updates_applied_share"] == [1.0, 1.0, 1.0] and record["seconds"] == 30.0
+    assert record["provenance"]["commit"] == "abc"
+    assert json.loads((tmp_path / "whole" / "config.json").read_text())["seeds"] == [0, 1, 2]
+    assert (tmp_path / "whole" / "checkpoints" / "ftw-tune0-rung0.json").is_file()
+    refused = {
+        "twice": ("merge", tmp_path / "again", first, first),
+        "another config": ("merge", tmp_path / "whole", second, first),
+        "unfinished": ("merge", tmp_path / "late", first, tmp_path / "none"),
+        "overlap": ("start", tmp_path / "third", "--like", first, "--seeds", "1,5"),
+        "bad seeds": ("start", tmp_path / "third", "--like", first, "--seeds", "5,x"),
+    }
+    _finished_group(other, [3], learning_rate=0.3)
+    refused["another lr"] = ("merge", tmp_path / "mixed", first, other)
+    messages = {}
+    for case, arguments in refused.items():
+        result = seed_groups(*arguments)
+        assert result.returncode == 1 and result.stderr.count("\n") == 1, (case, result.stderr)
+        messages[case] = result.stderr
+    assert "report some seeds twice" in messages["twice"]
+    assert "holds another comparison" in messages["another config"]
+    assert f"{tmp_path / 'none'} has not finished" in messages["unfinished"]
+    assert "seeds [1] are reported by" in messages["overlap"]
+    assert "--seeds '5,x': expected integers" in messages["bad seeds"]
+    assert "differs from" in messages["another lr"] and "in its config" in messages["another lr"]
+    assert not (tmp_path / "third").exists() and not (tmp_path / "mixed" / "checkpoints" / "ftw-report.json").exists()
