@@ -79,13 +79,13 @@ IFS=, read -r -a all <<< "$seeds"
 groups=()
 for ((i = 0; i < ${#all[@]}; i += group)); do
   part=("${all[@]:i:group}")
+  listed=$(IFS=,; echo "${part[*]}")
   run="$name-seeds-${part[0]}-${part[-1]}"
-  part=$(IFS=,; echo "${part[*]}")
-  restore "$run" "$results/$name/seed-groups/seeds-${run##*-seeds-}"
+  restore "$run" "$results/$name/seed-groups/seeds-${part[0]}-${part[-1]}"
   if [ ! -f "runs/$run/config.json" ] && [ ${#groups[@]} -gt 0 ]; then
-    .venv/bin/python experiments/seed_groups.py start "runs/$run" --like "${groups[0]}" --seeds "$part"
+    .venv/bin/python experiments/seed_groups.py start "runs/$run" --like "${groups[0]}" --seeds "$listed"
   fi
-  if [ ! -f "runs/$run/summary.json" ]; then compare "$run" "$part"; fi
+  if [ ! -f "runs/$run/summary.json" ]; then compare "$run" "$listed"; fi
   groups+=("runs/$run")
 done
 .venv/bin/python experiments/seed_groups.py merge "runs/$name" "${groups[@]}"
