@@ -5,9 +5,17 @@
 # them). Usage: bash experiments/publish_phases.sh NAME [RUNS_FOLDER]
 # A seed group's run (NAME-seeds-A-B, experiments/rerun.sh) goes to results/.../NAME/seed-groups/seeds-A-B: its
 # report records there, its tuning records (the whole task's) to the task's own checkpoints.
+# NAME alone publishes its seed groups (runs/NAME-seeds-*) too, so one command serves a task run in groups.
 set -euo pipefail
 name="$1"
 run="${2:-runs}/$name"
+if [[ ! "$name" =~ -seeds-[0-9]+-[0-9]+$ ]]; then
+  shopt -s nullglob
+  groups=("$run"-seeds-*-*/config.json)
+  shopt -u nullglob
+  for group in "${groups[@]}"; do group="${group%/config.json}"; bash "$0" "${group##*/}" "${2:-runs}"; done
+  [ ${#groups[@]} -gt 0 ] && [ ! -f "$run/config.json" ] && exit 0  # the groups have not merged yet
+fi
 out="results/compare-reference-recipes/$name"
 tuning="$out"
 if [[ "$name" =~ ^(.+)-(seeds-[0-9]+-[0-9]+)$ ]]; then

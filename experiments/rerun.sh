@@ -5,7 +5,7 @@
 # changes on main cannot move a rerun's numbers between its phases (every phase record names the commit). The
 # run folder is runs/NAME; where it is gone (another machine), the finished phase records committed in
 # results/compare-reference-recipes/NAME are copied in first, and only the phases without one run again.
-# After a phase finishes: bash experiments/publish_phases.sh NAME (or NAME-seeds-A-B, a seed group), then commit.
+# After a phase finishes: bash experiments/publish_phases.sh NAME (its seed groups too), then commit.
 #   bash experiments/rerun.sh all       # every unfinished rerun in the protocol's order, each logged to
 #                                       # runs/NAME-K.log; an interrupted one stops the chain
 # The search tasks report their seeds in groups of five (experiments/seed_groups.py says why): the first group,
