@@ -13,8 +13,14 @@ if [[ ! "$name" =~ -seeds-[0-9]+-[0-9]+$ ]]; then
   shopt -s nullglob
   groups=("$run"-seeds-*-*/config.json)
   shopt -u nullglob
-  for group in "${groups[@]}"; do group="${group%/config.json}"; bash "$0" "${group##*/}" "${2:-runs}"; done
-  [ ${#groups[@]} -gt 0 ] && [ ! -f "$run/config.json" ] && exit 0  # the groups have not merged yet
+  published=0
+  for group in "${groups[@]}"; do
+    group="${group%/config.json}"
+    [[ "${group##*/}" =~ ^$name-seeds-[0-9]+-[0-9]+$ ]] || continue  # not one of NAME's groups
+    bash "$0" "${group##*/}" "${2:-runs}"
+    published=$((published + 1))
+  done
+  [ "$published" -gt 0 ] && [ ! -f "$run/config.json" ] && exit 0  # the groups have not merged yet
 fi
 out="results/compare-reference-recipes/$name"
 tuning="$out"
@@ -39,4 +45,6 @@ for record in "${records[@]}"; do
     *) cp "$record" "$tuning/checkpoints/" ;;
   esac
 done
-echo "${#records[@]} phase records of $name in $out"
+where="$out"
+[ "$out" = "$tuning" ] || where="$out (its tuning records in $tuning)"
+echo "${#records[@]} phase records of $name in $where"

@@ -45,22 +45,25 @@ esac
 protocol=(--search 21 --rungs 3 --tuning-seeds 1000,1001,1002 --max-grad-norm 0.5 --anneal-learning-rate yes
           --eval-greedy true)
 
-# restore RUN RECORDS: where runs/RUN is gone, the committed files of RECORDS (config.json, and once finished its
-# summary and tables) and its phase records, and the task's tuning records beside them for a seed group.
+# restore RUN RECORDS: where runs/RUN is gone, the committed phase records of RECORDS (and, for a seed group, the
+# task's tuning records), then its files: config.json last, each copy whole, so that a restore cut short is
+# done again rather than taken for a run folder.
 restore() {
   local run="runs/$1" records="$2" file
   [ ! -f "$run/config.json" ] && [ -f "$records/config.json" ] || return 0
   mkdir -p "$run/checkpoints"
   shopt -s nullglob
-  for file in "$records"/*; do if [ -f "$file" ]; then cp "$file" "$run/"; fi; done
-  for file in "$records"/checkpoints/*.json; do cp "$file" "$run/checkpoints/"; done
+  for file in "$records"/checkpoints/*.json; do copy "$file" "$run/checkpoints"; done
   if [ "$records" != "$results/$name" ]; then
     for file in "$results/$name"/checkpoints/*.json; do
-      case "$file" in *-report.json) ;; *) [ -e "$run/checkpoints/${file##*/}" ] || cp "$file" "$run/checkpoints/" ;; esac
+      case "$file" in *-report.json) ;; *) [ -e "$run/checkpoints/${file##*/}" ] || copy "$file" "$run/checkpoints" ;; esac
     done
   fi
+  for file in "$records"/*; do if [ -f "$file" ] && [ "${file##*/}" != config.json ]; then copy "$file" "$run"; fi; done
   shopt -u nullglob
+  copy "$records/config.json" "$run"
 }
+copy() { cp "$1" "$2/${1##*/}.partial" && mv "$2/${1##*/}.partial" "$2/${1##*/}"; }
 
 # compare RUN SEEDS: the comparison in runs/RUN, resumed where its folder has one.
 compare() {

@@ -32,13 +32,22 @@ import sys
 REPORT = "-report.json"
 
 
-def read(path: pathlib.Path) -> dict:
+def read(path: pathlib.Path, keys: tuple[str, ...]) -> dict:
+    """A JSON object with `keys`: SystemExit (one line) where it is missing, torn or something else."""
     try:
-        return json.loads(path.read_text())
+        value = json.loads(path.read_text())
     except FileNotFoundError:
         raise SystemExit(f"error: {path} is missing") from None
     except ValueError as error:
         raise SystemExit(f"error: {path} is not JSON ({error})") from None
+    missing = [key for key in keys if not isinstance(value, dict) or key not in value]
+    if missing:
+        raise SystemExit(f"error: {path} has no {', '.join(missing)}: not what a comparison writes there")
+    return value
+
+
+CONFIG = ("algorithms", "seeds")  # what a comparison's config.json holds, at least
+RECORD = ("fingerprint", "seconds", "updates_applied_share", "history")  # and a finished phase's record
 
 
 def write(path: pathlib.Path, value: dict) -> None:
@@ -57,16 +66,19 @@ def finished_config(folder: pathlib.Path) -> dict:
     """A finished group's config.json: SystemExit (one line) where the group has not finished."""
     if not (folder / "summary.json").is_file():
         raise SystemExit(f"error: {folder} has not finished (no summary.json there); run it to its end first")
-    return read(folder / "config.json")
+    return read(folder / "config.json", CONFIG)
 
 
 def copy_tuning_records(source: pathlib.Path, target: pathlib.Path) -> int:
-    """The finished tuning phases' records of `source` into `target` (those already there kept); how many."""
+    """The finished tuning phases' records of `source` into `target` (each whole or not at all, one already there
+    with other bytes replaced); how many."""
     (target / "checkpoints").mkdir(parents=True, exist_ok=True)
     records = [path for path in sorted((source / "checkpoints").glob("*.json")) if not path.name.endswith(REPORT)]
     for path in records:
-        if not (target / "checkpoints" / path.name).exists():
-            shutil.copyfile(path, target / "checkpoints" / path.name)
+        copy = target / "checkpoints" / path.name
+        if not copy.exists() or copy.read_bytes() != path.read_bytes():
+            shutil.copyfile(path, copy.with_name(copy.name + ".partial"))
+            copy.with_name(copy.name + ".partial").replace(copy)
     return len(records)
 
 
@@ -75,6 +87,9 @@ def start(group: pathlib.Path, like: pathlib.Path, seeds: list[int]) -> None:
     config = finished_config(like)
     if (group / "config.json").exists():
         raise SystemExit(f"error: {group} already holds a run; resume it")
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        raise SystemExit(f"error: --seeds repeats {repeated}; give each seed once")
     overlap = sorted(set(seeds) & set(config["seeds"]))
     if overlap:
         raise SystemExit(f"error: seeds {overlap} are reported by {like} already; give each group seeds of its own")
@@ -90,12 +105,21 @@ def merged_report(records: list[tuple[pathlib.Path, dict]], command: list[str]) 
     first_folder, first = records[0]
     for folder, record in records[1:]:
         for key in ("algorithm", "phase", "config"):
-            if record["fingerprint"][key] != first["fingerprint"][key]:
-                raise SystemExit(f"error: {folder}'s report differs from {first_folder}'s in its {key}")
-        if (record.get("provenance") or {}).get("commit") != (first.get("provenance") or {}).get("commit"):
-            raise SystemExit(f"error: {folder}'s report ran at another commit than {first_folder}'s; rerun it there")
-        if len(record["history"]["rows"]) != len(first["history"]["rows"]):
-            raise SystemExit(f"error: {folder}'s report has another number of evaluations than {first_folder}'s")
+            mine, theirs = record["fingerprint"].get(key), first["fingerprint"].get(key)
+            if mine != theirs:
+                if isinstance(mine, dict) and isinstance(theirs, dict):
+                    mine, theirs = differences(theirs, mine)
+                raise SystemExit(
+                    f"error: {folder}'s report differs from {first_folder}'s in its {key}: {mine} against {theirs}"
+                )
+        commits = [(entry.get("provenance") or {}).get("commit") for entry in (record, first)]
+        if commits[0] != commits[1]:
+            raise SystemExit(
+                f"error: {folder}'s report ran at {commits[0]}, {first_folder}'s at {commits[1]}; run both at one"
+            )
+        periods = [len(entry["history"]["rows"]) for entry in (record, first)]
+        if periods[0] != periods[1]:
+            raise SystemExit(f"error: {folder}'s report has {periods[0]} evaluations, {first_folder}'s {periods[1]}")
     rows = [
         {name: [value for _, record in records for value in record["history"]["rows"][period][name]] for name in row}
         for period, row in enumerate(first["history"]["rows"])
@@ -122,36 +146,47 @@ def merged_report(records: list[tuple[pathlib.Path, dict]], command: list[str]) 
     }
 
 
+def differences(first: dict, other: dict) -> tuple[dict, dict]:
+    """The entries where two dicts differ: (other's, first's)."""
+    keys = sorted(key for key in first.keys() | other.keys() if first.get(key) != other.get(key))
+    return {key: other.get(key) for key in keys}, {key: first.get(key) for key in keys}
+
+
 def merge(whole: pathlib.Path, groups: list[pathlib.Path], command: list[str]) -> None:
     """`whole`'s run folder from finished `groups`: their seeds in order, the first's tuning records, and each
     algorithm's report records laid end to end."""
     configs = [finished_config(group) for group in groups]
     first = comparison(configs[0])
     for group, config in zip(groups[1:], map(comparison, configs[1:])):
-        differing = sorted(key for key in config.keys() | first.keys() if config.get(key) != first.get(key))
-        if differing:
-            raise SystemExit(f"error: {group} is another comparison than {groups[0]} (they differ in {differing})")
+        if config != first:
+            theirs, mine = differences(first, config)
+            raise SystemExit(f"error: {group} is another comparison than {groups[0]}: {theirs} against {mine}")
     seeds = [seed for config in configs for seed in config["seeds"]]
-    if len(set(seeds)) < len(seeds):
-        raise SystemExit(f"error: the groups report some seeds twice ({seeds}); give each group seeds of its own")
+    repeated = sorted({seed for seed in seeds if seeds.count(seed) > 1})
+    if repeated:
+        raise SystemExit(f"error: the groups report seeds {repeated} more than once; give each group seeds of its own")
     config = {**first, "seeds": seeds}
     if (whole / "config.json").exists():
-        stored = read(whole / "config.json")
-        if {**comparison(stored), "seeds": stored.get("seeds")} != config:
-            raise SystemExit(f"error: {whole} holds another comparison; merge into a new folder")
+        stored = read(whole / "config.json", CONFIG)
+        stored = {**comparison(stored), "seeds": stored["seeds"]}
+        if stored != config:
+            theirs, mine = differences(config, stored)
+            raise SystemExit(
+                f"error: {whole} holds another comparison ({theirs} against the groups' {mine}); merge elsewhere"
+            )
     reports = {  # every check before anything is written
         algorithm: merged_report(
-            [(group, read(group / "checkpoints" / f"{algorithm}{REPORT}")) for group in groups], command
+            [(group, read(group / "checkpoints" / f"{algorithm}{REPORT}", RECORD)) for group in groups], command
         )
         for algorithm in configs[0]["algorithms"]
     }
-    if not (whole / "config.json").exists():
-        whole.mkdir(parents=True, exist_ok=True)
-        made = {"seed_groups": [str(group) for group in groups], "command": command}
-        write(whole / "config.json", {**config, "provenance": [made]})
+    whole.mkdir(parents=True, exist_ok=True)
     count = copy_tuning_records(groups[0], whole)
     for algorithm, report in reports.items():
         write(whole / "checkpoints" / f"{algorithm}{REPORT}", report)
+    if not (whole / "config.json").exists():  # last: a folder with config.json is one a resume may take
+        made = {"seed_groups": [str(group) for group in groups], "command": command}
+        write(whole / "config.json", {**config, "provenance": [made]})
     print(f"{whole}: seeds {seeds} from {len(groups)} groups, {count} tuning records; resume it to write its tables")
 
 

@@ -115,18 +115,25 @@ def test_merge_lays_the_groups_end_to_end_and_refuses_what_is_not_one_comparison
         "unfinished": ("merge", tmp_path / "late", first, tmp_path / "none"),
         "overlap": ("start", tmp_path / "third", "--like", first, "--seeds", "1,5"),
         "bad seeds": ("start", tmp_path / "third", "--like", first, "--seeds", "5,x"),
+        "repeated": ("start", tmp_path / "third", "--like", first, "--seeds", "5,5"),
     }
     _finished_group(other, [3], learning_rate=0.3)
     refused["another lr"] = ("merge", tmp_path / "mixed", first, other)
+    torn = tmp_path / "torn"
+    _finished_group(torn, [4])
+    (torn / "checkpoints" / "ftw-report.json").write_text("[]")
+    refused["not a record"] = ("merge", tmp_path / "mixed", first, torn)
     messages = {}
     for case, arguments in refused.items():
         result = seed_groups(*arguments)
         assert result.returncode == 1 and result.stderr.count("\n") == 1, (case, result.stderr)
         messages[case] = result.stderr
-    assert "report some seeds twice" in messages["twice"]
+    assert "report seeds [0, 1] more than once" in messages["twice"]
     assert "holds another comparison" in messages["another config"]
     assert f"{tmp_path / 'none'} has not finished" in messages["unfinished"]
     assert "seeds [1] are reported by" in messages["overlap"]
     assert "--seeds '5,x': expected integers" in messages["bad seeds"]
-    assert "differs from" in messages["another lr"] and "in its config" in messages["another lr"]
+    assert "--seeds repeats [5]" in messages["repeated"]
+    assert "in its config: {'learning_rate': 0.3} against {'learning_rate': 0.1}" in messages["another lr"]
+    assert "ftw-report.json has no fingerprint, seconds" in messages["not a record"]
     assert not (tmp_path / "third").exists() and not (tmp_path / "mixed" / "checkpoints" / "ftw-report.json").exists()
