@@ -7,7 +7,7 @@
 # report records there, its tuning records (the whole task's) to the task's own checkpoints.
 # NAME alone publishes its seed groups (runs/NAME-seeds-*) too, so one command serves a task run in groups.
 set -euo pipefail
-name="$1"
+name="${1:?usage: bash experiments/publish_phases.sh NAME [RUNS_FOLDER]}"
 run="${2:-runs}/$name"
 if [[ ! "$name" =~ -seeds-[0-9]+-[0-9]+$ ]]; then
   shopt -s nullglob

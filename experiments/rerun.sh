@@ -12,7 +12,7 @@
 # runs/NAME-seeds-0-4, also runs the tuning; each other group takes the tuning from its records and runs its
 # own report phases; then the groups merge into runs/NAME, whose resume writes the whole comparison's tables.
 set -euo pipefail
-name="$1"
+name="${1:?usage: bash experiments/rerun.sh all | sokoban-shaped | sokoban-binary | text-search-guess | search-2hop | search-1hop}"
 results=results/compare-reference-recipes
 if [ "$name" = all ]; then
   mkdir -p runs
