@@ -24,10 +24,10 @@ the last bits. Nothing here imports JAX: it moves JSON.
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
-import shutil
 import sys
+
+from ftw_jax.running.run_files import read_json, write_atomically, write_json  # no JAX imported
 
 REPORT = "-report.json"
 
@@ -35,11 +35,11 @@ REPORT = "-report.json"
 def read(path: pathlib.Path, keys: tuple[str, ...]) -> dict:
     """A JSON object with `keys`: SystemExit (one line) where it is missing, torn or something else."""
     try:
-        value = json.loads(path.read_text())
+        value = read_json(path)
     except FileNotFoundError:
         raise SystemExit(f"error: {path} is missing") from None
-    except ValueError as error:
-        raise SystemExit(f"error: {path} is not JSON ({error})") from None
+    except ValueError as error:  # it names the file and where
+        raise SystemExit(f"error: {error}") from None
     missing = [key for key in keys if not isinstance(value, dict) or key not in value]
     if missing:
         raise SystemExit(f"error: {path} has no {', '.join(missing)}: not what a comparison writes there")
@@ -48,13 +48,6 @@ def read(path: pathlib.Path, keys: tuple[str, ...]) -> dict:
 
 CONFIG = ("algorithms", "seeds")  # what a comparison's config.json holds, at least
 RECORD = ("fingerprint", "seconds", "updates_applied_share", "history")  # and a finished phase's record
-
-
-def write(path: pathlib.Path, value: dict) -> None:
-    """Written whole or not at all: a run folder's files are never torn."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(value, indent=1) + "\n")
-    partial.replace(path)
 
 
 def comparison(config: dict) -> dict:
@@ -77,8 +70,7 @@ def copy_tuning_records(source: pathlib.Path, target: pathlib.Path) -> int:
     for path in records:
         copy = target / "checkpoints" / path.name
         if not copy.exists() or copy.read_bytes() != path.read_bytes():
-            shutil.copyfile(path, copy.with_name(copy.name + ".partial"))
-            copy.with_name(copy.name + ".partial").replace(copy)
+            write_atomically(copy, path.read_bytes())
     return len(records)
 
 
@@ -96,7 +88,7 @@ def start(group: pathlib.Path, like: pathlib.Path, seeds: list[int]) -> None:
     group.mkdir(parents=True, exist_ok=True)
     count = copy_tuning_records(like, group)
     made = {"seed_group": {"like": str(like), "made_by": "experiments/seed_groups.py start"}}
-    write(group / "config.json", {**comparison(config), "seeds": seeds, "provenance": [made]})
+    write_json(group / "config.json", {**comparison(config), "seeds": seeds, "provenance": [made]})
     print(f"{group}: seeds {seeds}, {count} tuning records from {like}")
 
 
@@ -183,10 +175,10 @@ def merge(whole: pathlib.Path, groups: list[pathlib.Path], command: list[str]) -
     whole.mkdir(parents=True, exist_ok=True)
     count = copy_tuning_records(groups[0], whole)
     for algorithm, report in reports.items():
-        write(whole / "checkpoints" / f"{algorithm}{REPORT}", report)
+        write_json(whole / "checkpoints" / f"{algorithm}{REPORT}", report)
     if not (whole / "config.json").exists():  # last: a folder with config.json is one a resume may take
         made = {"seed_groups": [str(group) for group in groups], "command": command}
-        write(whole / "config.json", {**config, "provenance": [made]})
+        write_json(whole / "config.json", {**config, "provenance": [made]})
     print(f"{whole}: seeds {seeds} from {len(groups)} groups, {count} tuning records; resume it to write its tables")
 
 
