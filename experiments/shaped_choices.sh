@@ -5,7 +5,7 @@
 #   ftw-earlier-choice         the one the earlier protocol's tuning chose (results/compare-successive-halving)
 #   reinforce-earlier-choice   the same for REINFORCE (its reviewed choice is the report's run)
 # They run the library at the protocol's commit, in the worktree experiments/rerun.sh makes; about 4, 8 and 10
-# minutes on 2 cores. Their tables go to runs/shaped-NAME; the committed copies are in results/sokoban-shaped-choices.
+# minutes on 2 cores. Their tables go to runs/shaped-NAME; the committed copies to results/sokoban-shaped-choices.
 #   bash experiments/shaped_choices.sh
 set -euo pipefail
 commit=124644591de8b649103eddbfe86422e791c6fa96
