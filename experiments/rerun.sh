@@ -29,9 +29,7 @@ if [ "$name" = all ]; then
   done
   exit
 fi
-commit=124644591de8b649103eddbfe86422e791c6fa96
-code="$(cd .. && pwd)/ftw-rerun-${commit:0:7}"
-[ -d "$code" ] || git worktree add --detach "$code" "$commit"
+source "$(dirname "$0")/protocol_worktree.sh"  # sets $commit and $code
 group=""  # seeds per group; none: every seed in one report phase
 case "$name" in
   sokoban-shaped) task=(--env sokoban --iterations 300); seeds=$(seq -s, 0 9) ;;

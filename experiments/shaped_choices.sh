@@ -4,13 +4,12 @@
 #   ftw-reviewed-choice        the configuration the reviewed protocol's tuning chose for FTW
 #   ftw-earlier-choice         the one the earlier protocol's tuning chose (results/compare-successive-halving)
 #   reinforce-earlier-choice   the same for REINFORCE (its reviewed choice is the report's run)
-# They run the library at the protocol's commit, in the worktree experiments/rerun.sh makes; about 4, 8 and 10
-# minutes on 2 cores. Their tables go to runs/shaped-NAME; the committed copies to results/sokoban-shaped-choices.
+# They run the library at the protocol's commit, in the worktree experiments/protocol_worktree.sh makes; about
+# 4, 8 and 10 minutes on 2 cores. Their tables go to runs/shaped-NAME; the committed copies to
+# results/sokoban-shaped-choices.
 #   bash experiments/shaped_choices.sh
 set -euo pipefail
-commit=124644591de8b649103eddbfe86422e791c6fa96
-code="$(cd .. && pwd)/ftw-rerun-${commit:0:7}"
-[ -d "$code" ] || git worktree add --detach "$code" "$commit"
+source "$(dirname "$0")/protocol_worktree.sh"  # sets $commit and $code
 # A single learning rate is no tuning; β decays to 0 over the configuration's share of the 300 iterations.
 run() {
   local name="shaped-$1"
