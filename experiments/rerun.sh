@@ -29,7 +29,7 @@ if [ "$name" = all ]; then
   done
   exit
 fi
-source "$(dirname "$0")/protocol_worktree.sh"  # sets $commit and $code
+source "$(dirname "$0")/protocol_worktree.sh"  # sets $code, the worktree at the protocol's commit
 group=""  # seeds per group; none: every seed in one report phase
 case "$name" in
   sokoban-shaped) task=(--env sokoban --iterations 300); seeds=$(seq -s, 0 9) ;;

@@ -9,7 +9,7 @@
 # results/sokoban-shaped-choices.
 #   bash experiments/shaped_choices.sh
 set -euo pipefail
-source "$(dirname "$0")/protocol_worktree.sh"  # sets $commit and $code
+source "$(dirname "$0")/protocol_worktree.sh"  # sets $code, the worktree at the protocol's commit
 # A single learning rate is no tuning; β decays to 0 over the configuration's share of the 300 iterations.
 run() {
   local name="shaped-$1"
