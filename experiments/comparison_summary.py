@@ -52,10 +52,20 @@ def interval(row: dict, name: str) -> str:
     return f"{percent(row[f'{name}_mean'])}% [{percent(low)}, {percent(high)}]"
 
 
-def task_rows(folder: pathlib.Path, summary: dict, label: str) -> list[str]:
-    """Three rows of the success table (final sampled, final greedy, AUC) for one finished task."""
+def run_size(summary: dict):
+    """The TrainConfig of the comparison's runs: its task's defaults with the iterations and episodes it set."""
     from ftw_jax.train import TrainConfig  # here: the errors before it need no JAX
 
+    sizes = {
+        key: summary["overrides"][key]
+        for key in ("num_iterations", "episodes_per_iteration")
+        if key in summary["overrides"]
+    }
+    return TrainConfig.for_env(summary["env"], **sizes)
+
+
+def task_rows(folder: pathlib.Path, summary: dict, label: str) -> list[str]:
+    """Three rows of the success table (final sampled, final greedy, AUC) for one finished task."""
     stats = {row["algorithm"]: row for row in summary["algorithms"]}
     greedy = {}
     if (folder / "curves.npz").is_file():  # greedy evaluation is kept in the curves only
@@ -65,12 +75,7 @@ def task_rows(folder: pathlib.Path, summary: dict, label: str) -> list[str]:
             for name in stats
             if f"{name}_greedy_success" in curves.files
         }
-    sizes = {
-        key: summary["overrides"][key]
-        for key in ("num_iterations", "episodes_per_iteration")
-        if key in summary["overrides"]
-    }
-    config = TrainConfig.for_env(summary["env"], **sizes)
+    config = run_size(summary)
     title = f"{label} ({config.num_iterations} × {config.episodes_per_iteration}, {len(summary['seeds'])} seeds)"
     cells = {
         "final, sampled": {name: (row["final_mean"], interval(row, "final")) for name, row in stats.items()},
