@@ -19,8 +19,12 @@ import json
 import os
 import pathlib
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ftw_jax.train import TrainConfig
 
 TASKS = {  # folder: how the table names it
     "sokoban-binary": "Sokoban 6×6, binary reward",
@@ -52,7 +56,7 @@ def interval(row: dict, name: str) -> str:
     return f"{percent(row[f'{name}_mean'])}% [{percent(low)}, {percent(high)}]"
 
 
-def run_size(summary: dict):
+def run_size(summary: dict) -> TrainConfig:
     """The TrainConfig of the comparison's runs: its task's defaults with the iterations and episodes it set."""
     from ftw_jax.train import TrainConfig  # here: the errors before it need no JAX
 
