@@ -44,7 +44,7 @@ class AlgorithmResult:
     learning_rate: float
     curves: np.ndarray  # [S, periods] the evaluation metric
     env_steps: np.ndarray  # [S, periods] training env steps at each evaluation
-    seconds: float  # compiling and running its phases (tuning included), summed over resumed processes
+    seconds: float  # starting, compiling and running its phases (tuning included), summed over resumed processes
     tuning: list[dict]  # per configuration tried: its settings, "auc_mean", "final_mean"; empty when not tuned
     applied_share: np.ndarray  # [S] the share of its optimizer steps each reported seed applied
     updates: np.ndarray | None = None  # [S, periods] optimizer steps applied by each evaluation

@@ -213,7 +213,9 @@ def test_compare_checkpoints_every_phase_at_the_cadence_asked(tmp_path):
 def test_a_run_restored_finished_compiles_nothing_and_keeps_its_seconds(tmp_path):
     trainer = make_train(TrainConfig.for_env("bandit", num_iterations=4, eval_every=2))
     first = MemberRun(trainer, seed_keys([0]), checkpointer=Checkpointer(tmp_path, {"test": 1}))
-    assert len(list(first.periods())) == 2 and first.compile_seconds > 0
+    assert len(list(first.periods())) == 2 and first.compile_seconds > 0 and first.start_seconds > 0
+    # Its seconds count making the members' state (a warm start's place), not only compiling and running.
+    assert first.seconds == first.start_seconds + first.compile_seconds + first.clock[-1][0]
     first.checkpointer.close()
     again = MemberRun(trainer, seed_keys([0]), checkpointer=Checkpointer(tmp_path, {"test": 1}))
     assert list(again.periods()) == [] and again.compile_seconds == 0  # nothing left: not even a compile

@@ -111,10 +111,11 @@ class MemberRun:
 
     Attributes after `periods()`: `carry` (sharded), `history` (per period: every evaluation value [M], the
     last iteration's training `train_return` [M], the skipped updates `skips.TOTALS` [M], and "metrics/NAME"
-    [M, eval_every] for `metric_names`), `compile_seconds`, `clock` (per period run here: seconds since the
-    start of training, env steps of all members), `periods_done_before` (restored from a checkpoint),
-    `seconds` (compiling and running, over every process that ran these members: the checkpoints carry the
-    count across a resume).
+    [M, eval_every] for `metric_names`), `start_seconds` (making the members' state, a warm start included, and
+    restoring it), `compile_seconds`, `clock` (per period run here: seconds since the start of training, env steps
+    of all members), `periods_done_before` (restored from a checkpoint), `seconds` (starting, compiling and
+    running, over every process that ran periods of these members: the checkpoints carry the count across a
+    resume).
 
     A period after which some member has applied none of its last ready updates (`skips`: the config's
     `stop_after_skipped`, by default a whole period's) is checkpointed even between `--checkpoint-every`
@@ -142,9 +143,10 @@ class MemberRun:
                 lambda leaf: jnp.stack([leaf] * self.num_members), trainer.config.hyperparameters()
             )
         assert hyperparameters is not None
+        started = time.perf_counter()
         self.carry = self._init(keys, hyperparameters)
         self.history: list[dict] = []
-        self.seconds_before = 0.0  # compiling and running in the processes this one resumes
+        self.seconds_before = 0.0  # starting, compiling and running in the processes this one resumes
         restored = checkpointer.restore(self.carry) if checkpointer else None
         if restored:
             _, self.carry, record = restored
@@ -153,12 +155,16 @@ class MemberRun:
             self.seconds_before = float(record.get("seconds", 0.0))  # absent from checkpoints before it was kept
         self.periods_done_before = len(self.history)
         self.env_steps_before = int(self.env_steps().sum())  # those of the processes this one resumes
+        self.start_seconds = time.perf_counter() - started
         self.compile_seconds, self.clock = 0.0, []
 
     @property
     def seconds(self) -> float:
-        """Seconds spent compiling and running these members' periods, this process and those it resumes."""
-        return self.seconds_before + self.compile_seconds + (self.clock[-1][0] if self.clock else 0.0)
+        """Seconds spent on these members' periods, this process and those it resumes: starting (where this process
+        runs a period: restoring a finished run costs nothing), compiling and running."""
+        if not self.clock:
+            return self.seconds_before + self.compile_seconds
+        return self.seconds_before + self.start_seconds + self.compile_seconds + self.clock[-1][0]
 
     def _init(self, keys: jax.Array, hyperparameters: Hyperparameters):
         sharding, padded = member_sharding(self.num_members)
