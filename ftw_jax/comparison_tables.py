@@ -235,8 +235,9 @@ def _is_chosen(result: AlgorithmResult, row: dict, names: list[str]) -> bool:
 
 def _choice_notes(result: AlgorithmResult, names: list[str]) -> list[str]:
     """What a reader of a search's tuning table should know about its choice: whether the last rung's final
-    evaluation would have chosen the same configuration as its AUC did, and whether the chosen learning rate is
-    an edge of the grid the drawn configurations came from (reported, never followed by a wider grid)."""
+    evaluation would have chosen the same configuration as its AUC did, and whether the chosen learning rate, or any
+    other setting, is an end of the values the drawn configurations took (reported, never followed by a wider
+    grid)."""
     if "iterations" not in result.tuning[0]:
         return []
     horizon = max(row["iterations"] for row in result.tuning)
@@ -249,10 +250,19 @@ def _choice_notes(result: AlgorithmResult, names: list[str]) -> list[str]:
         "Chosen by tuning AUC; by the final evaluation the last rung would choose "
         + ("the same configuration." if same else f"another: {described}."),
     ]
-    grid = sorted({row["learning_rate"] for row in result.tuning if row.get("candidate", "drawn") == "drawn"})
+    drawn = [row for row in result.tuning if row.get("candidate", "drawn") == "drawn"]
+    grid = sorted({row["learning_rate"] for row in drawn})
     if len(grid) > 1 and tuning.at_edge(result.settings["learning_rate"], grid):
         notes.append(
             f"The chosen learning rate {result.settings['learning_rate']:g} is an edge of the grid "
             f"{grid[0]:g}…{grid[-1]:g}."
+        )
+    others = {name: span for name, span in tuning.ends(result.settings, drawn).items() if name != "learning_rate"}
+    if others:
+        listed = ", ".join(
+            f"{name} {result.settings[name]:g} ({low:g}…{high:g})" for name, (low, high) in others.items()
+        )
+        notes.append(
+            f"Other chosen settings at an end of the values drawn (reported for every method alike): {listed}."
         )
     return notes

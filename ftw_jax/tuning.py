@@ -17,8 +17,8 @@ share one compiled program; `group_sweeps` makes one sweep per program. `ftw_jax
 seeds and keeps the configuration with the best mean AUC; with rungs, every configuration runs to the first
 rung, the better half (by mean AUC so far) goes on to the next, and so on to the full horizon, whose schedules
 (β's decay, the annealed learning rate) every rung shares: a configuration is scored on the start of the very
-run it would make. The grid is fixed before any run; a choice on its edge is reported as such (`at_edge`), never
-followed by a wider grid for one method.
+run it would make. The grid is fixed before any run; a choice on its edge is reported as such (`at_edge` for the
+learning rate, `ends` for every setting), never followed by a wider grid for one method.
 """
 
 from __future__ import annotations
@@ -82,6 +82,22 @@ def candidates(
 def at_edge(rate: float, grid: Sequence[float]) -> bool:
     """Whether a chosen learning rate is the lowest or highest of the grid it was chosen from."""
     return rate in (min(grid), max(grid))
+
+
+def ends(chosen: dict, drawn: Sequence[dict]) -> dict[str, tuple[float, float]]:
+    """The chosen settings that are the lowest or highest value of the `drawn` configurations, {name: (lowest,
+    highest)}: every numeric setting that took three values or more, for every algorithm alike (a two-value
+    setting's every choice is an end; a category has none; β's horizon means nothing without a β). Reported,
+    never followed by a wider grid."""
+    found = {}
+    for name, value in chosen.items():
+        if name == "kl_decay_fraction" and chosen.get("kl_coef") == 0:
+            continue
+        values = {row[name] for row in drawn if name in row}
+        numbers = {value for value in values if isinstance(value, int | float) and not isinstance(value, bool)}
+        if len(numbers) >= 3 and numbers == values and value in (min(numbers), max(numbers)):
+            found[name] = (min(numbers), max(numbers))
+    return found
 
 
 def _valid(point: dict) -> bool:

@@ -86,6 +86,27 @@ def test_every_algorithm_tunes_its_reference_recipe_beside_the_drawn_configurati
     assert not tuning.at_edge(3e-3, tuning.LEARNING_RATES)
 
 
+def test_ends_names_every_chosen_setting_at_an_end_of_the_values_drawn():
+    """Numeric settings of three values or more, at their lowest or highest: flagged with their range; an interior
+    value, a two-value setting, a category and a setting holding None are not; nor β's horizon without a β."""
+    drawn = [
+        {"learning_rate": rate, "pool_capacity": n, "num_minibatches": m, "elite_rule": rule, "leave_one_out": g}
+        for rate, n, m, rule, g in zip(
+            (1e-4, 1e-3, 1e-2), (256, 512, 1024), (1, 4, 1), ("top_k", "beat_minimum", "top_k"), (None, 2, 8)
+        )
+    ]
+    chosen = {"learning_rate": 1e-3, "pool_capacity": 1024, "num_minibatches": 4, "elite_rule": "top_k"}
+    chosen["leave_one_out"] = 8
+    assert tuning.ends(chosen, drawn) == {"pool_capacity": (256, 1024)}
+    assert tuning.ends({**chosen, "learning_rate": 1e-4}, drawn) == {
+        "learning_rate": (1e-4, 1e-2),
+        "pool_capacity": (256, 1024),
+    }
+    betas = [{"kl_coef": b, "kl_decay_fraction": f} for b, f in ((0.0, 1.0), (0.3, 0.25), (1.0, 0.5))]
+    assert tuning.ends({"kl_coef": 0.0, "kl_decay_fraction": 1.0}, betas) == {"kl_coef": (0.0, 1.0)}
+    assert tuning.ends({"kl_coef": 0.3, "kl_decay_fraction": 1.0}, betas) == {"kl_decay_fraction": (0.25, 1.0)}
+
+
 def test_a_grid_of_rates_replaces_the_searched_ones_for_every_algorithm_alike():
     """`--learning-rates` with `--search`: the rates every algorithm draws from."""
     grid = tuning.LEARNING_RATES[:-1]
@@ -167,6 +188,9 @@ def test_compare_search_reports_the_best_configuration_as_a_plain_run_gives_it()
     by_final = max(result.tuning, key=lambda row: row["final_mean"])
     assert ("the same configuration" in table[9]) == (by_final is best)
     assert (best["learning_rate"] == 0.3) == any("is an edge of the grid 0.03…0.3" in line for line in table)
+    others = [name for name in tuning.ends(result.settings, drawn) if name != "learning_rate"]
+    noted = [line for line in table if line.startswith("Other chosen settings at an end of the values drawn")]
+    assert len(noted) == bool(others) and all(f"{name} " in noted[0] for name in others)
 
 
 @pytest.mark.slow
