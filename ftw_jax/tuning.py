@@ -94,7 +94,7 @@ def ends(chosen: dict, drawn: Sequence[dict]) -> dict[str, tuple[float, float]]:
         if name == "kl_decay_fraction" and chosen.get("kl_coef") == 0:
             continue
         values = {row[name] for row in drawn if name in row}
-        numbers = {value for value in values if isinstance(value, int | float) and not isinstance(value, bool)}
+        numbers = {each for each in values if isinstance(each, int | float) and not isinstance(each, bool)}
         if len(numbers) >= 3 and numbers == values and value in (min(numbers), max(numbers)):
             found[name] = (min(numbers), max(numbers))
     return found
