@@ -20,6 +20,8 @@ import sys
 import numpy as np
 import scipy.stats
 
+from ftw_jax.stats import p_text, t_interval
+
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from comparison_summary import LABELS, METHODS, read_summary, run_size  # noqa: E402
@@ -56,16 +58,14 @@ def end_rows(folder: pathlib.Path, last: float) -> list[str]:
     for name in (name for name in METHODS if f"{name}_success" in curves.files):
         per_seed = 100 * 100 * slopes(curves[f"{name}_success"][:, window], shown)
         mean = per_seed.mean()
+        low, high = t_interval(per_seed)
         if np.all(per_seed == per_seed[0]):  # every seed on one line (a flat 0% or 100%): nothing to test
-            low = high = mean
             p_value = 1.0 if mean == 0 else 0.0
         else:
-            low, high = scipy.stats.t.interval(0.95, per_seed.size - 1, loc=mean, scale=scipy.stats.sem(per_seed))
             p_value = scipy.stats.ttest_1samp(per_seed, 0.0).pvalue  # pyright: ignore[reportAttributeAccessIssue]
         trend = "no trend shown" if p_value >= 0.05 else ("rising" if mean > 0 else "falling")
-        p_text = "p < 0.001" if p_value < 0.001 else f"p = {p_value:.3f}"
         rows.append(
-            f"| {LABELS[name]} | {mean:+.2f} [{low:+.2f}, {high:+.2f}] | {p_text} | "
+            f"| {LABELS[name]} | {mean:+.2f} [{low:+.2f}, {high:+.2f}] | {p_text(p_value)} | "
             f"{int((per_seed > 0).sum())} of {per_seed.size} | {trend} |"
         )
     return rows
