@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from ftw_jax import cli
-from ftw_jax.reproduction import kl_fixed_point_probability, run_seeds, winners_only_probability
+from ftw_jax.lab.reproduction import kl_fixed_point_probability, run_seeds, winners_only_probability
 from ftw_jax.running import threefry
 from ftw_jax.running.plots import save_histogram
 

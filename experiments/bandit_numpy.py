@@ -6,7 +6,7 @@ The straightforward implementation, as a baseline for `experiments/bench_bandit.
 zero logits, one pull per iteration, a FIFO pool, J minibatches of C entries drawn without replacement among
 those in the pool, the top K of each by return (ties broken at random), loss = mean cross-entropy on the kept
 actions + β · KL(π ‖ π_ref) with π_ref the initial (uniform) policy, its gradient in the logits written out, and
-plain SGD; no update until the pool holds C entries. The settings are `ftw_jax.reproduction.protocol_config()`'s
+plain SGD; no update until the pool holds C entries. The settings are `ftw_jax.lab.reproduction.protocol_config()`'s
 (the benchmark checks they still are). Each seed has its own `numpy.random.Generator`, so results agree with
 JAX's in distribution, not seed by seed.
 """

@@ -27,7 +27,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from bandit_numpy import FIRST_SEED, PROTOCOL  # noqa: E402
 from bandit_numpy import run as numpy_run  # noqa: E402
 
-from ftw_jax.reproduction import protocol_config, seeds_program  # noqa: E402
+from ftw_jax.lab.reproduction import protocol_config, seeds_program  # noqa: E402
 from ftw_jax.running import threefry  # noqa: E402
 
 threefry.use_unrolled()  # as the command line does
@@ -70,7 +70,7 @@ def main() -> None:
     args = parser.parse_args()
     counts = [int(count) for count in args.seeds.split(",")]
     import_jax = process_seconds("import jax")
-    import_package = process_seconds("import ftw_jax.cli, ftw_jax.reproduction")
+    import_package = process_seconds("import ftw_jax.cli, ftw_jax.lab.reproduction")
     print(
         f"start-up floor (whole processes, median of 3): import jax {import_jax:.2f} s; "
         f"ftw_jax's bandit imports (jax included) {import_package:.2f} s\n"

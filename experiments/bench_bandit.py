@@ -9,7 +9,7 @@ Each repeat runs, one after another: `ftw-jax bandit --json --no-plot --num-seed
 first; with it, the command reads its traced program and most of its compile from the cache), then
 `bandit_numpy.py --num-seeds S --json`, then `python -c "import jax"` (the floor of any JAX process), then a
 process that does what `ftw-jax bandit` does step by step, with no cache, and times it: startup (launch to its
-first line), import (ftw_jax.cli and ftw_jax.reproduction), trace (the keys made from the seeds and the
+first line), import (ftw_jax.cli and ftw_jax.lab.reproduction), trace (the keys made from the seeds and the
 vmapped `make_run(..., ("applied",))`, the one metric the command reports, as `run_seeds`, lowered), compile
 (`.compile()`), run (the compiled call, `block_until_ready`) and the rest of its wall time (copying out,
 exit). --no-plot only skips creating runs/bandit (nothing is drawn under --json). With `--baseline CHECKOUT`,
@@ -44,7 +44,7 @@ import json, sys, time
 launched, started = float(sys.argv[2]), time.time()
 import argparse, jax, jax.numpy as jnp, numpy as np
 from ftw_jax import cli
-from ftw_jax.reproduction import make_run
+from ftw_jax.lab.reproduction import make_run
 from ftw_jax.running.loop import seed_keys
 from ftw_jax.running import threefry
 
@@ -94,7 +94,7 @@ def check_protocol() -> float:
     import bandit_numpy
 
     from ftw_jax import cli
-    from ftw_jax.reproduction import winners_only_probability
+    from ftw_jax.lab.reproduction import winners_only_probability
 
     parser = argparse.ArgumentParser()
     cli.add_bandit_arguments(parser)

@@ -26,7 +26,7 @@ MEASURE = r"""
 import json
 import numpy as np
 from ftw_jax.running.loop import MemberRun, seed_keys
-from ftw_jax.train import TrainConfig, make_train
+from ftw_jax.lab.train import TrainConfig, make_train
 from ftw_jax.running import threefry
 
 threefry.use_unrolled()  # opt in, as the command line does: the same random bits, compiled and run faster on CPU

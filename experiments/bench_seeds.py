@@ -18,10 +18,10 @@ import time
 import jax
 import numpy as np
 
+from ftw_jax.lab.train import TrainConfig, make_train
 from ftw_jax.running import threefry
 from ftw_jax.running.checkpoints import with_raw_keys
 from ftw_jax.running.loop import over_members, seed_keys
-from ftw_jax.train import TrainConfig, make_train
 
 threefry.use_unrolled()  # opt in, as the command line does: the same random bits, compiled and run faster on CPU
 

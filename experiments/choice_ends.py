@@ -4,7 +4,7 @@
 
 Reads the comparison's `summary.json` (each method's chosen configuration) and `tuning.csv` (every configuration
 tried, the drawn ones marked); prints, per task and method, the chosen settings that are the lowest or highest
-value the drawn configurations took, of every numeric setting that took three or more (`ftw_jax.tuning.ends`,
+value the drawn configurations took, of every numeric setting that took three or more (`ftw_jax.lab.tuning.ends`,
 which a comparison's `tuning.md` now reports itself). The protocol reports these and never widens a grid after;
 this reads the same for every method, so that no method's ends are the only ones named.
 """
@@ -16,7 +16,7 @@ import csv
 import json
 import pathlib
 
-from ftw_jax import tuning
+from ftw_jax.lab import tuning
 
 
 def cell(text: str):

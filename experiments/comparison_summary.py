@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from ftw_jax.train import TrainConfig
+    from ftw_jax.lab.train import TrainConfig
 
 TASKS = {  # folder: how the table names it
     "sokoban-binary": "Sokoban 6×6, binary reward",
@@ -58,7 +58,7 @@ def interval(row: dict, name: str) -> str:
 
 def run_size(summary: dict) -> TrainConfig:
     """The TrainConfig of the comparison's runs: its task's defaults with the iterations and episodes it set."""
-    from ftw_jax.train import TrainConfig  # here: the errors before it need no JAX
+    from ftw_jax.lab.train import TrainConfig  # here: the errors before it need no JAX
 
     sizes = {
         key: summary["overrides"][key]
@@ -99,7 +99,7 @@ def task_rows(folder: pathlib.Path, summary: dict, label: str) -> list[str]:
 
 def difference_rows(summary: dict, label: str) -> list[str]:
     """One row per baseline: FTW minus it on final and AUC (points), as the comparison tested them."""
-    from ftw_jax.stats import p_text  # as the comparison's tables print a p-value
+    from ftw_jax.lab.stats import p_text  # as the comparison's tables print a p-value
 
     rows = []
     for row in summary["differences"]:

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import scipy.stats
 
-from ftw_jax.stats import p_text, t_interval
+from ftw_jax.lab.stats import p_text, t_interval
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 

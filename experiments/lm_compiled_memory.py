@@ -56,8 +56,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
+from ftw_jax.agent.learner import EpisodeLearner, LearnConfig, example_trajectory
 from ftw_jax.algos.ftw import FTWConfig
-from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, example_trajectory
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.memory import QWEN2_5, memory_estimate, parameter_count
 from ftw_jax.lm.model import CausalLM
@@ -312,7 +312,7 @@ def task_sizes(task: str) -> dict[str, int]:
         return {}
     if task != "retrieval-qa":
         raise SystemExit(f"--task must be lm-learn or retrieval-qa, got {task!r}.")
-    from ftw_jax.retrieval_learner import RetrievalTrainConfig
+    from ftw_jax.agent.retrieval_qa.learner import RetrievalTrainConfig
 
     learn = RetrievalTrainConfig().learn
     ftw = learn.algorithm_config

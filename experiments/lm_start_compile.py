@@ -24,11 +24,11 @@ import jax.numpy as jnp
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests"))
 from conftest import write_tiny_bpe_checkpoint  # noqa: E402
 
+from ftw_jax.lab.train import TrainConfig, make_train  # noqa: E402
 from ftw_jax.lm.config import pretrained_config  # noqa: E402
 from ftw_jax.lm.load import save  # noqa: E402
 from ftw_jax.lm.model import CausalLM  # noqa: E402
 from ftw_jax.running.loop import seed_keys
-from ftw_jax.train import TrainConfig, make_train  # noqa: E402
 
 
 def main() -> None:

@@ -123,11 +123,11 @@ def ftw_worker(folder: pathlib.Path) -> dict:
     import jax.numpy as jnp
     import numpy as np
 
+    from ftw_jax.agent.learner import EpisodeLearner, LearnConfig
     from ftw_jax.algos.defaults import LM_FTW
     from ftw_jax.algos.ftw import FTWConfig
     from ftw_jax.algos.grpo import GRPOConfig
     from ftw_jax.core.pool import Trajectory
-    from ftw_jax.episode_learner import EpisodeLearner, LearnConfig
     from ftw_jax.lm import load
 
     setup = json.loads((folder / "setup.json").read_text())

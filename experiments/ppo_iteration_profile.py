@@ -25,8 +25,8 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
 from rejax_ppo_cartpole import OURS  # noqa: E402
 
 from ftw_jax import policies  # noqa: E402
-from ftw_jax.rollout import Player, rollouts  # noqa: E402
-from ftw_jax.train import TrainConfig, make_train  # noqa: E402
+from ftw_jax.lab.rollout import Player, rollouts  # noqa: E402
+from ftw_jax.lab.train import TrainConfig, make_train  # noqa: E402
 
 SEEDS, EPISODES = 10, 10
 

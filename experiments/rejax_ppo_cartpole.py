@@ -142,7 +142,7 @@ def run_rejax(venv: pathlib.Path, out: pathlib.Path, worker: str = __file__) -> 
 def run_ours(iterations: int, episodes_per_iteration: int) -> dict:
     """Our PPO with rejax's config, all seeds in one compiled sweep; curves at rejax's evaluation points (each
     the last evaluation at or before that many env steps)."""
-    from ftw_jax.sweep import make_sweep, run_sweep
+    from ftw_jax.lab.sweep import make_sweep, run_sweep
 
     started = time.perf_counter()
     sweep = make_sweep(

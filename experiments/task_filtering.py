@@ -12,10 +12,10 @@ import pathlib
 
 import numpy as np
 
+from ftw_jax.lab.sweep import make_sweep, run_sweep
+from ftw_jax.lab.train import TrainConfig
 from ftw_jax.running import threefry
 from ftw_jax.running.plots import save_learning_curves
-from ftw_jax.sweep import make_sweep, run_sweep
-from ftw_jax.train import TrainConfig
 
 threefry.use_unrolled()  # opt in, as the command line does: the same random bits, compiled and run faster on CPU
 

@@ -214,7 +214,7 @@ MUTATIONS = (
     Mutation(
         "skips-tuning-stops",
         "compare stops for a tuning configuration that diverges",
-        "ftw_jax/compare.py",
+        "ftw_jax/lab/compare.py",
         'stops=phase == "report",',
         "stops=True,",
         ("tests/test_skipped_updates.py", "-k", "compare"),
@@ -222,7 +222,7 @@ MUTATIONS = (
     Mutation(
         "skips-lm-learn-never-stops",
         "lm learn goes on when an iteration applies no update",
-        "ftw_jax/lm_learn.py",
+        "ftw_jax/agent/lm_learn.py",
         "save_then_stop(checkpointer, iteration, state, record, last=last, stop=stop)",
         "save_then_stop(checkpointer, iteration, state, record, last=last, stop=None)",
         ("tests/test_lm_learner.py", "-k", "non_finite_stops"),
@@ -230,7 +230,7 @@ MUTATIONS = (
     Mutation(
         "skips-lm-learn-run-lost-on-resume",
         "lm learn forgets on resume the updates it skipped",
-        "ftw_jax/lm_learn.py",
+        "ftw_jax/agent/lm_learn.py",
         '**record.get("skipped", {})}',
         "}",
         ("tests/test_lm_learner.py", "-k", "non_finite_stops"),
@@ -266,7 +266,7 @@ MUTATIONS = (
     Mutation(
         "compare-resume-restarts",
         "compare --resume finds none of its phases' checkpoints",
-        "ftw_jax/compare.py",
+        "ftw_jax/lab/compare.py",
         'checkpoint_folder / f"{algorithm}-{phase}"',
         'checkpoint_folder / f"{algorithm}-{phase}-{id(sweep)}"',
         ("tests/test_compare.py",),
@@ -328,11 +328,11 @@ MUTATIONS = (
         "positions = jnp.zeros((1, 1), jnp.int32)",
         ("tests/test_search.py", "-k", "cache"),
     ),
-    # The LLM-agent learner (ftw_jax.episodes, ftw_jax.episode_learner) and the text search agent.
+    # The LLM-agent learner (ftw_jax.agent.episodes, ftw_jax.agent.learner) and the text search agent.
     Mutation(
         "episode-mask-all-tokens",
         "JSONL episodes train on the environment's tokens too",
-        "ftw_jax/episodes.py",
+        "ftw_jax/agent/episodes.py",
         "= episode.written[1:], episode.logprobs[1:], episode.versions[1:]",
         "= True, episode.logprobs[1:], episode.versions[1:]",
         ("tests/test_lm_learner.py", "-k", "round_trip or in_process"),
@@ -340,7 +340,7 @@ MUTATIONS = (
     Mutation(
         "episode-one-version",
         "every token of an episode gets its last span's policy version",
-        "ftw_jax/episodes.py",
+        "ftw_jax/agent/episodes.py",
         "= episode.written[1:], episode.logprobs[1:], episode.versions[1:]",
         "= episode.written[1:], episode.logprobs[1:], episode.versions.max()",
         ("tests/test_lm_learner.py", "-k", "versions"),
@@ -348,7 +348,7 @@ MUTATIONS = (
     Mutation(
         "logprob-count-unchecked",
         "a span with too few log-probs is not named as the bad field",
-        "ftw_jax/episodes.py",
+        "ftw_jax/agent/episodes.py",
         "if not isinstance(values, list) or len(values) != end - start:",
         "if not isinstance(values, list):",
         ("tests/test_lm_learner.py", "-k", "bad_field"),
@@ -356,7 +356,7 @@ MUTATIONS = (
     Mutation(
         "learn-resume-rereads",
         "lm learn --resume learns from the episodes it already used again",
-        "ftw_jax/lm_learn.py",
+        "ftw_jax/agent/lm_learn.py",
         'used = record["episodes_used"]',
         "used = 0",
         ("tests/test_lm_learner.py", "-k", "resume"),
@@ -381,7 +381,7 @@ MUTATIONS = (
     Mutation(
         "evaluation-draws-test-levels-at-random",
         "an evaluation draws its test levels with replacement instead of playing each once",
-        "ftw_jax/train.py",
+        "ftw_jax/lab/train.py",
         "num_episodes=config.eval_episodes, episode_params=episode_params",
         "num_episodes=config.eval_episodes",
         ("tests/test_sokoban.py", "-k", "each_test_level_once"),
@@ -440,7 +440,7 @@ MUTATIONS = (
     Mutation(
         "sweep-ignores-member-lr",
         "every sweep member trains at the program's learning rate",
-        "ftw_jax/train.py",
+        "ftw_jax/lab/train.py",
         "learner=learner.init(params_key, observation, hyperparameters, *starting)",
         "learner=learner.init(params_key, observation, hyperparameters.replace("
         "learning_rate=config.hyperparameters().learning_rate), *starting)",
@@ -449,7 +449,7 @@ MUTATIONS = (
     Mutation(
         "sweep-ignores-member-kl",
         "every sweep member trains at the program's β",
-        "ftw_jax/train.py",
+        "ftw_jax/lab/train.py",
         "learner=learner.init(params_key, observation, hyperparameters, *starting)",
         "learner=learner.init(params_key, observation, hyperparameters.replace("
         "kl_coef=config.hyperparameters().kl_coef), *starting)",
@@ -525,7 +525,7 @@ MUTATIONS = (
     Mutation(
         "filtered-tasks-unused",
         "the kept tasks never reach training",
-        "ftw_jax/train.py",
+        "ftw_jax/lab/train.py",
         "reset_keys = jnp.repeat(groups, group_size, axis=0)",
         "reset_keys = None",
         ("tests/test_probes.py",),
@@ -533,7 +533,7 @@ MUTATIONS = (
     Mutation(
         "keep-always-solved-tasks",
         "tasks solved by every probe are kept",
-        "ftw_jax/probes.py",
+        "ftw_jax/lab/probes.py",
         "return (successes > 0) & (successes < num_probes)",
         "return successes > 0",
         ("tests/test_probes.py",),
@@ -688,7 +688,7 @@ MUTATIONS = (
     Mutation(
         "anneal-policy-only",
         "annealing misses the critic's optimizer",
-        "ftw_jax/train.py",
+        "ftw_jax/lab/train.py",
         "state = with_learning_rate(state, learning_rate)",
         "state = state.replace(policy=state.policy.replace(opt_state=with_learning_rate(state.policy.opt_state, "
         "learning_rate)))",
@@ -697,7 +697,7 @@ MUTATIONS = (
     Mutation(
         "kl-horizon-ignored",
         "β decays over the whole run whatever its horizon",
-        "ftw_jax/train.py",
+        "ftw_jax/lab/train.py",
         "horizon = config.kl_decay_iterations or config.num_iterations",
         "horizon = config.num_iterations",
         (REFERENCE_TESTS,),
@@ -746,7 +746,7 @@ MUTATIONS = (
     Mutation(
         "learner-state-laid-out-by-xla",
         "lm learn's init leaves the reference and Adam's moments whole on every device of a mesh",
-        "ftw_jax/episode_learner.py",
+        "ftw_jax/agent/learner.py",
         "out_shardings=_state_shardings(init, model_params)",
         "out_shardings=None",
         ("tests/test_lm_learner.py::test_lm_learn_on_a_data_by_model_mesh_learns_what_one_device_does",),
@@ -754,7 +754,7 @@ MUTATIONS = (
     Mutation(
         "learner-state-not-donated",
         "lm learn's update keeps its input state beside the new one",
-        "ftw_jax/episode_learner.py",
+        "ftw_jax/agent/learner.py",
         "donate_argnums=0 if donate else ()",
         "donate_argnums=()",
         ("tests/test_lm_memory.py::test_a_donated_state_and_a_bfloat16_reference_shrink_the_compiled_update",),
@@ -763,7 +763,7 @@ MUTATIONS = (
     Mutation(
         "follow-learns-short-batches",
         "lm learn --follow learns a batch before B episodes are there (not what a run never stopped learns)",
-        "ftw_jax/episode_feed.py",
+        "ftw_jax/agent/feed.py",
         "if self.follow and len(self.pending) < self.batch_size:",
         "if self.follow and not self.pending:",
         ("tests/test_lm_learner.py::test_lm_learn_follow_learns_each_appended_line_once_and_resumes_exactly",),
@@ -771,7 +771,7 @@ MUTATIONS = (
     Mutation(
         "tail-reads-half-lines",
         "a line the engine is still writing is parsed (and refused) before its newline",
-        "ftw_jax/episode_feed.py",
+        "ftw_jax/agent/feed.py",
         'end = len(data) if complete else data.rfind(b"\\n") + 1',
         "end = len(data)",
         ("tests/test_lm_learner.py::test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file",),
@@ -804,7 +804,7 @@ MUTATIONS = (
     Mutation(
         "shrunk-episodes-file-resumed",
         "a resume from a file now shorter than what was learnt exits 0 and learns nothing",
-        "ftw_jax/episode_feed.py",
+        "ftw_jax/agent/feed.py",
         "            if count - read[name] > (1 if self.follow else 0):",
         "            if False:",
         ("tests/test_lm_learner.py::test_a_short_last_batch_is_learnt_from_and_resumed_after",),
@@ -812,7 +812,7 @@ MUTATIONS = (
     Mutation(
         "worker-files-unordered",
         "a folder's files are read in the order they were found, not by name (a resume is no longer exact)",
-        "ftw_jax/episode_feed.py",
+        "ftw_jax/agent/feed.py",
         "self.tails = dict(sorted(self.tails.items()))",
         "self.tails = dict(reversed(self.tails.items()))",
         ("tests/test_episode_feed.py", "-k", "name_order"),
@@ -820,7 +820,7 @@ MUTATIONS = (
     Mutation(
         "worker-files-resumed-as-one",
         "lm learn --resume over a folder forgets how many episodes of each file it learnt, and learns them again",
-        "ftw_jax/lm_learn.py",
+        "ftw_jax/agent/lm_learn.py",
         'return done, state, used, skipped, record.get("episodes_used_per_file")',
         "return done, state, used, skipped, {}",
         ("tests/test_lm_learner.py", "-k", "folder_of_worker_files"),
@@ -828,7 +828,7 @@ MUTATIONS = (
     Mutation(
         "replaced-episodes-file-read-on",
         "a followed file replaced by another is read on from the old offset (its first lines skipped)",
-        "ftw_jax/episode_feed.py",
+        "ftw_jax/agent/feed.py",
         "        if identity != self.identity:",
         "        if False:",
         ("tests/test_episode_feed.py", "-k", "no_longer_the_one_read"),
@@ -844,7 +844,7 @@ MUTATIONS = (
     Mutation(
         "version-ahead-accepted",
         "a span written by a version ahead of the learner is learnt (negative staleness)",
-        "ftw_jax/episodes.py",
+        "ftw_jax/agent/episodes.py",
         "            if version > learner_version:",
         "            if version > learner_version + 1:",
         ("tests/test_lm_learner.py::test_a_span_ahead_of_the_learners_version_is_refused_by_file_line_and_field",),
@@ -860,7 +860,7 @@ MUTATIONS = (
     Mutation(
         "episode-json-error-at-at",
         "a JSON error in an episodes line reads 'starting at at column'",
-        "ftw_jax/episodes.py",
+        "ftw_jax/agent/episodes.py",
         "error.msg.removesuffix(' at')",
         "error.msg",
         ("tests/test_lm_learner.py", "-k", "not_utf8_or_json"),
@@ -868,7 +868,7 @@ MUTATIONS = (
     Mutation(
         "episode-line-not-utf8-accepted",
         "an episodes line that is not UTF-8 is read with replacement characters",
-        "ftw_jax/episode_feed.py",
+        "ftw_jax/agent/feed.py",
         'raw.decode("utf-8")',
         'raw.decode("utf-8", "replace")',
         ("tests/test_lm_learner.py", "-k", "not_utf8_or_json"),
@@ -877,7 +877,7 @@ MUTATIONS = (
     Mutation(
         "lm-step-memory-unchecked",
         "lm learn --num-batches 1e9 is not refused before it allocates",
-        "ftw_jax/episode_learner.py",
+        "ftw_jax/agent/learner.py",
         "            check_working_memory(\n                program.memory_analysis(),",
         "            (lambda *_, **__: None)(\n                program.memory_analysis(),",
         ("tests/test_lm_learner.py", "-k", "would_not_fit_in_memory and num-batches"),
@@ -909,7 +909,7 @@ MUTATIONS = (
     Mutation(
         "last-turn-search-answered",
         "the last turn's search gets passages and the episode goes on past its turns",
-        "ftw_jax/envs/retrieval_qa/task.py",
+        "ftw_jax/agent/retrieval_qa/task.py",
         'if action == "answer" or last:',
         'if action == "answer":',
         ("tests/test_retrieval_qa.py", "-k", "turn_loop"),
@@ -917,7 +917,7 @@ MUTATIONS = (
     Mutation(
         "unmatched-passages-returned",
         "a query that shares no term with any passage still gets passages",
-        "ftw_jax/envs/retrieval_qa/retriever.py",
+        "ftw_jax/agent/retrieval_qa/retriever.py",
         "for i, score in zip(row, row_scores) if score > 0",
         "for i, score in zip(row, row_scores)",
         ("tests/test_retrieval_qa.py", "-k", "bm25s_called_directly"),
@@ -967,7 +967,7 @@ MUTATIONS = (
     Mutation(
         "groups-left-in-file-order",
         "GRPO's groups are read as consecutive episodes whatever their group",
-        "ftw_jax/episodes.py",
+        "ftw_jax/agent/episodes.py",
         "return [episode for members in groups.values() for episode in members]",
         "return episodes",
         ("tests/test_lm_learner.py", "-k", "group_by_group"),
@@ -999,7 +999,7 @@ MUTATIONS = (
     Mutation(
         "sampler-gap-unchecked",
         "an engine that samples from another distribution than the policy's goes unnoticed",
-        "ftw_jax/lm_learn.py",
+        "ftw_jax/agent/lm_learn.py",
         "if limit and gap is not None and not gap <= limit:",
         "if False:",
         ("tests/test_lm_learner.py", "-k", "off_the_policy"),
@@ -1023,7 +1023,7 @@ MUTATIONS = (
     Mutation(
         "stale-share-unchecked",
         "an engine that never reloads the weights fills the pool with episodes it never selects, unsaid",
-        "ftw_jax/lm_learn.py",
+        "ftw_jax/agent/lm_learn.py",
         "    if stale > share * total:",
         "    if False:",
         ("tests/test_lm_learner.py", "-k", "past_max_staleness"),
@@ -1031,7 +1031,7 @@ MUTATIONS = (
     Mutation(
         "latest-before-its-checkpoint",
         "weights/latest.json names a version no whole checkpoint covers: a restart goes back to an older one",
-        "ftw_jax/lm_learn.py",
+        "ftw_jax/agent/lm_learn.py",
         "if self.checkpointer is None or (durable or 0) >= pair[0]]",
         "]",
         ("tests/test_lm_learner.py", "-k", "latest_json_moves or killed_at_each"),
@@ -1039,7 +1039,7 @@ MUTATIONS = (
     Mutation(
         "verdict-unadjusted",
         "a table of several baselines judges each at 5% alone, not at 5% for the table (Holm)",
-        "ftw_jax/comparison_tables.py",
+        "ftw_jax/lab/comparison_tables.py",
         'row[f"{name}_verdict"] = verdict(mine, theirs, row[f"{name}_margin"], p_value=float(p_value))',
         'row[f"{name}_verdict"] = verdict(mine, theirs, row[f"{name}_margin"])',
         ("tests/test_compare.py", "-k", "holm"),
@@ -1063,7 +1063,7 @@ MUTATIONS = (
     Mutation(
         "reference-drawn-twice",
         "the random search may draw the reference recipe's point again, so the reference runs twice",
-        "ftw_jax/tuning.py",
+        "ftw_jax/lab/tuning.py",
         "points = [point for point in points if _valid(point) and point != exclude]",
         "points = [point for point in points if _valid(point)]",
         ("tests/test_tuning.py", "-k", "reference_recipe"),
@@ -1071,7 +1071,7 @@ MUTATIONS = (
     Mutation(
         "solved-strictly-above",
         "a seed exactly at the solved threshold is not counted as solved",
-        "ftw_jax/comparison_tables.py",
+        "ftw_jax/lab/comparison_tables.py",
         "mine, theirs = int((reference >= SOLVED_AT).sum()), int((other >= SOLVED_AT).sum())",
         "mine, theirs = int((reference > SOLVED_AT).sum()), int((other >= SOLVED_AT).sum())",
         ("tests/test_compare.py", "-k", "split"),

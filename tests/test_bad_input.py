@@ -158,9 +158,9 @@ def test_a_sweep_too_big_for_memory_is_refused_before_it_runs_and_leaves_nothing
     half the memory here, but a period holds the state twice (in and out, ~2.4 states with its outputs, where
     its outputs and temporaries alone are ~1.6): XLA's count of the compiled period, arguments included, refuses
     it. Memory is set small so that the check is the same on any machine."""
-    from ftw_jax import sweep
+    from ftw_jax.lab import sweep
+    from ftw_jax.lab.train import make_train
     from ftw_jax.running import memory
-    from ftw_jax.train import make_train
 
     members = sweep.make_sweep("bandit", {"C": [4, 5]}, list(range(100)))
     state = memory.state_bytes(jax.eval_shape(make_train(members.config).init, jax.random.key(0)))

@@ -9,7 +9,7 @@ import pytest
 
 from ftw_jax import cli
 from ftw_jax.envs import GaussianBandit
-from ftw_jax.reproduction import (
+from ftw_jax.lab.reproduction import (
     kl_fixed_point_probability,
     make_run,
     protocol_config,

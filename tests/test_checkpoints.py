@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from ftw_jax import cli
+from ftw_jax.lab.train import TrainConfig, make_train
 from ftw_jax.running.checkpoints import Checkpointer, config_differences, rows_from_record, rows_record, with_raw_keys
 from ftw_jax.running.loop import MemberRun, seed_keys
-from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 

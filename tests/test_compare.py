@@ -12,9 +12,9 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ftw_jax.cli import main
-from ftw_jax.compare import AlgorithmResult, Comparison, compare
-from ftw_jax.comparison_tables import difference_rows, markdown_table, solved_seeds
-from ftw_jax.stats import (
+from ftw_jax.lab.compare import AlgorithmResult, Comparison, compare
+from ftw_jax.lab.comparison_tables import difference_rows, markdown_table, solved_seeds
+from ftw_jax.lab.stats import (
     bootstrap_interval,
     holm,
     interquartile_mean,
@@ -25,7 +25,7 @@ from ftw_jax.stats import (
     verdict,
     welch,
 )
-from ftw_jax.train import TrainConfig, make_train
+from ftw_jax.lab.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 

@@ -33,7 +33,7 @@ def test_a_new_algorithm_and_environment_train_from_the_command_line():
     summary, comparison = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
     assert summary["config"]["algorithm"] == "top_half" and summary["config"]["algorithm_config"] == {"quantile": 0.75}
     assert summary["return"][0] > 0.75  # the uniform policy earns 0.6, the best arm 1.0
-    # Registered after `import ftw_jax.train`, searched over its own space by `compare --search`.
+    # Registered after `import ftw_jax.lab.train`, searched over its own space by `compare --search`.
     assert [row["algorithm"] for row in comparison["algorithms"]] == ["top_half", "reinforce"]
     assert comparison["chosen"]["top_half"]["quantile"] in (0.5, 0.75, 0.9)
     assert len(comparison["tuning"]["top_half"]) == 4  # 3 drawn, and its defaults as its reference recipe

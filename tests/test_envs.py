@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ftw_jax import envs
+from ftw_jax.lab.rollout import Player, rollout
 from ftw_jax.policies import MLPPolicy, TabularPolicy
-from ftw_jax.rollout import Player, rollout
 
 
 def test_bandit_env_pays_the_arm_mean_plus_noise():

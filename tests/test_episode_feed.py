@@ -1,4 +1,4 @@
-"""Episode files as engines append to them (`ftw_jax.episode_feed`): a folder of one file per worker read in name
+"""Episode files as engines append to them (`ftw_jax.agent.feed`): a folder of one file per worker read in name
 order and resumed per file, torn lines from two writers sharing a file named by file and line, and a followed
 file that is replaced refused rather than read on from the old offset."""
 
@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-from ftw_jax.episode_feed import EpisodeFeed, EpisodeFiles, EpisodeTail, episode_file, read_episodes
+from ftw_jax.agent.feed import EpisodeFeed, EpisodeFiles, EpisodeTail, episode_file, read_episodes
 
 VOCAB, LENGTH = 64, 16
 

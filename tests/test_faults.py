@@ -135,9 +135,9 @@ def test_a_log_cut_behind_its_checkpoint_is_refused_not_resumed_without_its_rows
 def test_a_period_is_checkpointed_only_after_its_rows_are_written(tmp_path):
     """`MemberRun.periods` checkpoints a period once the caller is done with it (has written its rows): a caller
     killed while writing leaves the checkpoint of the period before."""
+    from ftw_jax.lab.train import TrainConfig, make_train
     from ftw_jax.running.checkpoints import Checkpointer
     from ftw_jax.running.loop import MemberRun, seed_keys
-    from ftw_jax.train import TrainConfig, make_train
 
     config = TrainConfig.for_env("bandit", num_iterations=6, eval_every=2)
     checkpointer = Checkpointer(tmp_path, {"case": "ordering"})

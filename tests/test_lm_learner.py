@@ -19,23 +19,23 @@ from conftest import with_cpu_devices
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ftw_jax import cli
-from ftw_jax.algos.ftw import FTWConfig
-from ftw_jax.core import diagnostics
-from ftw_jax.core.elite_loss import make_loss
-from ftw_jax.envs.text_search import TextSearchTask
-from ftw_jax.episode_feed import read_episodes
-from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
-from ftw_jax.episodes import (
+from ftw_jax.agent.episodes import (
     check_versions,
     episode_records,
     parse_episode,
     to_trajectories,
     write_episodes,
 )
+from ftw_jax.agent.feed import read_episodes
+from ftw_jax.agent.learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
+from ftw_jax.algos.ftw import FTWConfig
+from ftw_jax.core import diagnostics
+from ftw_jax.core.elite_loss import make_loss
+from ftw_jax.envs.text_search import TextSearchTask
+from ftw_jax.lab.rollout import Player, rollouts
 from ftw_jax.lm import load
 from ftw_jax.lm.config import tiny_config
 from ftw_jax.lm.load import save
-from ftw_jax.rollout import Player, rollouts
 from ftw_jax.running import checkpoints, memory
 
 ENV = TextSearchTask(step_limit=48)
@@ -536,7 +536,7 @@ for name, extra in (("one", []), ("mesh", ["--mesh", "2x2"])):
             # rounding in near-zero gradients into lr-sized steps
     assert cli.main(argv) == 0
     weights[name] = lm.load(out / name / "weights" / "version-000002")[1]
-from ftw_jax.episode_learner import EpisodeLearner, LearnConfig
+from ftw_jax.agent.learner import EpisodeLearner, LearnConfig
 from ftw_jax.lm.sharding import make_mesh, shard_params
 model, params = lm.load(folder)
 state = EpisodeLearner.build(LearnConfig(max_length=12), model.config).init(shard_params(params, make_mesh(2, 2)))
@@ -574,7 +574,7 @@ def test_lm_learn_on_a_data_by_model_mesh_learns_what_one_device_does(tmp_path):
 def test_the_samplers_episodes_are_on_policy_for_the_learner(tmp_path):
     """Episodes the in-process sampler writes, through JSONL: every model token's behaviour log-prob is the one
     the learner computes for it, so at the sampling weights the importance ratio of each is 1 (log 0)."""
-    from ftw_jax.episodes import sample_records
+    from ftw_jax.agent.episodes import sample_records
     from ftw_jax.lm import SamplingConfig, make_sampler
 
     folder = pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied"
@@ -612,7 +612,7 @@ def test_the_samplers_episodes_are_on_policy_for_the_learner(tmp_path):
 def sampled_episodes(model_folder, path, **sampling):
     """16 episodes the tiny model continues 16 prompts with (`lm.make_sampler`, `sampling` its settings) at
     version 0, with the log-probs of the distribution they were drawn from, as an engine reports them."""
-    from ftw_jax.episodes import sample_records
+    from ftw_jax.agent.episodes import sample_records
     from ftw_jax.lm import SamplingConfig, make_sampler
 
     model, params = load(model_folder)
@@ -936,7 +936,7 @@ def test_lm_learn_whose_updates_are_all_non_finite_stops_in_one_line_and_resumes
 ):
     """Issue 31: a learner that applies none of an iteration's ready updates stops (exit 3) after that iteration,
     checkpointed, saying why and what to try; resumed with --stop-after-skipped 0 it goes on and counts them."""
-    from ftw_jax import episode_learner as learner_module
+    from ftw_jax.agent import learner as learner_module
 
     original = learner_module.make_optimizer  # every update NaN, from finite losses and gradients
     nan_updates = lambda config: optax.chain(original(config), optax.scale(jnp.nan))  # noqa: E731
@@ -1019,7 +1019,7 @@ def test_lm_learn_follow_learns_each_appended_line_once_and_resumes_exactly(engi
 
 
 def test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file(tmp_path):
-    from ftw_jax.episode_feed import EpisodeTail
+    from ftw_jax.agent.feed import EpisodeTail
 
     path = tmp_path / "episodes.jsonl"
     line = json.dumps(GOOD) + "\n"
@@ -1038,7 +1038,7 @@ def test_episode_tail_reads_whole_lines_once_and_refuses_a_shrunk_file(tmp_path)
 
 
 def test_stale_episodes_are_counted_against_the_bound():
-    from ftw_jax.episodes import parse_episode, stale_episodes
+    from ftw_jax.agent.episodes import parse_episode, stale_episodes
 
     episode = parse_episode(json.dumps(GOOD), vocab_size=64, max_length=16)  # written by version 2
     two, one = to_trajectories([episode, episode], 16), to_trajectories([episode], 16)
@@ -1049,7 +1049,7 @@ def test_stale_episodes_are_counted_against_the_bound():
 def test_latest_json_moves_only_to_versions_a_whole_checkpoint_covers(tmp_path):
     """`LatestVersion` names a written version once a checkpoint of its iteration or a later one is whole (the
     checkpointer's `durable_step`), the newest such; without checkpoints at once."""
-    from ftw_jax.lm_learn import LatestVersion
+    from ftw_jax.agent.lm_learn import LatestVersion
 
     class Checkpoints:  # a checkpointer whose writes finish when the test says
         durable = None
@@ -1260,7 +1260,7 @@ def test_a_follower_stops_at_a_torn_line_naming_it_and_resumed_skipping_bad_line
 
 
 def test_a_batch_is_put_group_by_group_and_a_broken_group_is_named(tmp_path):
-    from ftw_jax.episodes import grouped, tied_group_share
+    from ftw_jax.agent.episodes import grouped, tied_group_share
 
     def episode(line, group, reward=0.0):
         record = {**GOOD, "reward": reward, **({} if group is None else {"group": group})}
@@ -1294,8 +1294,8 @@ def test_each_algorithm_raises_the_reward_of_an_engines_groups(algorithm):
     records with the prompt's `group`); the reward is the share of even token ids among the completion's.
     Each algorithm, with Search-R1's settings of it (`SEARCH_R1`), lifts the reward from about a half."""
     from ftw_jax import algos
+    from ftw_jax.agent.episodes import episode_of, grouped, sample_records
     from ftw_jax.algos.defaults import SEARCH_R1
-    from ftw_jax.episodes import episode_of, grouped, sample_records
     from ftw_jax.lm import SamplingConfig, make_sampler
 
     model, params = load(pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied")

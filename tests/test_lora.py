@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from ftw_jax import cli
+from ftw_jax.agent.episodes import episode_of, to_trajectories, write_episodes
+from ftw_jax.agent.learner import EpisodeLearner, LearnConfig, load_for_learning
 from ftw_jax.algos.ftw import FTWConfig
-from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, load_for_learning
-from ftw_jax.episodes import episode_of, to_trajectories, write_episodes
 from ftw_jax.lm import CausalLM, load, lora, save
 
 QWEN2 = pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied"

@@ -18,9 +18,9 @@ from ftw_jax.algos.policy_gradient import clipped_surrogate, k3_kl, mean_baselin
 from ftw_jax.algos.ppo import Critic, gae_advantages, make_critic_update
 from ftw_jax.core import losses
 from ftw_jax.core.state import PolicyState
+from ftw_jax.lab.rollout import Player, rollouts
+from ftw_jax.lab.train import TrainConfig, make_train
 from ftw_jax.policies import MLPPolicy
-from ftw_jax.rollout import Player, rollouts
-from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 BASELINES = {"reinforce": reinforce, "grpo": grpo, "ppo": ppo}

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from ftw_jax.envs.base import Environment
+from ftw_jax.lab.probes import draw_tasks, informative_probability, keep_informative, probe
+from ftw_jax.lab.rollout import Player
+from ftw_jax.lab.train import TrainConfig, make_train
 from ftw_jax.policies import TabularPolicy
-from ftw_jax.probes import draw_tasks, informative_probability, keep_informative, probe
-from ftw_jax.rollout import Player
-from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 

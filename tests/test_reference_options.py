@@ -13,7 +13,7 @@ from test_policy_gradient import away_from_the_reference, written_out_baseline_l
 from ftw_jax.algos.policy_gradient import k3_kl
 from ftw_jax.algos.ppo import Critic, make_critic_update, minibatch_indices
 from ftw_jax.core import losses
-from ftw_jax.train import TrainConfig, make_optimizer, make_train
+from ftw_jax.lab.train import TrainConfig, make_optimizer, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 

@@ -11,22 +11,19 @@ import numpy as np
 import pytest
 
 from ftw_jax import cli, lm
-from ftw_jax.envs.retrieval_qa import (
+from ftw_jax.agent.episodes import episode_of, sample_records, to_trajectories
+from ftw_jax.agent.retrieval_qa import (
     BadData,
     BM25Retriever,
     RetrievalQA,
     RetrievalQASettings,
-    exact_match,
-    final_answer,
-    normalize_answer,
     read_questions,
-    turn_action,
 )
+from ftw_jax.agent.retrieval_qa.data import Corpus, read_demonstrations
+from ftw_jax.agent.retrieval_qa.synthetic import tokenizer_texts, write_synthetic
+from ftw_jax.agent.retrieval_qa.task import INVALID_ACTION
+from ftw_jax.envs.retrieval_qa import exact_match, final_answer, normalize_answer, turn_action
 from ftw_jax.envs.retrieval_qa.answers import reward
-from ftw_jax.envs.retrieval_qa.data import Corpus, read_demonstrations
-from ftw_jax.envs.retrieval_qa.synthetic import tokenizer_texts, write_synthetic
-from ftw_jax.envs.retrieval_qa.task import INVALID_ACTION
-from ftw_jax.episodes import episode_of, sample_records, to_trajectories
 from ftw_jax.lm.sampler import SamplingConfig
 from ftw_jax.lm.tiny import write_tiny_checkpoint
 from ftw_jax.lm.turns import make_turn_sampler
@@ -390,7 +387,7 @@ def test_lm_train_retrieval_qa_writes_weights_and_resumes_exactly(world, tmp_pat
     the same evaluations."""
     import signal
 
-    from ftw_jax import retrieval_learner
+    from ftw_jax.agent.retrieval_qa import learner as retrieval_learner
     from ftw_jax.running.signals import Interrupted
 
     extra = ["--demonstrations", str(world["demonstrations"]), "--warm-start-steps", "4", "--iterations", "2"]

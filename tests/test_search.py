@@ -8,8 +8,8 @@ from conftest import jitted_steps
 
 from ftw_jax.core.losses import categorical_kl, entropy
 from ftw_jax.envs.search import ANSWER, BOS, NONE, QUESTION_ONE_HOP, QUESTION_TWO_HOP, RESULT, SEARCH, SearchTask
+from ftw_jax.lab.rollout import Player, rollout
 from ftw_jax.policies import ARCHITECTURES
-from ftw_jax.rollout import Player, rollout
 
 
 def run(env, seed, chooser):

@@ -176,7 +176,7 @@ def lm_learn_files(folder: pathlib.Path) -> list[str]:
 
 def lm_train_files(folder: pathlib.Path) -> list[str]:
     """`lm train --task retrieval-qa` flags over a small world in Search-R1's formats and a tiny chat checkpoint."""
-    from ftw_jax.envs.retrieval_qa.synthetic import tokenizer_texts, write_synthetic
+    from ftw_jax.agent.retrieval_qa.synthetic import tokenizer_texts, write_synthetic
     from ftw_jax.lm.tiny import write_tiny_checkpoint
 
     paths = write_synthetic(folder / "world", people=40, distractors=20, seed=1)

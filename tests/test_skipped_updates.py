@@ -10,7 +10,8 @@ import numpy as np
 import optax
 import pytest
 
-from ftw_jax import cli, train
+from ftw_jax import cli
+from ftw_jax.lab import train
 from ftw_jax.running import checkpoints, skips
 
 # ------------------------------------------------------------------------------------------ counts, by hand

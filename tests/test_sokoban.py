@@ -7,7 +7,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ftw_jax import train
 from ftw_jax.envs.sokoban import (
     Level,
     Sokoban,
@@ -22,8 +21,9 @@ from ftw_jax.envs.sokoban import (
     render,
     room_hash,
 )
-from ftw_jax.rollout import rollouts
-from ftw_jax.train import TrainConfig, make_train
+from ftw_jax.lab import train
+from ftw_jax.lab.rollout import rollouts
+from ftw_jax.lab.train import TrainConfig, make_train
 
 UP, DOWN, LEFT, RIGHT = range(4)
 # generate_level vmaps its attempts, each a scan over split keys: the checker's false positive (conftest).

@@ -58,20 +58,18 @@ def test_no_import_cycle():
     assert cycles == []
 
 
-# The package's layers, bottom first (README's Layout): a module imports from its own layer and those below. Each
-# layer is a folder, but for the programs, the modules at the top of the package.
+# The package's layers, bottom first (README's Layout), each a folder: a module imports from its own layer and those
+# below. The programs are two wings, the lab and the agent, that never import each other (`WINGS`).
 LAYERS = {
     "core": ("core",),
     "algorithms": ("algos",),
     "models": ("policies", "lm"),
     "environments": ("envs",),
     "running": ("running",),
-    "programs": (
-        "rollout", "warm_start", "probes", "episodes", "episode_feed", "train", "sweep", "tuning", "compare",
-        "comparison_tables", "stats", "reproduction", "episode_learner", "lm_learn", "retrieval_learner",
-    ),
+    "programs": ("lab", "agent"),
     "interface": ("cli", ""),  # "": the package's __init__
-}  # fmt: skip
+}
+WINGS = ("ftw_jax.lab", "ftw_jax.agent")
 
 
 def layer_of(module: str) -> int:
@@ -91,8 +89,38 @@ def test_no_module_imports_from_a_layer_above_its_own():
 
 
 def test_the_layer_check_sees_an_upward_import():
-    assert layer_of("ftw_jax.core.pool") < layer_of("ftw_jax.train") < layer_of("ftw_jax.cli.train")
+    assert layer_of("ftw_jax.core.pool") < layer_of("ftw_jax.lab.train") < layer_of("ftw_jax.cli.train")
     assert layer_of("ftw_jax.envs.text_search") > layer_of("ftw_jax.lm.tokenizer")
+
+
+def wing_crossings(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """{module of one wing: the modules of the other wing it imports}, those that import any."""
+    wing_of = lambda name: next((w for w in WINGS if name == w or name.startswith(w + ".")), None)  # noqa: E731
+    found = {
+        name: sorted(t for t in targets if wing_of(t) not in (None, wing_of(name)))
+        for name, targets in graph.items()
+        if wing_of(name)
+    }
+    return {name: targets for name, targets in found.items() if targets}
+
+
+def test_the_lab_and_the_agent_never_import_each_other():
+    assert set(WINGS) <= set(MODULES)
+    assert wing_crossings(GRAPH) == {}
+
+
+def test_the_wing_check_sees_a_planted_import():
+    planted = {name: set(targets) for name, targets in GRAPH.items()}
+    planted["ftw_jax.agent.learner"].add("ftw_jax.lab.train")
+    planted["ftw_jax.lab.compare"].add("ftw_jax.agent.episodes")
+    assert wing_crossings(planted) == {
+        "ftw_jax.agent.learner": ["ftw_jax.lab.train"],
+        "ftw_jax.lab.compare": ["ftw_jax.agent.episodes"],
+    }
+    source = "def late():\n    from ftw_jax.lab.rollout import rollout\n"
+    assert wing_crossings({"ftw_jax.agent.feed": imported(source, "ftw_jax.agent.feed")}) == {
+        "ftw_jax.agent.feed": ["ftw_jax.lab.rollout"]
+    }
 
 
 def outside(package: str) -> dict[str, list[str]]:
@@ -111,7 +139,7 @@ def test_running_imports_no_program_and_no_command():
     imported_by_running = {
         target for name, targets in GRAPH.items() if name.startswith("ftw_jax.running") for target in targets
     }
-    assert {name for name in imported_by_running if layer_of(name) >= layer_of("ftw_jax.train")} == set()
+    assert {name for name in imported_by_running if layer_of(name) >= layer_of("ftw_jax.lab.train")} == set()
 
 
 def test_only_the_command_line_imports_the_command_line():
@@ -169,10 +197,10 @@ def test_the_import_reader_sees_deferred_imports_and_those_for_type_checkers():
         "if typing.TYPE_CHECKING:\n"
         "    from ftw_jax.running.loop import MemberRun\n"
         "def late():\n"
-        "    from ftw_jax.train import make_train\n"
+        "    from ftw_jax.lab.train import make_train\n"
         "    import ftw_jax.lm.model\n"
     )
-    expected = {"ftw_jax.core.pool", "ftw_jax.running.loop", "ftw_jax.train", "ftw_jax.lm.model"}
+    expected = {"ftw_jax.core.pool", "ftw_jax.running.loop", "ftw_jax.lab.train", "ftw_jax.lm.model"}
     assert imported(source, "ftw_jax.lm.load") == expected
 
 
@@ -222,3 +250,14 @@ def test_the_line_counter_counts_code_alone():
     function = ast.parse(source).body[0]
     assert isinstance(function, ast.FunctionDef)
     assert code_lines(function, source.splitlines()) == 3  # the def, the assignment and the return
+
+
+def test_the_public_api_is_its_all_and_every_name_resolves():
+    import ftw_jax
+
+    assert set(ftw_jax.__all__) == {"lm", *ftw_jax._HOMES}
+    assert dir(ftw_jax) == sorted([*ftw_jax.__all__, "__version__"])
+    for name in ("TrainConfig", "make_train", "compare", "LearnConfig", "learn_from_file", "rank_occupancy"):
+        assert callable(getattr(ftw_jax, name)), name
+    for old_spelling in ("pool", "losses", "train"):  # one spelling per module: ftw_jax.core.pool, ftw_jax.lab.train
+        assert old_spelling not in dir(ftw_jax)

@@ -12,9 +12,9 @@ import pytest
 from conftest import with_cpu_devices
 
 from ftw_jax import cli
+from ftw_jax.lab.sweep import make_sweep, parse_grid, run_sweep
+from ftw_jax.lab.train import TrainConfig, make_train
 from ftw_jax.running.checkpoints import Checkpointer
-from ftw_jax.sweep import make_sweep, parse_grid, run_sweep
-from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 TINY = dict(num_iterations=6, eval_every=3, episodes_per_iteration=4, eval_episodes=4)

@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 from conftest import jitted_steps
 
+from ftw_jax.algos.imitation import imitation_loss
 from ftw_jax.envs import make
 from ftw_jax.envs.text_search import WORDS, TextSearchTask, text
+from ftw_jax.lab.rollout import demonstration
+from ftw_jax.lab.train import TrainConfig, make_train
+from ftw_jax.lab.warm_start import WarmStart, demonstrations, fit_demonstrations
 from ftw_jax.lm.load import load_pretrained
-from ftw_jax.rollout import demonstration
-from ftw_jax.train import TrainConfig, make_train
-from ftw_jax.warm_start import WarmStart, demonstrations, fit_demonstrations, imitation_loss
 
 ID = {word: index for index, word in enumerate(WORDS)}
 

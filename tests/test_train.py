@@ -10,9 +10,9 @@ import pytest
 from test_golden import SMALL
 
 from ftw_jax import cli
-from ftw_jax.rollout import Player, rollout
+from ftw_jax.lab.rollout import Player, rollout
+from ftw_jax.lab.train import TrainConfig, make_train
 from ftw_jax.running import loop as run_loop
-from ftw_jax.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 SMALL_CARTPOLE = dict(num_iterations=4, eval_every=1, episodes_per_iteration=4, eval_episodes=4)  # 4 periods

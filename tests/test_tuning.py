@@ -7,10 +7,11 @@ import jax
 import numpy as np
 import pytest
 
-from ftw_jax import algos, tuning
-from ftw_jax.compare import compare
-from ftw_jax.comparison_tables import tuning_table
-from ftw_jax.train import TrainConfig, make_train
+from ftw_jax import algos
+from ftw_jax.lab import tuning
+from ftw_jax.lab.compare import compare
+from ftw_jax.lab.comparison_tables import tuning_table
+from ftw_jax.lab.train import TrainConfig, make_train
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 BUDGET = dict(episodes_per_iteration=8, num_iterations=24, eval_every=12, eval_episodes=32)

@@ -26,7 +26,7 @@ import pathlib
 import time
 import urllib.request
 
-from ftw_jax.envs.retrieval_qa import BM25Retriever, RetrievalQA, RetrievalQASettings, read_questions
+from ftw_jax.agent.retrieval_qa import BM25Retriever, RetrievalQA, RetrievalQASettings, read_questions
 from ftw_jax.envs.retrieval_qa.answers import STOP_STRINGS, reward
 from ftw_jax.lm.tokenizer import load_tokenizer
 
@@ -38,7 +38,7 @@ def post(url: str, payload: dict, timeout: float = 600) -> dict:
 
 
 def play_round(server: str, task: RetrievalQA, questions: list, version: int, seed: int | None) -> list[dict]:
-    """One episode record per question (`ftw_jax.episodes`' schema), its turns written by the engine (`seed` None:
+    """One episode record per question (`ftw_jax.agent.episodes`' schema), its turns written by the engine (`seed` None:
     the engine's own draws, so that a question asked G times gets G different episodes)."""
     tokenizer, settings = task.tokenizer, task.settings
     conversations = [tokenizer.encode(task.prompt(question)) for question in questions]

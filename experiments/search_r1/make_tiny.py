@@ -13,7 +13,7 @@ Then (docs/results.md's CPU run):
 import argparse
 import pathlib
 
-from ftw_jax.envs.retrieval_qa.synthetic import tokenizer_texts, write_synthetic
+from ftw_jax.agent.retrieval_qa.synthetic import tokenizer_texts, write_synthetic
 from ftw_jax.lm.memory import QWEN2_5
 from ftw_jax.lm.tiny import write_tiny_checkpoint
 

@@ -148,10 +148,10 @@ class Algorithm:
     check: Callable[[Any, int], None] = _no_check
     # The optimizer steps `learn` tries on each batch (`Learner.steps_per_batch`), from the config alone.
     steps_per_batch: Callable[[Any], int] = _updates_per_iteration
-    # Setting -> the values `compare --search` tries, beside those every algorithm shares (`ftw_jax.tuning`).
+    # Setting -> the values `compare --search` tries, beside those every algorithm shares (`ftw_jax.lab.tuning`).
     search_space: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
     # Its reference implementation's recipe: a value for each searched knob but the learning rate, β
     # (`kl_coef`) and β's horizon (`kl_decay_fraction`; None: β constant) included. `compare --search` runs it
-    # beside the drawn configurations, at the task's learning rate (`ftw_jax.tuning.reference_configuration`);
+    # beside the drawn configurations, at the task's learning rate (`ftw_jax.lab.tuning.reference_configuration`);
     # a knob it leaves out runs at its config's default, β at 0.
     reference: Mapping[str, Any] = dataclasses.field(default_factory=dict)

@@ -3,7 +3,7 @@
     settings = defaults.of("sokoban", "ppo")     # the run's settings on sokoban, and PPO's own there
 
 Each environment's entry holds the settings of a run that every algorithm shares there (`run`: B, iterations,
-the network, the optimizer, evaluation; fields of `ftw_jax.train.TrainConfig`) and each algorithm's own (fields
+the network, the optimizer, evaluation; fields of `ftw_jax.lab.train.TrainConfig`) and each algorithm's own (fields
 of its config) under its name: together they train it in seconds to minutes on 2 CPU cores. An environment
 missing here, or an algorithm missing from an entry, runs on the settings' own defaults. A new environment or
 algorithm adds its line here; the environment's registry entry (`ftw_jax.envs`) names no algorithm's settings.

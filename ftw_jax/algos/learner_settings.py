@@ -22,7 +22,7 @@ from ftw_jax.core.settings import setting
 @dataclasses.dataclass(frozen=True)
 class LearnerSettings:
     """What every program that learns from batches of episodes sets: B, the KL penalty and the optimizer
-    (`TrainConfig`, and the LM learner's `ftw_jax.episode_learner.LearnConfig`)."""
+    (`TrainConfig`, and the LM learner's `ftw_jax.agent.learner.LearnConfig`)."""
 
     episodes_per_iteration: int = setting(16, "B, episodes per iteration (rolled out, or read from a file)")
     kl_coef: float = setting(0.0, "beta, the KL penalty's weight (at the start)", axis="kl")

@@ -16,11 +16,11 @@ from ftw_jax.cli.flags import Session, add_seeds, add_settings, given_settings, 
 
 if typing.TYPE_CHECKING:
     from ftw_jax.envs import GaussianBandit
-    from ftw_jax.train import TrainConfig
+    from ftw_jax.lab.train import TrainConfig
 
 
 def _protocol_settings():
-    from ftw_jax.reproduction import PROTOCOL_SETTINGS
+    from ftw_jax.lab.reproduction import PROTOCOL_SETTINGS
 
     return [item for item in training_settings() if item.name in PROTOCOL_SETTINGS]
 
@@ -40,7 +40,7 @@ def bandit_protocol(args: argparse.Namespace) -> tuple[TrainConfig, GaussianBand
     """(TrainConfig, GaussianBandit) of the bandit command's flags."""
     from ftw_jax.core.settings import describe
     from ftw_jax.envs import GaussianBandit
-    from ftw_jax.reproduction import protocol_config
+    from ftw_jax.lab.reproduction import protocol_config
 
     env = GaussianBandit(**given_settings(args, describe(GaussianBandit)))
     return protocol_config(**given_settings(args, _protocol_settings())), env
@@ -67,7 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, session: Session) -> int:
     import jax
 
-    from ftw_jax.reproduction import seeds_program
+    from ftw_jax.lab.reproduction import seeds_program
 
     seeds = seeds_of(args)
     config, env = bandit_protocol(args)

@@ -37,9 +37,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         description="Every algorithm runs the environment's defaults with the same overrides (same iterations x "
         "episodes, policy network, optimizer, evaluation) and the same tuning on the --tuning-seeds, keeping the "
         "best mean AUC: every learning rate of --learning-rates, or --search N configurations drawn from each "
-        "algorithm's space (ftw_jax.tuning). Each algorithm takes the flags that are its settings. Writes table.md, "
-        "results.csv, differences.csv, seeds.csv, tuning.csv and tuning.md, curves.npz and curves against episodes, "
-        "env steps and gradient steps.",
+        "algorithm's space (ftw_jax.lab.tuning). Each algorithm takes the flags that are its settings. Writes "
+        "table.md, results.csv, differences.csv, seeds.csv, tuning.csv and tuning.md, curves.npz and curves against "
+        "episodes, env steps and gradient steps.",
     )
     add_env(parser)
     parser.add_argument(
@@ -69,7 +69,7 @@ def _add_tuning_arguments(parser) -> None:
         type=rate_list,
         default=None,
         help="the tuning grid (default: the environment's learning rate alone, no tuning); with --search, the "
-        "rates it draws from (default: ftw_jax.tuning.LEARNING_RATES, the half-decades 1e-4...1e-1)",
+        "rates it draws from (default: ftw_jax.lab.tuning.LEARNING_RATES, the half-decades 1e-4...1e-1)",
     )
     parser.add_argument(
         "--search",
@@ -104,7 +104,7 @@ def _add_tuning_arguments(parser) -> None:
 
 
 def run(args: argparse.Namespace, session: Session) -> int:
-    from ftw_jax.compare import PhasePeriod, compare
+    from ftw_jax.lab.compare import PhasePeriod, compare
     from ftw_jax.running import run_files
 
     seeds = seeds_of(args)
@@ -186,7 +186,7 @@ def _fingerprint(args, seeds: list[int], search: dict) -> dict:
 
 def _summary(args, comparison, fingerprint: dict, search: dict, seconds: float, folder) -> dict:
     """summary.json: the table's rows, the differences, the tuning and the updates of every algorithm."""
-    from ftw_jax.comparison_tables import difference_rows, summary_rows, updates_per_algorithm
+    from ftw_jax.lab.comparison_tables import difference_rows, summary_rows, updates_per_algorithm
 
     seeds = fingerprint["seeds"]
     return {

@@ -190,7 +190,7 @@ def training_settings() -> list[Setting]:
     """The settings of a training run: the run's own, then every algorithm's."""
     from ftw_jax import algos
     from ftw_jax.core.settings import describe
-    from ftw_jax.train import TrainConfig
+    from ftw_jax.lab.train import TrainConfig
 
     return [*describe(TrainConfig), *(item for entry in algos.ALGORITHMS.values() for item in describe(entry.config))]
 
@@ -205,7 +205,7 @@ def train_overrides(args: argparse.Namespace, log: Callable[[str], None], algori
 def applicable_settings(overrides: dict, algorithm: str, log: Callable[[str], None]) -> dict:
     """The settings of `overrides` that apply to a run of `algorithm`; those that belong to other algorithms only
     are named and left out."""
-    from ftw_jax.train import split_overrides
+    from ftw_jax.lab.train import split_overrides
 
     applicable, ignored = split_overrides(algorithm, overrides)
     if ignored:

@@ -41,8 +41,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_learn_parser(commands) -> None:
+    from ftw_jax.agent.learner import LearnConfig
     from ftw_jax.core.settings import describe
-    from ftw_jax.episode_learner import LearnConfig
 
     learn = commands.add_parser(
         "learn",
@@ -158,9 +158,9 @@ def _add_train_parser(commands) -> None:
 def _retrieval_settings() -> list:
     """The settings `--task retrieval-qa` reads: its run's, the protocol's, the learner's (`lm learn`'s but what an
     in-process run sets itself) and every algorithm's."""
+    from ftw_jax.agent.retrieval_qa.learner import RetrievalTrainConfig
+    from ftw_jax.agent.retrieval_qa.task import RetrievalQASettings
     from ftw_jax.core.settings import describe
-    from ftw_jax.envs.retrieval_qa.task import RetrievalQASettings
-    from ftw_jax.retrieval_learner import RetrievalTrainConfig
 
     return [
         *describe(RetrievalTrainConfig),
@@ -172,8 +172,8 @@ def _retrieval_settings() -> list:
 
 def _learner_settings() -> list:
     """`lm learn`'s settings that `--task retrieval-qa` takes: all but those an in-process run sets itself."""
+    from ftw_jax.agent.learner import LearnConfig
     from ftw_jax.core.settings import describe
-    from ftw_jax.episode_learner import LearnConfig
 
     return [item for item in describe(LearnConfig) if item.name not in _SET_BY_THE_RUN]
 
@@ -189,7 +189,7 @@ _RETRIEVAL_FILES = {
 
 
 def _add_retrieval_arguments(train: argparse.ArgumentParser) -> None:
-    from ftw_jax.retrieval_learner import LEARNER_DEFAULTS
+    from ftw_jax.agent.retrieval_qa.learner import LEARNER_DEFAULTS
 
     shown = {item.name: item.default for item in _retrieval_settings()}
     shown.update({**LEARNER_DEFAULTS, **_algorithm_defaults_shown(_retrieval_algorithm_defaults())})
@@ -215,8 +215,8 @@ def _learn_algorithm_defaults() -> dict[str, dict]:
 def _retrieval_algorithm_defaults() -> dict[str, dict]:
     """Each algorithm's settings in retrieval QA where they are not its config's own: FTW's `beat_minimum` on
     exact match, the baselines as Search-R1 runs them."""
+    from ftw_jax.agent.retrieval_qa.learner import FTW_DEFAULTS
     from ftw_jax.algos.defaults import SEARCH_R1
-    from ftw_jax.retrieval_learner import FTW_DEFAULTS
 
     return {"ftw": FTW_DEFAULTS, **SEARCH_R1}
 
@@ -242,15 +242,15 @@ def _retrieval_only() -> list[str]:
 
 
 def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
-    from ftw_jax.core.settings import describe
-    from ftw_jax.envs.retrieval_qa.task import RetrievalQASettings
-    from ftw_jax.episode_learner import LearnConfig
-    from ftw_jax.retrieval_learner import (
+    from ftw_jax.agent.learner import LearnConfig
+    from ftw_jax.agent.retrieval_qa.learner import (
         LEARNER_DEFAULTS,
         RetrievalFiles,
         RetrievalTrainConfig,
         train_retrieval_qa,
     )
+    from ftw_jax.agent.retrieval_qa.task import RetrievalQASettings
+    from ftw_jax.core.settings import describe
 
     for name in ("questions", "test_questions", "corpus", "model"):
         if getattr(args, name) is None:
@@ -299,9 +299,9 @@ def _mesh(text: str) -> tuple[int, int]:
 
 
 def run_learn(args: argparse.Namespace, session: Session) -> int:
+    from ftw_jax.agent.learner import LearnConfig
+    from ftw_jax.agent.lm_learn import learn_from_file
     from ftw_jax.core.settings import describe
-    from ftw_jax.episode_learner import LearnConfig
-    from ftw_jax.lm_learn import learn_from_file
 
     own = given_settings(args, describe(LearnConfig))
     algorithm = own.get("algorithm", "ftw")

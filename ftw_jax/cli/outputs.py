@@ -16,12 +16,12 @@ import numpy as np
 from ftw_jax.running import run_files
 
 if typing.TYPE_CHECKING:
-    from ftw_jax.compare import Comparison, PhasePeriod
     from ftw_jax.envs import GaussianBandit
+    from ftw_jax.lab.compare import Comparison, PhasePeriod
+    from ftw_jax.lab.sweep import Sweep
+    from ftw_jax.lab.train import TrainConfig
     from ftw_jax.running.loop import MemberRun
     from ftw_jax.running.metric_writers import Writers
-    from ftw_jax.sweep import Sweep
-    from ftw_jax.train import TrainConfig
 
 
 def applied_warning(applied_share: np.ndarray, labels: list) -> str | None:
@@ -229,8 +229,8 @@ def save_sweep(
     env: str, sweep: Sweep, seeds: list[int], results: dict, folder: pathlib.Path, metric: str, heatmap_axes: list[str]
 ) -> dict:
     """results.csv, curves.npz and heatmap.png in the run folder; returns the summary of the grid points."""
+    from ftw_jax.lab.sweep import heatmap_cells, summarise_points, tidy_rows
     from ftw_jax.running.plots import save_heatmap
-    from ftw_jax.sweep import heatmap_cells, summarise_points, tidy_rows
 
     run_files.write_csv(folder / "results.csv", tidy_rows(sweep, results))
     members = {f"member_{axis}": np.array([m[axis] for m in sweep.members]) for axis in sweep.members[0]}
@@ -284,7 +284,7 @@ def print_sweep_table(summary: dict) -> None:
 def save_comparison(folder: pathlib.Path, comparison: Comparison, title: str) -> str:
     """results.csv, seeds.csv, differences.csv, tuning.csv, table.md, tuning.md, curves.npz and the plots in the
     run folder; returns table.md's text."""
-    from ftw_jax.comparison_tables import (
+    from ftw_jax.lab.comparison_tables import (
         diagnostics_table,
         difference_rows,
         markdown_table,
@@ -333,8 +333,8 @@ def _save_comparison_plots(folder: pathlib.Path, comparison: Comparison, title: 
     """The curves with 95% bootstrap bands against training episodes (curves.png), and against the mean over
     seeds of env steps and of gradient steps applied (curves_env_steps.png, curves_updates.png); the policy's
     entropy and the share of tied groups per iteration where recorded."""
+    from ftw_jax.lab.stats import bootstrap_interval
     from ftw_jax.running.plots import save_banded_curves
-    from ftw_jax.stats import bootstrap_interval
 
     bands = {r.algorithm: (r.curves.mean(axis=0), *bootstrap_interval(r.curves)) for r in comparison.results}
     ylabel = f"evaluation {comparison.metric}"
@@ -387,7 +387,7 @@ LEARN_LOG = (
 
 @dataclasses.dataclass(frozen=True)
 class LearnOutputs:
-    """What `lm learn` writes and prints (`ftw_jax.lm_learn.LearnReport`): a metrics.jsonl row and a log line per
+    """What `lm learn` writes and prints (`ftw_jax.agent.lm_learn.LearnReport`): a metrics.jsonl row and a log line per
     iteration, and summary.json; only the process that writes (the main one) touches the files."""
 
     folder: pathlib.Path

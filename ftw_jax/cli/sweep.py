@@ -29,7 +29,7 @@ from ftw_jax.cli.flags import (
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    from ftw_jax.sweep import all_axes
+    from ftw_jax.lab.sweep import all_axes
 
     parser = subparsers.add_parser(
         "sweep",
@@ -59,8 +59,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, session: Session) -> int:
     import jax
 
+    from ftw_jax.lab.sweep import make_sweep, parse_grid
     from ftw_jax.running import run_files
-    from ftw_jax.sweep import make_sweep, parse_grid
 
     grid = parse_grid(args.grid)
     seeds = seeds_of(args)
@@ -105,8 +105,8 @@ def _run_members(args, session: Session, sweep, seeds: list[int]):
     clock's start: after the processes joined and the folder opened, before the members' state is made)."""
     import jax
 
+    from ftw_jax.lab.train import make_train
     from ftw_jax.running.loop import MemberRun
-    from ftw_jax.train import make_train
 
     trainer = make_train(sweep.config, **sweep.env_options)
     metric = default_metric(args, trainer.env)

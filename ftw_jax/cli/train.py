@@ -42,9 +42,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, session: Session) -> int:
+    from ftw_jax.lab.train import TrainConfig, make_train
     from ftw_jax.running import run_files
     from ftw_jax.running.loop import MemberRun, seed_keys
-    from ftw_jax.train import TrainConfig, make_train
 
     log = logger(args)
     seeds = seeds_of(args)

@@ -9,8 +9,8 @@
 
 Modules: `config` (LMConfig from config.json; `tiny_config`, a fresh model a CPU trains), `model` (CausalLM),
 `load`, `sampler`, `sharding` (a data × model mesh), `memory` (what a step needs), `tokenizer`, `lora` (low-rank
-adapters). A model library only: the LM as a policy is `ftw_jax.policies.lm`, the learner `ftw_jax.episode_learner`,
-`lm learn` over an engine's episodes `ftw_jax.lm_learn`, their schema `ftw_jax.episodes`.
+adapters). A model library only: the LM as a policy is `ftw_jax.policies.lm`, the learner `ftw_jax.agent.learner`,
+`lm learn` over an engine's episodes `ftw_jax.agent.lm_learn`, their schema `ftw_jax.agent.episodes`.
 """
 
 from ftw_jax.lm.config import LMConfig, RopeScaling, pretrained_config, tiny_config

@@ -10,7 +10,7 @@ generated after them, batched over conversations, with static shapes (each progr
 Every block and turn takes the same columns in every row, so one column index writes the cache. A row's block
 is left-padded (its padding, and a turn's columns after the row stopped, are holes: attention_mask False, never
 attended to), and positions count a row's real tokens only: the model reads each row as its real tokens in
-order, what the learner reads once the holes are dropped (`ftw_jax.episodes.sample_records`).
+order, what the learner reads once the holes are dropped (`ftw_jax.agent.episodes.sample_records`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
     logits = policy.apply(params, tokens)                                  # [T] -> [T, A]: the update's pass
     logits, cache = policy.apply(params, token, cache=cache, position=t)   # [1] -> [1, A]: one step of a rollout
 
-A rollout (`ftw_jax.rollout`) starts each episode with `policy.init_cache()` and feeds it the token written
+A rollout (`ftw_jax.lab.rollout`) starts each episode with `policy.init_cache()` and feeds it the token written
 at each step, so an episode of T steps costs T one-token passes instead of T passes over the whole history.
 Where the actions are the vocabulary (A = V, the search task) the logits are the LM's own next-token logits,
 as an LLM agent's are; with another number of outputs (a critic's 1) a linear head reads the last hidden

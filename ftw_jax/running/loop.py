@@ -32,7 +32,7 @@ from ftw_jax.running.signals import raise_if_stopped
 
 
 class Program(Protocol):
-    """What the loop runs of a training program (`ftw_jax.train.Trainer` is one); it needs none of its code.
+    """What the loop runs of a training program (`ftw_jax.lab.train.Trainer` is one); it needs none of its code.
 
     `init(key, hyperparameters, start) -> carry` and `run(carry, num_periods) -> (carry, (metrics, evaluation))`,
     the carry holding `env_steps`, `iteration` and `learner.policy.version` ([] each); `evaluate(key, carry)`;

@@ -1,32 +1,10 @@
-"""Retrieval QA in Search-R1's protocol: its files, a BM25 retriever, the chat template, tool calls between the
-model's turns, and exact match (docs/lm.md, "Retrieval QA").
+"""Retrieval QA's scoring rules: SQuAD's answer normalisation, exact match, and the model's actions read from its
+text. They are what the task is judged by, so they sit with the environments; the task itself (its files, the
+retriever, the turn loop) is the agent's (`ftw_jax.agent.retrieval_qa`).
 
-    from ftw_jax.envs.retrieval_qa import exact_match, read_questions, BM25Retriever, RetrievalQA
-
-Modules: `answers` (normalisation, exact match, the model's actions), `data` (questions and corpus files),
-`retriever` (bm25s, its index saved beside the corpus), `task` (prompts and the turn loop), `synthetic` (a small
-world in the same formats). The host runs the retriever between turns; the model's turns run on the device.
+    from ftw_jax.envs.retrieval_qa import exact_match
 """
 
 from ftw_jax.envs.retrieval_qa.answers import exact_match, final_answer, normalize_answer, turn_action
-from ftw_jax.envs.retrieval_qa.data import BadData, Corpus, Passage, Question, read_questions
-from ftw_jax.envs.retrieval_qa.retriever import BM25Retriever, RetrieverSettings, information
-from ftw_jax.envs.retrieval_qa.task import Played, RetrievalQA, RetrievalQASettings
 
-__all__ = [
-    "BM25Retriever",
-    "BadData",
-    "Corpus",
-    "Passage",
-    "Played",
-    "Question",
-    "RetrievalQA",
-    "RetrievalQASettings",
-    "RetrieverSettings",
-    "exact_match",
-    "final_answer",
-    "information",
-    "normalize_answer",
-    "read_questions",
-    "turn_action",
-]
+__all__ = ["exact_match", "final_answer", "normalize_answer", "turn_action"]

@@ -3,16 +3,16 @@
     comparison = compare("sokoban", ["ftw", "ppo", "grpo", "reinforce"], seeds=range(10),
                          search=8, tuning_seeds=[1000, 1001, 1002])
 
-reported as rows and tables by `ftw_jax.comparison_tables`, with the statistics of `ftw_jax.stats`.
+reported as rows and tables by `ftw_jax.lab.comparison_tables`, with the statistics of `ftw_jax.lab.stats`.
 
 Matched budget: every algorithm runs the environment's `TrainConfig` with the same overrides, so the same
 iterations × B episodes (env steps differ only as episode lengths do), the same policy network, the same
 optimizer family and the same evaluation. Tuning effort is the same too, on tuning seeds kept apart from the
 reported ones, keeping the highest mean AUC: either every learning rate of a grid, or (`search`) the same
-number of configurations drawn at random from each algorithm's space (`ftw_jax.tuning`: learning rate, β and
+number of configurations drawn at random from each algorithm's space (`ftw_jax.lab.tuning`: learning rate, β and
 its decay horizon, and the algorithm's own knobs) beside its reference recipe at the task's learning rate,
 narrowed by the same successive halving (`rungs`), or run on shorter runs (`tuning_iterations`). Each
-compiled program is one sweep (`ftw_jax.sweep`), vmapped, sharded and checkpointed as sweeps are.
+compiled program is one sweep (`ftw_jax.lab.sweep`), vmapped, sharded and checkpointed as sweeps are.
 """
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ftw_jax import envs, tuning
+from ftw_jax import envs
+from ftw_jax.lab import tuning
+from ftw_jax.lab.sweep import Sweep, make_sweep
+from ftw_jax.lab.train import RUN_FIELDS, TrainConfig, make_train, split_overrides
 from ftw_jax.running import run_files
 from ftw_jax.running.checkpoints import CheckpointSettings, check_same_config, rows_from_record, rows_record
 from ftw_jax.running.loop import MemberRun, history_arrays
 from ftw_jax.running.provenance import provenance as running_provenance
-from ftw_jax.sweep import Sweep, make_sweep
-from ftw_jax.train import RUN_FIELDS, TrainConfig, make_train, split_overrides
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,7 +106,7 @@ def compare(
       learning_rates: the tuning grid (default: the environment's learning rate alone, no tuning); with
         `search`, the rates the search draws from (default `tuning.LEARNING_RATES`).
       search: instead of trying every rate, this many configurations drawn from each algorithm's space
-        (`ftw_jax.tuning`, drawn from `search_seed` with the task and the algorithm: `tuning.task_seed`) and its
+        (`ftw_jax.lab.tuning`, drawn from `search_seed` with the task and the algorithm: `tuning.task_seed`) and its
         reference recipe at the environment's learning rate (`tuning.candidates`); the overrides may not set a
         searched setting.
       tuning_iterations: the tuning runs' iterations (default: the reported runs'); β's decay horizon scales.

@@ -5,7 +5,7 @@ retrieval-qa`).
     summary = train_retrieval_qa(config, files, model_path, run_folder, checkpointer, report)
 
 Each iteration plays B training questions (sampled at `temperature`, in a fresh order each pass over the file),
-adds their episodes to the pool and runs U FTW updates (`ftw_jax.episode_learner`: the same learner `lm learn`
+adds their episodes to the pool and runs U FTW updates (`ftw_jax.agent.learner`: the same learner `lm learn`
 runs on an engine's episodes). Greedy exact match on the test questions is measured before the first iteration,
 every `eval_every` iterations and after the last, by `data_source`, as the paper reports it. With demonstrations,
 the model is first fitted to them (cross-entropy on the demonstrator's turns) and the result is where learning
@@ -23,22 +23,22 @@ from typing import Any
 import jax
 import numpy as np
 
-from ftw_jax.algos.defaults import LM_FTW
-from ftw_jax.algos.ftw import FTWConfig
-from ftw_jax.core.checks import check_positive_int
-from ftw_jax.core.settings import check_settings, setting
-from ftw_jax.envs.retrieval_qa.data import Question, read_demonstrations, read_questions
-from ftw_jax.envs.retrieval_qa.retriever import BM25Retriever
-from ftw_jax.envs.retrieval_qa.task import RetrievalQA, RetrievalQASettings
-from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, load_for_learning, policy_params
-from ftw_jax.episodes import episode_of, sample_records, to_trajectories
-from ftw_jax.lm_learn import (
+from ftw_jax.agent.episodes import episode_of, sample_records, to_trajectories
+from ftw_jax.agent.learner import EpisodeLearner, LearnConfig, load_for_learning, policy_params
+from ftw_jax.agent.lm_learn import (
     LatestVersion,
     LearnReport,
     learn_batch,
     save_weights,
     stop_after_iteration,
 )
+from ftw_jax.agent.retrieval_qa.data import Question, read_demonstrations, read_questions
+from ftw_jax.agent.retrieval_qa.retriever import BM25Retriever
+from ftw_jax.agent.retrieval_qa.task import RetrievalQA, RetrievalQASettings
+from ftw_jax.algos.defaults import LM_FTW
+from ftw_jax.algos.ftw import FTWConfig
+from ftw_jax.core.checks import check_positive_int
+from ftw_jax.core.settings import check_settings, setting
 from ftw_jax.running import skips
 from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
 from ftw_jax.running.host import host_array
@@ -134,8 +134,8 @@ def _demonstrations(task: RetrievalQA, path: pathlib.Path, vocab_size: int, max_
 
 
 def _warm_started(config: RetrievalTrainConfig, learner: EpisodeLearner, params: dict, demos: Any, log) -> dict:
-    """The CausalLM params fitted to the demonstrations [D, T] (`warm_start.fit_trajectories`)."""
-    from ftw_jax.warm_start import WarmStart, fit_trajectories
+    """The CausalLM params fitted to the demonstrations [D, T] (`algos.imitation.fit_trajectories`)."""
+    from ftw_jax.algos.imitation import WarmStart, fit_trajectories
 
     count, steps = demos.action.shape[0], config.warm_start_steps
     settings = WarmStart(count, steps, config.warm_start_learning_rate, config.warm_start_batch_size)

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ftw_jax.envs.retrieval_qa.data import BadData, Corpus, Passage, required
+from ftw_jax.agent.retrieval_qa.data import BadData, Corpus, Passage, required
 
 INDEX_FORMAT = 1
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
-from ftw_jax.rollout import Player, rollout
+from ftw_jax.lab.rollout import Player, rollout
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike

@@ -27,9 +27,9 @@ import numpy as np
 from ftw_jax import algos
 from ftw_jax.algos.base import Hyperparameters
 from ftw_jax.core.settings import Setting, describe
+from ftw_jax.lab.train import TrainConfig, Trainer, make_train
 from ftw_jax.running.checkpoints import Checkpointer
 from ftw_jax.running.loop import MemberRun, seed_keys
-from ftw_jax.train import TrainConfig, Trainer, make_train
 
 
 def axes(algorithm: str = "ftw") -> dict[str, Setting]:

@@ -17,10 +17,10 @@ first token has no context to be written from).
 
 As a `Trajectory` of T = max_length − 1 steps: observation t is token t, action t is token t + 1, and step t
 is the model's (mask True) when token t + 1 lies in a span; its behaviour log-prob and version are that
-token's. Steps past the episode's end are padding (alive False). This is what `ftw_jax.rollout` records, so
+token's. Steps past the episode's end are padding (alive False). This is what `ftw_jax.lab.rollout` records, so
 the same learner reads both.
 
-Files of episodes, read as an engine appends to them, are `ftw_jax.episode_feed`'s.
+Files of episodes, read as an engine appends to them, are `ftw_jax.agent.feed`'s.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class Episode:
     span_versions: tuple[int, ...] = ()  # [spans] the version that wrote each span
     line: int | None = None  # its line in the file it was read from
     group: str | None = None  # the prompt it was sampled for, one of G (`"group"`; an int is kept as its digits)
-    file: str | None = None  # the file it was read from (messages name it; `ftw_jax.episode_feed`)
+    file: str | None = None  # the file it was read from (messages name it; `ftw_jax.agent.feed`)
 
 
 class BadEpisode(ValueError):

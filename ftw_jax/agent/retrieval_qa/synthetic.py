@@ -17,7 +17,7 @@ import pathlib
 
 import numpy as np
 
-from ftw_jax.envs.retrieval_qa.data import required
+from ftw_jax.agent.retrieval_qa.data import required
 
 _FIRST = tuple(
     "ada bram cleo dara emil fenn gita hugo iris jorn kira lev mira nils odette pavel quin rosa sven tilde anouk "
@@ -127,7 +127,7 @@ def tokenizer_texts(
     """What a tokenizer for this world is trained on (`lm.tiny.write_tiny_checkpoint`): every passage, each question
     of `splits` (`write_synthetic`'s names) with its demonstration, and the task's own instruction and
     invalid-action message; all of it twice."""
-    from ftw_jax.envs.retrieval_qa.task import INSTRUCTION, INVALID_ACTION
+    from ftw_jax.agent.retrieval_qa.task import INSTRUCTION, INVALID_ACTION
 
     rows = [json.loads(line) for name in ("corpus", *splits) for line in paths[name].read_text().splitlines()]
     texts = [row.get("contents") or " ".join([row["question"], *row["demonstration"]]) for row in rows]

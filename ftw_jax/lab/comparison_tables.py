@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import scipy.stats
 
-from ftw_jax import tuning
-from ftw_jax.compare import DIAGNOSTICS, AlgorithmResult, Comparison
-from ftw_jax.stats import holm, p_text, rank_test, seed_statistics, verdict, welch
+from ftw_jax.lab import tuning
+from ftw_jax.lab.compare import DIAGNOSTICS, AlgorithmResult, Comparison
+from ftw_jax.lab.stats import holm, p_text, rank_test, seed_statistics, verdict, welch
 
 
 def updates_per_algorithm(comparison: Comparison) -> dict:

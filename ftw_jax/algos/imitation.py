@@ -1,14 +1,11 @@
-"""A supervised warm start: the fresh policy fitted to the environment's demonstrations before reinforcement.
+"""Imitation: a policy fitted by cross-entropy to given trajectories, the supervised warm start before RL.
 
-LLM-agent pipelines fine-tune the model on demonstrations of the tool format before RL, and take the result as
-the KL's reference; so does a run with `warm_start_demonstrations` > 0:
-
-    params, losses = fit_demonstrations(key, env, env_params, policy, params, WarmStart(2048, steps=300,
-                                                                                          learning_rate=1e-3))
-
-D episodes are written by the environment's demonstrator (`rollout.demonstration`), then `steps` Adam steps
-of cross-entropy on their model-written steps (the environment's own tokens are masked out, as in RL), each on
-`batch_size` demonstrations drawn with replacement. It is one jittable function, so seeds vmap over it.
+LLM-agent pipelines fine-tune the model on demonstrations of the tool format before reinforcement, and take the
+result as the KL's reference. The lab's environments write their demonstrations on the device
+(`ftw_jax.lab.warm_start`); an LLM task's come from a file (`ftw_jax.agent.retrieval_qa`). Either way they are
+fitted here: `steps` Adam steps of cross-entropy on their model-written steps (the environment's own tokens
+masked out, as in RL), each on `batch_size` of them drawn with replacement. One jittable function, so seeds vmap
+over it.
 """
 
 from __future__ import annotations
@@ -22,8 +19,6 @@ import optax
 
 from ftw_jax.algos.base import Policy
 from ftw_jax.core import losses
-from ftw_jax.envs.base import Environment
-from ftw_jax.rollout import demonstration
 
 if TYPE_CHECKING:
     from ftw_jax.core.pool import Trajectory
@@ -39,15 +34,6 @@ class WarmStart:
     batch_size: int = 64
 
 
-def demonstrations(
-    key: jax.Array, env: Environment, env_params: Any, num_episodes: int
-) -> tuple[Trajectory, jax.Array]:
-    """(trajectories [D, T, ...], success [D]) written by the environment's demonstrator."""
-    if not env.has_expert:
-        raise ValueError(f"{type(env).__name__} has no demonstrator, so it cannot give a supervised warm start.")
-    return jax.vmap(demonstration, in_axes=(0, None, None))(jax.random.split(key, num_episodes), env, env_params)
-
-
 def imitation_loss(policy: Policy, params: Any, trajectories: Trajectory) -> jax.Array:
     """Mean cross-entropy over the model-written steps of trajectories [M, T, ...]."""
     log_likelihood = jax.vmap(
@@ -56,15 +42,6 @@ def imitation_loss(policy: Policy, params: Any, trajectories: Trajectory) -> jax
         )
     )(trajectories)
     return -jnp.sum(log_likelihood) / jnp.maximum(jnp.sum(trajectories.mask), 1)
-
-
-def fit_demonstrations(
-    key: jax.Array, env: Environment, env_params: Any, policy: Policy, params: Any, config: WarmStart
-) -> tuple[Any, jax.Array]:
-    """(params fitted to D fresh demonstrations, the imitation loss of each step [steps])."""
-    demo_key, fit_key = jax.random.split(key)
-    demos, _ = demonstrations(demo_key, env, env_params, config.demonstrations)
-    return fit_trajectories(fit_key, policy, params, demos, config)
 
 
 def fit_trajectories(

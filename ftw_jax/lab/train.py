@@ -22,15 +22,16 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from ftw_jax import algos, envs, probes, warm_start
+from ftw_jax import algos, envs
 from ftw_jax.algos import defaults
 from ftw_jax.algos.base import Context, Hyperparameters, Learner, with_learning_rate
 from ftw_jax.algos.learner_settings import LearnerSettings, make_optimizer
 from ftw_jax.core.checks import check_positive_int
 from ftw_jax.core.settings import check_settings, check_takes_effect, describe, setting
+from ftw_jax.lab import probes, warm_start
+from ftw_jax.lab.rollout import Player, rollout, rollouts
 from ftw_jax.policies import ARCHITECTURES, FROM_CHECKPOINT
 from ftw_jax.policies.base import PolicyNetwork
-from ftw_jax.rollout import Player, rollout, rollouts
 from ftw_jax.running import skips
 from ftw_jax.running.memory import check_state_memory, state_bytes
 
@@ -81,11 +82,11 @@ class TrainConfig(LearnerSettings):
         "also evaluate the most likely actions (greedy_return, greedy_success) beside the sampled policy's, on "
         "the same number of episodes",
     )
-    # Probe-based task filtering (ftw_jax.probes): at the start of every evaluation period, M candidate tasks
+    # Probe-based task filtering (ftw_jax.lab.probes): at the start of every evaluation period, M candidate tasks
     # get n probes each with the current policy, and the period trains on those solved 0 < s < n times.
     probe_tasks: int = setting(0, "task filtering: M candidate tasks probed each period (0: off)")
     probes_per_task: int = setting(4, "task filtering: n probes per task; kept if 0 < successes < n")
-    # A supervised warm start (ftw_jax.warm_start), as LLM-agent pipelines fine-tune on demonstrations before RL.
+    # A supervised warm start (ftw_jax.lab.warm_start), as LLM-agent pipelines fine-tune on demonstrations before RL.
     warm_start_demonstrations: int = setting(
         0,
         "warm start: fit the fresh policy to this many of the environment's demonstrations before training, and "

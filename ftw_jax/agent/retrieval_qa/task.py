@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
+from ftw_jax.agent.retrieval_qa.data import BadData, Question
+from ftw_jax.agent.retrieval_qa.retriever import BM25Retriever, information
 from ftw_jax.core.settings import check_settings, setting
 from ftw_jax.envs.retrieval_qa.answers import STOP_STRINGS, final_answer, reward, turn_action
-from ftw_jax.envs.retrieval_qa.data import BadData, Question
-from ftw_jax.envs.retrieval_qa.retriever import BM25Retriever, information
 
 if TYPE_CHECKING:
     from ftw_jax.lm.model import CausalLM
@@ -79,7 +79,7 @@ class RetrievalQASettings:
 class Played:
     """B episodes of the task."""
 
-    sample: Sample  # [B, max_length] columns, holes included (`ftw_jax.episodes.sample_records` drops them)
+    sample: Sample  # [B, max_length] columns, holes included (`ftw_jax.agent.episodes.sample_records` drops them)
     rewards: np.ndarray  # [B] float32: exact match of the final answer
     answers: list[str | None]  # the final answers (None: none given)
     searches: np.ndarray  # [B] int: searches that got a reply
@@ -211,8 +211,8 @@ class RetrievalQA:
         return self.tokenizer.encode(text)[: self.settings.information_tokens]
 
     def demonstration(self, question: Question, turns: list[str]) -> dict:
-        """The episode record (`ftw_jax.episodes`' schema, reward 1, log-probs 0) of a demonstrator that writes these
-        turns, with the replies `play` gives them: the prompt, then each turn and, after a search within
+        """The episode record (`ftw_jax.agent.episodes`' schema, reward 1, log-probs 0) of a demonstrator that writes
+        these turns, with the replies `play` gives them: the prompt, then each turn and, after a search within
         `search_turns`, its passages (after an invalid turn, `INVALID_ACTION`)."""
         where = f"{question.where}: `demonstration`"
         if not (isinstance(turns, list) and turns and all(isinstance(turn, str) and turn for turn in turns)):

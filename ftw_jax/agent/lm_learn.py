@@ -1,11 +1,11 @@
-"""`ftw-jax lm learn`: the LM learner (`ftw_jax.episode_learner`) over the episodes of a JSON Lines file an engine
+"""`ftw-jax lm learn`: the LM learner (`ftw_jax.agent.learner`) over the episodes of a JSON Lines file an engine
 writes (or a folder of them, one per engine worker), B at a time, with versioned weights for the engine to reload,
 checkpoints and an exact resume.
 
     summary = learn_from_file(config, episodes_path, model_path, run_folder, checkpointer, report)
 
 `learn_batch` is one iteration on a list of episodes, shared with the in-process retrieval-QA loop
-(`ftw_jax.retrieval_learner`); `save_weights` writes a version as a Hugging Face folder.
+(`ftw_jax.agent.retrieval_qa.learner`); `save_weights` writes a version as a Hugging Face folder.
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
-from ftw_jax.episode_feed import EpisodeFeed, EpisodeFiles
-from ftw_jax.episode_learner import EpisodeLearner, LearnConfig, LearnerState, load_for_learning
-from ftw_jax.episodes import (
+from ftw_jax.agent.episodes import (
     Episode,
     check_versions,
     grouped,
@@ -29,6 +27,8 @@ from ftw_jax.episodes import (
     tied_group_share,
     to_trajectories,
 )
+from ftw_jax.agent.feed import EpisodeFeed, EpisodeFiles
+from ftw_jax.agent.learner import EpisodeLearner, LearnConfig, LearnerState, load_for_learning
 from ftw_jax.lm.config import read_json
 from ftw_jax.running import run_files, skips
 from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
@@ -306,7 +306,7 @@ def learn_from_file(
     mesh: tuple[int, int] | None = None,
 ) -> dict:
     """`ftw-jax lm learn`: the episodes of a JSONL file (or of a folder's, one file per engine worker, in name
-    order: `ftw_jax.episode_feed`), B at a time in file order, each batch into the pool and then U FTW updates;
+    order: `ftw_jax.agent.feed`), B at a time in file order, each batch into the pool and then U FTW updates;
     weights written every `save_every` iterations and after the last. Resumes from the checkpointer's latest,
     with the episodes after those it had learnt from (an engine may have appended more; of a folder, per file).
     With `config.follow` it then learns the lines an engine appends, a whole batch of B at a time, until a stop

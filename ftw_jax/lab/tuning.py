@@ -13,7 +13,7 @@ entropy bonus, RLOO's group). The learning rate is stratified: the draws take ev
 (a random order), so 21 configurations give each of the 7 rates three. Beside the drawn ones, each algorithm runs
 its reference implementation's recipe (its registry entry's `reference`) at the task's own learning rate, the
 same rate for every algorithm. Configurations that differ only in sweep axes (learning rate, β, N, J, C, K)
-share one compiled program; `group_sweeps` makes one sweep per program. `ftw_jax.compare` runs them on tuning
+share one compiled program; `group_sweeps` makes one sweep per program. `ftw_jax.lab.compare` runs them on tuning
 seeds and keeps the configuration with the best mean AUC; with rungs, every configuration runs to the first
 rung, the better half (by mean AUC so far) goes on to the next, and so on to the full horizon, whose schedules
 (β's decay, the annealed learning rate) every rung shares: a configuration is scored on the start of the very
@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 from ftw_jax import algos
-from ftw_jax.sweep import Sweep, program_key, sweep_of
-from ftw_jax.train import TrainConfig
+from ftw_jax.lab.sweep import Sweep, program_key, sweep_of
+from ftw_jax.lab.train import TrainConfig
 
 # A half-decade log grid, fixed before the runs: 3e-2 and 1e-1 were added when FTW's tuning chose the top of
 # the grid then (binary, then shaped Sokoban); every task and method now starts from the whole of it.

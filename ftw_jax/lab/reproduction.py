@@ -28,10 +28,10 @@ from ftw_jax.core.pool import Trajectory
 from ftw_jax.core.state import PolicyState
 from ftw_jax.core.update import make_update
 from ftw_jax.envs.bandit import GaussianBandit
+from ftw_jax.lab.train import TrainConfig
 from ftw_jax.policies import TabularPolicy
 from ftw_jax.running.compile_cache import cached_export
 from ftw_jax.running.loop import seed_keys
-from ftw_jax.train import TrainConfig
 
 # The training settings the protocol reads (`ftw-jax bandit` takes a flag for each).
 PROTOCOL_SETTINGS = (

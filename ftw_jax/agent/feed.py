@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ftw_jax.episodes import BadEpisode, Episode, parse_episode
+from ftw_jax.agent.episodes import BadEpisode, Episode, parse_episode
 
 _SEEN_BYTES = 64  # of a followed file's last bytes read, kept to notice a rewrite in place
 

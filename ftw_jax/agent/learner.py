@@ -1,8 +1,8 @@
-"""The LLM learner: updates from episodes that any rollout engine wrote (`ftw_jax.lm_learn` runs it over a file).
+"""The LLM learner: updates from episodes that any rollout engine wrote (`ftw_jax.agent.lm_learn` runs it over a file).
 
     learner = EpisodeLearner.build(LearnConfig(max_length=65), model_config)
     state = learner.init(params)                      # the CausalLM's params ({"params": ...}): policy and reference
-    state, metrics = learner.step(state, batch, key)  # trajectories [B, T] (`ftw_jax.episodes`), one jitted call
+    state, metrics = learner.step(state, batch, key)  # trajectories [B, T] (`ftw_jax.agent.episodes`), one jitted call
     lm.save(folder, model_config, learner.model_params(state))
 
 The policy is the model's next-token distribution over its whole vocabulary (`LMPolicy`), and the update is
