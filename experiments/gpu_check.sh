@@ -30,7 +30,7 @@ echo; echo "== lm learn's update at Qwen2.5's sizes compiled for this device: XL
 timeout 240 python experiments/lm_compiled_memory.py --models 0.5B,1.5B,3B --mesh 1x1 --losses chunked
 echo; echo "== retrieval QA, Search-R1's protocol, at Qwen2.5-0.5B's shape (random weights) on a generated world: 3 iterations"
 timeout 200 python experiments/search_r1/make_tiny.py "$out/qa" --shape 0.5B --people 200
-timeout 500 ftw-jax lm train --task retrieval-qa --model "$out/qa/model" --questions "$out/qa/train.parquet" \
+timeout 500 ftw-jax lm retrieval-qa --model "$out/qa/model" --questions "$out/qa/train.parquet" \
     --test-questions "$out/qa/test.parquet" --corpus "$out/qa/corpus.jsonl" --iterations 3 --eval-every 3 \
     --eval-questions 64 --no-checkpoint --no-plot --out "$out" --name qa
 python -c "import json; rows = [json.loads(l) for l in open('$out/qa/metrics.jsonl')]; print('seconds per iteration (rollout, learn):', [(round(r['rollout_seconds'], 1), round(r['learn_seconds'], 1)) for r in rows])"

@@ -296,7 +296,7 @@ class Row:
     reference_dtype: Dtype | None = None  # None: as init makes it (the compute dtype's, under float32 masters)
     algorithm: str = "ftw"  # lm learn's --algorithm
     lora_rank: int | None = None  # lm learn's --lora-rank: the base frozen in bfloat16, adapters float32
-    task: str = "lm-learn"  # the update's sizes: lm learn's rows above, or `lm train --task retrieval-qa`'s defaults
+    task: str = "lm-learn"  # the update's sizes: lm learn's rows above, or `lm retrieval-qa`'s defaults
 
     @property
     def devices(self) -> tuple[int, int]:
@@ -306,7 +306,7 @@ class Row:
 
 def task_sizes(task: str) -> dict[str, int]:
     """The update's sizes for `task`: "lm-learn" those of the module's docstring; "retrieval-qa" the defaults of
-    `ftw-jax lm train --task retrieval-qa` (Search-R1's protocol: episodes of up to 4,548 tokens, B = 64 into a
+    `ftw-jax lm retrieval-qa` (Search-R1's protocol: episodes of up to 4,548 tokens, B = 64 into a
     pool of N = 64, J = 16 minibatches of C = 8, K = 2 kept: 32 trajectories in the loss)."""
     if task == "lm-learn":
         return {}

@@ -1,4 +1,4 @@
-"""Compile time of `lm train --model`'s initialisation, the checkpoint's weights passed in or compiled in.
+"""Compile time of `lm text-search --model`'s initialisation, the checkpoint's weights passed in or compiled in.
 
     python experiments/lm_start_compile.py              # a random 30.6M-parameter checkpoint (8 layers, width 512)
     python experiments/lm_start_compile.py --layers 24 --width 1024

@@ -76,7 +76,10 @@ CASES = [
     (["train", "--env", "search", "--env-options", "num_entities=1000000"], "num_entities and num_values must be"),
     (["train", "--env", "sokoban", "--env-options", "nosuch=1"], "bad options for sokoban: ['nosuch'] (it takes "),
     # The checkpoint is a setting of the run (--model), no longer an option of the task.
-    (["lm", "train", "--env-options", "model=/x"], "bad options for text-search: ['model'] (it takes guess_rate, "),
+    (
+        ["lm", "text-search", "--env-options", "model=/x"],
+        "bad options for text-search: ['model'] (it takes guess_rate, ",
+    ),
     (["train", "--env", "sokoban", "--model", "/x"], "model='/x' needs a policy that starts from a checkpoint (lm)"),
     (["train", "--env", "bandit", "--policy", "mlp"], "policy must be one of ('tabular',) for bandit"),
     # Typed before the environment compares them (issue 35: "'>=' not supported between 'str' and 'int'").

@@ -352,7 +352,7 @@ def test_a_prompt_over_the_budget_or_a_template_that_fails_is_refused_before_any
 
 
 def lm_train(world, out, *extra):
-    argv = ["lm", "train", "--task", "retrieval-qa", "--model", str(world["model"]), "--questions", str(world["train"])]
+    argv = ["lm", "retrieval-qa", "--model", str(world["model"]), "--questions", str(world["train"])]
     argv += ["--test-questions", str(world["test"]), "--corpus", str(world["corpus"]), "--out", str(out)]
     argv += ["--name", "run", "--response-tokens", "12", "--information-tokens", "48", "--prompt-tokens", "256"]
     argv += ["--dtype", "float32", "--episodes-per-iteration", "4", "--pool-capacity", "8", "--num-batches", "2"]
@@ -364,12 +364,43 @@ def test_the_command_refuses_bad_input_in_one_line(world, tmp_path, capsys):
     bad = write_lines(tmp_path / "bad.jsonl", [GOOD, {"question": "no answers"}])
     assert lm_train({**world, "train": bad}, tmp_path) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
-    assert lm_train(world, tmp_path, "--seeds", "1,2") == 2
-    assert "--seeds is a setting of the text search task" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the text search task's flag: argparse's one line, exit 2
+        lm_train(world, tmp_path, "--seeds", "1,2")
+    assert "unrecognized arguments: --seeds 1,2" in capsys.readouterr().err
     assert lm_train(world, tmp_path, "--warm-start-steps", "3") == 2
     assert "--demonstrations and --warm-start-steps (above 0) go together" in capsys.readouterr().err
-    assert cli.main(["lm", "train", "--prompt-tokens", "64", "--iterations", "1"]) == 2
-    assert "--prompt-tokens is a setting of --task retrieval-qa" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # each task's command takes its own flags alone
+        cli.main(["lm", "text-search", "--prompt-tokens", "64", "--iterations", "1"])
+    assert "unrecognized arguments: --prompt-tokens 64" in capsys.readouterr().err
+
+
+def test_the_older_spelling_lm_train_task_runs_the_tasks_own_command(capsys):
+    from ftw_jax.cli.lm import current_spelling
+
+    said = []
+    assert current_spelling(["lm", "train", "--task", "retrieval-qa", "--seed", "1"], said.append) == [
+        "lm",
+        "retrieval-qa",
+        "--seed",
+        "1",
+    ]
+    assert current_spelling(["lm", "--no-compile-cache", "train", "--task=text-search"], said.append) == [
+        "lm",
+        "--no-compile-cache",
+        "text-search",
+    ]
+    assert current_spelling(["lm", "train", "--iterations", "3"], said.append) == [
+        "lm",
+        "text-search",
+        "--iterations",
+        "3",
+    ]
+    assert (
+        said[0] == "note: `ftw-jax lm train --task retrieval-qa` is now `ftw-jax lm retrieval-qa`." and len(said) == 3
+    )
+    for argv in (["lm", "learn", "--task", "x"], ["train", "--env", "bandit"], ["lm", "text-search"]):
+        assert current_spelling(argv, said.append) == argv
+    assert len(said) == 3
 
 
 def test_a_missing_optional_dependency_is_named_and_leaves_no_run_folder(world, tmp_path, capsys, monkeypatch):

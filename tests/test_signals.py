@@ -1,6 +1,6 @@
 """Stop signals obeyed at every phase, within seconds, in one line: the watcher on its own (a main thread that never
 reaches a boundary, one that does, a second signal), then the command line while JAX loads and while `train`,
-`compare`, `sweep`, `lm learn` and `lm train` compile (a run stopped while it writes a checkpoint:
+`compare`, `sweep`, `lm learn` and `lm retrieval-qa` compile (a run stopped while it writes a checkpoint:
 tests/test_faults.py)."""
 
 import json
@@ -175,13 +175,13 @@ def lm_learn_files(folder: pathlib.Path) -> list[str]:
 
 
 def lm_train_files(folder: pathlib.Path) -> list[str]:
-    """`lm train --task retrieval-qa` flags over a small world in Search-R1's formats and a tiny chat checkpoint."""
+    """`lm retrieval-qa` flags over a small world in Search-R1's formats and a tiny chat checkpoint."""
     from ftw_jax.agent.retrieval_qa.synthetic import tokenizer_texts, write_synthetic
     from ftw_jax.lm.tiny import write_tiny_checkpoint
 
     paths = write_synthetic(folder / "world", people=40, distractors=20, seed=1)
     model = write_tiny_checkpoint(folder / "model", tokenizer_texts(paths, ("train_jsonl",)), 600)
-    flags = ["--task", "retrieval-qa", "--model", str(model), "--questions", str(paths["train"])]
+    flags = ["--model", str(model), "--questions", str(paths["train"])]
     flags += ["--test-questions", str(paths["test"]), "--corpus", str(paths["corpus"]), "--response-tokens", "12"]
     flags += ["--information-tokens", "48", "--prompt-tokens", "256", "--episodes-per-iteration", "4"]
     return [*flags, "--pool-capacity", "8", "--num-batches", "2", "--batch-size", "4", "--eval-questions", "4"]
@@ -194,14 +194,14 @@ def lm_train_files(folder: pathlib.Path) -> list[str]:
         (["compare", "--env", "bandit", "--algos", "ftw,ppo", "--seeds", "0", "--eval-every", "4"], "comparing"),
         (["sweep", "--env", "cartpole", "--grid", "C=4,8 K=1,2", "--iterations", "6", "--eval-every", "3"], "sweep"),
         (["lm", "learn"], "learning from"),
-        (["lm", "train"], "iteration    0  test exact match"),  # the rollout and update compile next
+        (["lm", "retrieval-qa"], "iteration    0  test exact match"),  # the rollout and update compile next
     ],
-    ids=["compare", "sweep", "lm learn", "lm train"],
+    ids=["compare", "sweep", "lm learn", "lm retrieval-qa"],
 )
 def test_a_command_stopped_while_compiling_ends_within_seconds_resumable(command, compiles_after, tmp_path):
     if command == ["lm", "learn"]:
         command = [*command, *lm_learn_files(tmp_path)]
-    if command == ["lm", "train"]:
+    if command == ["lm", "retrieval-qa"]:
         command = [*command, *lm_train_files(tmp_path)]
     folder = tmp_path / "run"
     running = Command(*command, "--no-compile-cache", "--json", "--out", str(tmp_path), "--name", "run")

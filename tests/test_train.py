@@ -228,11 +228,26 @@ def test_the_defaults_table_names_each_setting_where_it_is_declared():
     from ftw_jax.core.settings import describe
 
     run_settings = {item.name for item in describe(TrainConfig)}
+    declared = {name: {item.name for item in describe(entry.config)} for name, entry in algos.ALGORITHMS.items()}
     for env, entry in defaults.DEFAULTS.items():
         assert env in envs.ENVIRONMENTS
         assert set(entry.run) <= run_settings, env
+        for setting in entry.every_algorithm:  # declared by every algorithm, so none goes without it
+            assert all(setting in own for own in declared.values()), (env, setting)
         for algorithm, settings in entry.algorithms.items():
-            assert set(settings) <= {item.name for item in describe(algos.get(algorithm).config)}, (env, algorithm)
+            assert set(settings) <= declared[algorithm], (env, algorithm)
+
+
+def test_a_setting_every_algorithm_takes_reaches_one_registered_later(monkeypatch):
+    import dataclasses
+
+    from ftw_jax import algos
+    from ftw_jax.algos import defaults
+
+    fifth = dataclasses.replace(algos.ALGORITHMS["grpo"], name="grpo_again")
+    monkeypatch.setitem(algos.ALGORITHMS, "grpo_again", fifth)
+    assert defaults.of("sokoban", "grpo_again")["updates_per_iteration"] == 4
+    assert TrainConfig.for_env("search", algorithm="grpo_again").algorithm_config.updates_per_iteration == 4
 
 
 def test_each_pair_starts_from_its_own_defaults_and_an_environment_names_no_algorithm_setting():

@@ -11,7 +11,7 @@ Each turn is one `/v1/completions` request for every conversation still going: t
 stop strings `</search>` and `</answer>` kept in the output, the tokens back as ids with the log-probability of
 each (`return_tokens_as_token_ids`, `logprobs`), sampled at temperature 1 (the plain model, so the learner's
 importance ratios start at 1). The environment's side of a turn is `RetrievalQA.respond`, the one
-`ftw-jax lm train --task retrieval-qa` runs; an episode is one span per turn, written by the version the engine
+`ftw-jax lm retrieval-qa` runs; an episode is one span per turn, written by the version the engine
 had loaded. New weights: `RUN/weights/latest.json` (the learner's) is read before each round and, when it names
 a newer version, the engine gets `POST /update_weights_from_disk {"model_path": ...}` (SGLang's endpoint; for
 vLLM, restart it on the folder or use its own reload). With `--ahead 0` each round waits until the learner has

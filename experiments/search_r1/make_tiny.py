@@ -1,11 +1,11 @@
 """Writes a small world in Search-R1's formats and a tiny chat checkpoint whose tokenizer is trained on it: what
-`ftw-jax lm train --task retrieval-qa` runs on where the real data and a GPU are not at hand.
+`ftw-jax lm retrieval-qa` runs on where the real data and a GPU are not at hand.
 
     python experiments/search_r1/make_tiny.py /tmp/tiny-qa         # corpus.jsonl, train/test .parquet, model/
 
 Then (docs/results.md's CPU run):
 
-    ftw-jax lm train --task retrieval-qa --model /tmp/tiny-qa/model --questions /tmp/tiny-qa/train.parquet \\
+    ftw-jax lm retrieval-qa --model /tmp/tiny-qa/model --questions /tmp/tiny-qa/train.parquet \\
         --test-questions /tmp/tiny-qa/test.parquet --corpus /tmp/tiny-qa/corpus.jsonl \\
         --demonstrations /tmp/tiny-qa/demonstrations.parquet ...
 """

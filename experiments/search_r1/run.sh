@@ -5,7 +5,7 @@ set -euo pipefail
 : "${MODEL:?set MODEL to the Qwen2.5-3B-Instruct folder}"
 OUT="${OUT:-runs}"
 args=(
-    lm train --task retrieval-qa --model "$MODEL"
+    lm retrieval-qa --model "$MODEL"
     --questions "$DATA/nq_hotpotqa_train/train.parquet" --test-questions "$DATA/nq_hotpotqa_train/test.parquet"
     --corpus "$DATA/wiki-18.jsonl"
     --iterations 1005 --eval-every 50 --eval-questions 1000 --save-every 50

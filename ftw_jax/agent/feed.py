@@ -2,7 +2,7 @@
 order a resume can take up exactly.
 
     files = EpisodeFiles(path, vocab_size=V, max_length=L)    # a JSONL file, or a folder of *.jsonl files
-    feed = EpisodeFeed(files, batch_size, follow, idle_timeout, poll_seconds, log)
+    feed = EpisodeFeed(files, batch_size, settings.follow, settings.idle_timeout, settings.poll_seconds, log)
     feed.start_after(used, used_per_file)                       # what a checkpoint's record says was learnt
     for batch in feed.batches(): ...                            # record {"episodes_used": n, **feed.position()}
 
@@ -23,6 +23,31 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ftw_jax.agent.episodes import BadEpisode, Episode, parse_episode
+from ftw_jax.core.settings import check_settings, check_takes_effect, setting
+
+
+@dataclasses.dataclass(frozen=True)
+class FeedSettings:
+    """How `lm learn` reads its episode files: once, or followed as an engine appends to them. They decide when a
+    run stops reading, not what it learns, so a resume may change them."""
+
+    follow: bool = setting(
+        False,
+        "keep the learner running: after the file's episodes, learn from the lines an engine appends, a batch of B "
+        "as soon as B are there (stop with Ctrl-C or SIGTERM, resumable, or `idle_timeout`)",
+    )
+    idle_timeout: float | None = setting(None, "with `follow`: stop after this many seconds without a new line")
+    poll_seconds: float = setting(0.5, "with `follow`: how often to look for new lines")
+
+    def __post_init__(self):
+        check_settings(self)
+        if self.idle_timeout is not None and not self.idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be None or > 0 seconds, got {self.idle_timeout!r}.")
+        if not self.poll_seconds > 0:
+            raise ValueError(f"poll_seconds must be > 0, got {self.poll_seconds!r}.")
+        for name in ("idle_timeout", "poll_seconds"):
+            check_takes_effect(self, name, self.follow, "`follow`")
+
 
 _SEEN_BYTES = 64  # of a followed file's last bytes read, kept to notice a rewrite in place
 

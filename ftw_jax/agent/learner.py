@@ -14,7 +14,7 @@ batch is put group by group first); PPO learns a critic, a value head on its own
 from the same checkpoint and kept in the learner state (so checkpoints resume it). With `lora_rank` the model
 trains low-rank adapters over a frozen base (`ftw_jax.lm.lora`), written merged. Staleness and importance ratios
 read each token's own version and behaviour log-prob, so an episode written by several hot-loaded policy
-versions is measured token by token. The in-process loop (`ftw-jax lm train`) calls the same `algos.ftw`
+versions is measured token by token. The in-process loop (`ftw-jax lm text-search`) calls the same `algos.ftw`
 learner on the episodes it rolls out, so both paths make the same updates from the same episodes (tested).
 """
 
@@ -32,7 +32,9 @@ import numpy as np
 import optax
 
 from ftw_jax import algos
+from ftw_jax.algos import defaults
 from ftw_jax.algos.base import Context, Learner
+from ftw_jax.algos.defaults import DEFAULT_ALGORITHM
 from ftw_jax.algos.learner_settings import LearnerSettings, make_optimizer
 from ftw_jax.core.checks import check_seed
 from ftw_jax.core.pool import Trajectory
@@ -48,12 +50,14 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class LearnConfig(LearnerSettings):
-    """The LM learner's settings; the update's are `algorithm_config` (the algorithm's config; None: its defaults)."""
+    """The LM learner's settings; the update's are `algorithm_config` (the algorithm's config; None: its defaults).
+    See `for_task` for each LLM task's defaults."""
 
-    algorithm: Literal["ftw", "grpo", "reinforce", "ppo"] = setting(
-        "ftw",
+    algorithm: str = setting(
+        DEFAULT_ALGORITHM,
         "the update: FTW, or a baseline as LLM trainers run it (GRPO, REINFORCE (RLOO with `leave_one_out`), PPO "
         "with a critic); GRPO and RLOO read each episode's `group`",
+        choices=lambda: tuple(algos.ALGORITHMS),
     )
 
     max_length: int = setting(
@@ -81,13 +85,6 @@ class LearnConfig(LearnerSettings):
     )
     seed: int = setting(0, "the seed of the learner's draws (selection, ties)")
     save_every: int = setting(1, "write the weights every this many iterations, and after the last")
-    follow: bool = setting(
-        False,
-        "keep the learner running: after the file's episodes, learn from the lines an engine appends, a batch of B "
-        "as soon as B are there (stop with Ctrl-C or SIGTERM, resumable, or `idle_timeout`)",
-    )
-    idle_timeout: float | None = setting(None, "with `follow`: stop after this many seconds without a new line")
-    poll_seconds: float = setting(0.5, "with `follow`: how often to look for new lines")
     sampler_gap_limit: float = setting(
         0.1,
         "stop (exit 3, resumable) when the engine's log-probs are further than this from the learner's own, in nats "
@@ -107,6 +104,20 @@ class LearnConfig(LearnerSettings):
     )
     lora_alpha: float | None = setting(None, "the adapters' product is scaled by alpha / rank (None: alpha = rank)")
     algorithm_config: Any = None
+
+    @classmethod
+    def for_task(cls, task: str = "episodes", **overrides: Any) -> LearnConfig:
+        """The defaults of this LLM task and algorithm (`ftw_jax.algos.defaults.LM_TASKS`: "episodes", an engine's
+        episodes as `lm learn` reads them; "retrieval-qa") with `overrides`, each a field of this class or of the
+        algorithm's config; a field of another algorithm's config is refused."""
+        algorithm = overrides.get("algorithm", DEFAULT_ALGORITHM)
+        settings = {**defaults.of(task, algos.get(algorithm).name, defaults.LM_TASKS), **overrides}
+        run, own, others = algos.split_settings(algorithm, settings, LEARN_FIELDS)
+        if others:
+            raise ValueError(f"{', '.join(sorted(others))} do(es) not apply to {algorithm}.")
+        if "algorithm_config" in run:  # given whole: the task's defaults for the algorithm do not apply
+            return cls(**run)
+        return cls(**run, algorithm_config=algos.get(algorithm).config(**own))
 
     def __post_init__(self):
         check_settings(self)
@@ -131,12 +142,6 @@ class LearnConfig(LearnerSettings):
             self, "stale_share_limit", getattr(self.algorithm_config, "max_staleness", None) is not None,
             "`max_staleness`",
         )  # fmt: skip
-        if self.idle_timeout is not None and not self.idle_timeout > 0:
-            raise ValueError(f"idle_timeout must be None or > 0 seconds, got {self.idle_timeout!r}.")
-        if not self.poll_seconds > 0:
-            raise ValueError(f"poll_seconds must be > 0, got {self.poll_seconds!r}.")
-        for name in ("idle_timeout", "poll_seconds"):
-            check_takes_effect(self, name, self.follow, "`follow`")
         if not (isinstance(self.save_every, int) and self.save_every >= 1):
             raise ValueError(f"save_every must be an int >= 1, got {self.save_every!r}.")
         algorithm.check(self.algorithm_config, self.episodes_per_iteration)
@@ -189,6 +194,8 @@ class LearnConfig(LearnerSettings):
         """T: a trajectory's steps (each token after the first is one)."""
         return self.max_length - 1
 
+
+LEARN_FIELDS = frozenset(field.name for field in dataclasses.fields(LearnConfig))
 
 # The algorithm's learner state (`FTWLearnerState`, `PPOLearnerState`, ...): its `policy` is a `PolicyState`.
 LearnerState = Any

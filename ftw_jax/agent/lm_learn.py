@@ -27,7 +27,7 @@ from ftw_jax.agent.episodes import (
     tied_group_share,
     to_trajectories,
 )
-from ftw_jax.agent.feed import EpisodeFeed, EpisodeFiles
+from ftw_jax.agent.feed import EpisodeFeed, EpisodeFiles, FeedSettings
 from ftw_jax.agent.learner import EpisodeLearner, LearnConfig, LearnerState, load_for_learning
 from ftw_jax.lm.config import read_json
 from ftw_jax.running import run_files, skips
@@ -280,18 +280,26 @@ def _warn_if_all_tied(config: LearnConfig, iterations: int, tied: int, log: Call
         )
 
 
-def _say_what_waits(config: LearnConfig, waiting: int, log: Callable[[str], None]) -> int:
+def _say_what_waits(config: LearnConfig, feed: FeedSettings, waiting: int, log: Callable[[str], None]) -> int:
     """Logs why a follower stopped, and why `waiting` episodes read were not learnt from (a follower's idle
     timeout, or a short last batch the algorithm cannot learn from); returns how many."""
-    if config.follow:  # a follower ends here only when `idle_timeout` passed (a stop signal raises)
+    if feed.follow:  # a follower ends here only when `idle_timeout` passed (a stop signal raises)
         rest = f"; {waiting} episodes wait for a whole batch" if waiting else ""
-        log(f"stopped following: no new line for {config.idle_timeout} s (`idle_timeout`){rest}")
+        log(f"stopped following: no new line for {feed.idle_timeout} s (`idle_timeout`){rest}")
     elif waiting:
         log(
             f"{waiting} episodes wait: {config.algorithm} learns from no batch of {waiting} with these settings; a "
             "resume learns them with the lines appended since"
         )
     return waiting
+
+
+def _feed(files: EpisodeFiles, config: LearnConfig, settings: FeedSettings, log: Callable[[str], None]) -> EpisodeFeed:
+    """The episodes of `files`, B at a time, read once or followed as `settings` say."""
+    return EpisodeFeed(
+        files, config.episodes_per_iteration, settings.follow, settings.idle_timeout, settings.poll_seconds, log,
+        short_batch_ok=config.learns_a_batch_of,
+    )  # fmt: skip
 
 
 def learn_from_file(
@@ -302,6 +310,7 @@ def learn_from_file(
     checkpointer: Checkpointer | None,
     report: LearnReport,
     *,
+    feed_settings: FeedSettings = FeedSettings(),
     skip_bad_lines: bool = False,
     mesh: tuple[int, int] | None = None,
 ) -> dict:
@@ -309,7 +318,7 @@ def learn_from_file(
     order: `ftw_jax.agent.feed`), B at a time in file order, each batch into the pool and then U FTW updates;
     weights written every `save_every` iterations and after the last. Resumes from the checkpointer's latest,
     with the episodes after those it had learnt from (an engine may have appended more; of a folder, per file).
-    With `config.follow` it then learns the lines an engine appends, a whole batch of B at a time, until a stop
+    With `feed_settings.follow` it then learns the lines an engine appends, a whole batch of B at a time, until a stop
     is asked for (SIGINT, SIGTERM) or `idle_timeout` passes without a new line.
     `mesh` (data, model) lays the weights out over that many of this host's devices (`lm.sharding`).
     Returns the run's summary."""
@@ -318,10 +327,7 @@ def learn_from_file(
     files = EpisodeFiles(
         episodes_path, vocab_size=model.config.vocab_size, max_length=config.max_length, skip_bad_lines=skip_bad_lines
     )
-    feed = EpisodeFeed(
-        files, config.episodes_per_iteration, config.follow, config.idle_timeout, config.poll_seconds, report.log,
-        short_batch_ok=config.learns_a_batch_of,
-    )  # fmt: skip
+    feed = _feed(files, config, feed_settings, report.log)
     learner = EpisodeLearner.build(config, model.config)
     done, state, used, skipped, used_per_file = _resumed(checkpointer, learner.init(params), report.log)
     feed.start_after(used, used_per_file)
@@ -342,7 +348,7 @@ def learn_from_file(
                 latest.written(iteration, int(host_array(state.policy.version)))
             record = {"episodes_used": used, "skipped": skipped, **feed.position()}
             save_then_stop(checkpointer, iteration, state, record, last=last, stop=stop)
-    if config.follow and checkpointer and iteration > done and iteration % checkpointer.every:
+    if feed.follow and checkpointer and iteration > done and iteration % checkpointer.every:
         checkpointer.save(iteration, state, {"episodes_used": used, "skipped": skipped, **feed.position()}, final=True)
     version = int(host_array(state.policy.version))
     if weights != weights_folder(run_folder, version):  # the newest version, written once
@@ -352,7 +358,7 @@ def learn_from_file(
     _warn_if_all_tied(config, iteration - done, tied, report.log)
     return {
         "episodes": used,
-        "episodes_waiting": _say_what_waits(config, len(feed.pending), report.log),
+        "episodes_waiting": _say_what_waits(config, feed_settings, len(feed.pending), report.log),
         "bad_lines_skipped": len(files.report.skipped),
         "iterations": iteration,
         "version": version,

@@ -4,10 +4,12 @@ algorithm = ALGORITHMS["ppo"]                 # an `Algorithm`: name, config cla
 learner = algorithm.make_learner(algorithm.config(), context)
 """
 
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from ftw_jax.algos import ftw, grpo, ppo, reinforce
 from ftw_jax.algos.base import Algorithm, Context, Hyperparameters, Learner
+from ftw_jax.core.settings import describe
 
 ALGORITHMS: dict[str, Algorithm] = {
     "ftw": ftw.ALGORITHM,
@@ -37,4 +39,20 @@ def config_of(name: str, config: Any) -> Any:
     return config
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "Context", "Hyperparameters", "Learner", "config_of", "get"]
+def split_settings(
+    name: str, settings: Mapping[str, Any], run_fields: Collection[str]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(the run's settings, `name`'s config's, those only other algorithms declare) of `settings`, where the run's
+    are `run_fields` (`TrainConfig`'s, or the LM learner's `LearnConfig`'s). A name nobody declares is refused."""
+    own = {item.name for item in describe(get(name).config)}
+    known = {*run_fields, *(item.name for entry in ALGORITHMS.values() for item in describe(entry.config))}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown}; expected names among {sorted(known)}.")
+    run = {key: value for key, value in settings.items() if key in run_fields}
+    config = {key: value for key, value in settings.items() if key in own and key not in run}
+    others = {key: value for key, value in settings.items() if key not in run and key not in config}
+    return run, config, others
+
+
+__all__ = ["ALGORITHMS", "Algorithm", "Context", "Hyperparameters", "Learner", "config_of", "get", "split_settings"]

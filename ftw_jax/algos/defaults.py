@@ -1,12 +1,15 @@
-"""Defaults per (environment, algorithm): one table, as rejax keeps one config per pair.
+"""Defaults per (environment or LLM task, algorithm): one table each, as rejax keeps one config per pair.
 
-    settings = defaults.of("sokoban", "ppo")     # the run's settings on sokoban, and PPO's own there
+    settings = defaults.of("sokoban", "ppo")                       # the lab's run on sokoban, PPO's own there
+    settings = defaults.of("retrieval-qa", "grpo", LM_TASKS)       # the agent's learner on retrieval QA, GRPO's
 
-Each environment's entry holds the settings of a run that every algorithm shares there (`run`: B, iterations,
-the network, the optimizer, evaluation; fields of `ftw_jax.lab.train.TrainConfig`) and each algorithm's own (fields
-of its config) under its name: together they train it in seconds to minutes on 2 CPU cores. An environment
-missing here, or an algorithm missing from an entry, runs on the settings' own defaults. A new environment or
-algorithm adds its line here; the environment's registry entry (`ftw_jax.envs`) names no algorithm's settings.
+Each entry holds the settings of a run that every algorithm shares there (`run`: B, iterations, the network,
+the optimizer, evaluation; fields of `ftw_jax.lab.train.TrainConfig`, or of the agent's
+`ftw_jax.agent.learner.LearnConfig`), those that every algorithm declaring them takes alike (`every_algorithm`:
+U, the updates per iteration), and each algorithm's own (fields of its config) under its name: together they
+train it in seconds to minutes on 2 CPU cores. An environment missing here, or an algorithm missing from an
+entry, runs on the settings' own defaults. A new environment or algorithm adds its line here; the environment's
+registry entry (`ftw_jax.envs`) names no algorithm's settings.
 """
 
 from __future__ import annotations
@@ -15,12 +18,18 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from ftw_jax import algos
+from ftw_jax.core.settings import describe
+
+DEFAULT_ALGORITHM = "ftw"  # what every program runs when no algorithm is named
+
 
 @dataclasses.dataclass(frozen=True)
 class Defaults:
-    """One environment's defaults: the run's, and each algorithm's own."""
+    """One environment's (or LLM task's) defaults: the run's, the algorithms' alike, and each algorithm's own."""
 
     run: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # settings of the run, every algorithm's
+    every_algorithm: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # of each config declaring them
     algorithms: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)  # name -> its config's
 
 
@@ -55,12 +64,8 @@ DEFAULTS: dict[str, Defaults] = {
             conv_channels=(16, 16),
             hidden_sizes=(128,),
         ),
-        algorithms={
-            "ftw": dict(pool_capacity=512, num_batches=128, batch_size=4, num_elites=1, updates_per_iteration=4),
-            "reinforce": dict(updates_per_iteration=4),
-            "grpo": dict(updates_per_iteration=4),
-            "ppo": dict(updates_per_iteration=4),  # epochs over the batch
-        },
+        every_algorithm=dict(updates_per_iteration=4),  # PPO's: epochs over the batch
+        algorithms={"ftw": dict(pool_capacity=512, num_batches=128, batch_size=4, num_elites=1)},
     ),
     "search": Defaults(
         run=dict(
@@ -73,12 +78,8 @@ DEFAULTS: dict[str, Defaults] = {
             eval_every=40,
             eval_episodes=256,
         ),
-        algorithms={
-            "ftw": dict(pool_capacity=512, num_batches=32, batch_size=32, num_elites=1, updates_per_iteration=4),
-            "reinforce": dict(updates_per_iteration=4),
-            "grpo": dict(updates_per_iteration=4),
-            "ppo": dict(updates_per_iteration=4),
-        },
+        every_algorithm=dict(updates_per_iteration=4),
+        algorithms={"ftw": dict(pool_capacity=512, num_batches=32, batch_size=32, num_elites=1)},
     ),
     "text-search": Defaults(
         run=dict(
@@ -91,12 +92,8 @@ DEFAULTS: dict[str, Defaults] = {
             eval_episodes=256,
             warm_start_demonstrations=2048,
         ),
-        algorithms={
-            "ftw": dict(pool_capacity=256, num_batches=16, batch_size=16, num_elites=1, updates_per_iteration=2),
-            "reinforce": dict(updates_per_iteration=2),
-            "grpo": dict(updates_per_iteration=2),
-            "ppo": dict(updates_per_iteration=2),
-        },
+        every_algorithm=dict(updates_per_iteration=2),
+        algorithms={"ftw": dict(pool_capacity=256, num_batches=16, batch_size=16, num_elites=1)},
     ),
 }
 
@@ -125,12 +122,31 @@ SEARCH_R1: dict[str, dict[str, Any]] = {
 # tokens took 1.41x as long as with the monitor off, with 4 1.14x (experiments/lm_vs_tunix.py).
 LM_FTW: dict[str, Any] = {"monitor_entries": 4}
 
+# The agent's learner (`ftw_jax.agent.learner.LearnConfig.for_task`) on each LLM task. "episodes": an engine's
+# episodes read from files (`lm learn`). "retrieval-qa": Search-R1's learning rate and KL weight for 3B models,
+# bfloat16 compute over float32 master weights, B = 64 conversations a batch (their KV cache, at the protocol's
+# 4,548 slots, is 10.0 GiB for Qwen2.5-3B in bfloat16); FTW's `beat_minimum`, as exact match is 0 or 1, so most
+# minibatches hold tied returns and `top_k` would imitate failures among them (the collapse binary Sokoban shows).
+LM_TASKS: dict[str, Defaults] = {
+    "episodes": Defaults(algorithms={"ftw": LM_FTW, **SEARCH_R1}),
+    "retrieval-qa": Defaults(
+        run=dict(episodes_per_iteration=64, learning_rate=1e-6, kl_coef=1e-3, dtype="bfloat16"),
+        algorithms={"ftw": {"elite_rule": "beat_minimum", **LM_FTW}, **SEARCH_R1},
+    ),
+}
 
-def of(env: str, algorithm: str) -> dict[str, Any]:
-    """The settings a run of `algorithm` on `env` starts from: the environment's run defaults and the algorithm's
-    own there (empty where the table has neither)."""
-    entry = DEFAULTS.get(env, Defaults())
-    return {**entry.run, **entry.algorithms.get(algorithm, {})}
+
+def of(name: str, algorithm: str, table: Mapping[str, Defaults] = DEFAULTS) -> dict[str, Any]:
+    """The settings a run of `algorithm` on environment (or LLM task) `name` starts from: the entry's run
+    defaults, those every algorithm declaring them takes, and the algorithm's own there (empty where the table
+    has none). A task missing from `LM_TASKS` is refused; an environment missing from `DEFAULTS` runs on the
+    settings' own defaults."""
+    if table is not DEFAULTS and name not in table:
+        raise ValueError(f"the task must be one of {tuple(table)}, got {name!r}.")
+    entry = table.get(name, Defaults())
+    declared = {item.name for item in describe(algos.get(algorithm).config)}
+    alike = {setting: value for setting, value in entry.every_algorithm.items() if setting in declared}
+    return {**entry.run, **alike, **entry.algorithms.get(algorithm, {})}
 
 
 def shown(env: str, name: str) -> str | None:
@@ -140,9 +156,11 @@ def shown(env: str, name: str) -> str | None:
 
 
 def shown_in(entry: Defaults, name: str) -> str | None:
-    """`shown` for a table entry of a command's own (`lm learn`'s: `Defaults(algorithms=SEARCH_R1)`)."""
+    """`shown` for any table's entry (an LLM task's: `LM_TASKS["retrieval-qa"]`)."""
     if name in entry.run:
         return _text(entry.run[name])
+    if name in entry.every_algorithm:
+        return _text(entry.every_algorithm[name])
     values = {algorithm: _text(settings[name]) for algorithm, settings in entry.algorithms.items() if name in settings}
     if len(set(values.values())) == 1:
         return next(iter(values.values()))

@@ -97,7 +97,7 @@ class _CommandParser(argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **{"allow_abbrev": False, **kwargs})  # `--seed 5` is no `--seeds 5`
-        # SUPPRESS: a subcommand's parser (lm train) must not reset what its parent's (lm) was given.
+        # SUPPRESS: a subcommand's parser (lm learn) must not reset what its parent's (lm) was given.
         self.add_argument(
             "--no-compile-cache",
             action="store_true",
@@ -153,6 +153,7 @@ def run(argv: list[str], watcher: signals.Watcher | None = None) -> int:
     # The command line opts in to JAX's unrolled threefry on CPU (importing ftw_jax does not): the same random bits,
     # compiled and run faster; FTW_JAX_THREEFRY=rolled keeps JAX's own lowering.
     threefry.use_unrolled()
+    argv = lm.current_spelling(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     compile_cache.configure(turned_off=getattr(args, "no_compile_cache", False))  # before the first compile

@@ -198,20 +198,34 @@ def training_settings() -> list[Setting]:
 def train_overrides(args: argparse.Namespace, log: Callable[[str], None], algorithm: str | None = None) -> dict:
     """The training settings whose flags were given; those that belong to other algorithms only are named and
     left out."""
+    from ftw_jax.algos.defaults import DEFAULT_ALGORITHM
+    from ftw_jax.lab.train import RUN_FIELDS
+
     overrides = given_settings(args, training_settings())
-    return applicable_settings(overrides, algorithm or overrides.get("algorithm", "ftw"), log)
+    return applicable_settings(overrides, algorithm or overrides.get("algorithm", DEFAULT_ALGORITHM), log, RUN_FIELDS)
 
 
-def applicable_settings(overrides: dict, algorithm: str, log: Callable[[str], None]) -> dict:
-    """The settings of `overrides` that apply to a run of `algorithm`; those that belong to other algorithms only
-    are named and left out."""
-    from ftw_jax.lab.train import split_overrides
+def applicable_settings(
+    overrides: dict, algorithm: str, log: Callable[[str], None], run_fields: Iterable[str] = ()
+) -> dict:
+    """The settings of `overrides` that apply to a run of `algorithm` (the run's `run_fields` and its config's);
+    those that belong to other algorithms only are named and left out (`note_other_algorithms`)."""
+    from ftw_jax import algos
 
-    applicable, ignored = split_overrides(algorithm, overrides)
-    if ignored:
-        flags = ", ".join("--" + name.replace("_", "-") for name in ignored)
-        log(f"note: {flags} do(es) not apply to {algorithm}; ignored.")
-    return applicable
+    run, own, others = algos.split_settings(algorithm, overrides, frozenset(run_fields))
+    note_other_algorithms(algorithm, log)(others)
+    return {**run, **own}
+
+
+def note_other_algorithms(algorithm: str, log: Callable[[str], None]) -> Callable[[dict], None]:
+    """What a command says of the flags it was given that only other algorithms take: their names, ignored."""
+
+    def note(others: dict) -> None:
+        if others:
+            flags = ", ".join("--" + name.replace("_", "-") for name in others)
+            log(f"note: {flags} do(es) not apply to {algorithm}; ignored.")
+
+    return note
 
 
 def add_seeds(parser: argparse.ArgumentParser, count: int = 3) -> None:

@@ -1,4 +1,5 @@
-"""`ftw-jax lm`: the LLM-agent learner (`learn`, from an engine's episodes) and the text search agent (`train`)."""
+"""`ftw-jax lm`: the LLM-agent learner, one subcommand per way of feeding it: `learn` (an engine's episodes),
+`text-search` (the text search agent, in-process) and `retrieval-qa` (Search-R1's task, in-process)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import dataclasses
 import json
 import pathlib
+import sys
 import typing
 
 from ftw_jax.cli import outputs
@@ -25,23 +27,49 @@ from ftw_jax.cli.flags import (
     training_settings,
 )
 
+TASKS = ("text-search", "retrieval-qa")  # the in-process tasks, a subcommand each
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "lm",
-        help="the LLM-agent learner: FTW from a rollout engine's episodes, or the text search agent in-process",
+        help="the LLM-agent learner: FTW from a rollout engine's episodes, or an agent's task in-process",
         description="FTW for language-model agents (docs/lm.md). `learn` reads episodes an engine wrote and writes "
         "versioned weights for it to reload (--model PATH: the Hugging Face checkpoint it starts from; "
-        "--mesh and jax.distributed for several devices and hosts); `train` runs the text search "
-        "agent's whole loop here, on a tiny fresh LM or on a checkpoint (--model PATH).",
+        "--mesh and jax.distributed for several devices and hosts); `text-search` runs the text search "
+        "agent's whole loop here, on a tiny fresh LM or on a checkpoint (--model PATH); `retrieval-qa` "
+        "trains a checkpoint on Search-R1's questions with a retriever between its turns.",
     )
-    commands = parser.add_subparsers(dest="lm_command", required=True, metavar="{learn,train}")
+    commands = parser.add_subparsers(dest="lm_command", required=True, metavar="{learn,text-search,retrieval-qa}")
     _add_learn_parser(commands)
-    _add_train_parser(commands)
+    _add_text_search_parser(commands)
+    _add_retrieval_qa_parser(commands)
+
+
+def current_spelling(argv: list[str], log: typing.Callable[[str], None] | None = None) -> list[str]:
+    """`argv` with 0.7's `lm train [--task TASK]` written as `lm TASK` (`text-search` where no task is given), said
+    once on stderr; any other command line as it is."""
+    positional = [index for index, token in enumerate(argv) if not token.startswith("-")]
+    if len(positional) < 2 or [argv[i] for i in positional[:2]] != ["lm", "train"]:
+        return argv
+    rest, task = list(argv[positional[1] + 1 :]), "text-search"
+    for index, token in enumerate(rest):
+        if token == "--task" and index + 1 < len(rest):
+            task = rest.pop(index + 1)
+            rest.pop(index)
+            break
+        if token.startswith("--task="):
+            task = rest.pop(index).partition("=")[2]
+            break
+    (log or (lambda message: print(message, file=sys.stderr)))(
+        f"note: `ftw-jax lm train --task {task}` is now `ftw-jax lm {task}`."
+    )
+    return [*argv[: positional[1]], task, *rest]
 
 
 def _add_learn_parser(commands) -> None:
-    from ftw_jax.agent.learner import LearnConfig
+    from ftw_jax.agent.feed import FeedSettings
+    from ftw_jax.algos.defaults import LM_TASKS
     from ftw_jax.core.settings import describe
 
     learn = commands.add_parser(
@@ -83,8 +111,8 @@ def _add_learn_parser(commands) -> None:
         help="shard the weights over DATA x MODEL devices (of every process), e.g. 2x4: fully sharded "
         "data parallel over DATA, tensor parallel over MODEL (default: one device)",
     )
-    add_settings(learn, describe(LearnConfig))
-    add_settings(learn, _algorithm_settings(), defaults_here=_algorithm_defaults_shown(_learn_algorithm_defaults()))
+    add_settings(learn, [*_learner_settings("episodes"), *describe(FeedSettings)])
+    add_settings(learn, _algorithm_settings(), defaults_here=_algorithm_defaults_shown(LM_TASKS["episodes"].algorithms))
     add_run_folder_arguments(learn)
     add_cluster_arguments(learn)
     learn.set_defaults(handler=run_learn)
@@ -98,9 +126,9 @@ def _algorithm_settings() -> list:
     return [item for entry in algos.ALGORITHMS.values() for item in describe(entry.config)]
 
 
-def _algorithm_defaults_shown(table: dict[str, dict]) -> dict[str, str]:
+def _algorithm_defaults_shown(table: typing.Mapping[str, typing.Mapping]) -> dict[str, str]:
     """{setting: its default for each algorithm that declares it, as the help shows it ("grpo 5, ppo 1")} where
-    the command's `table` (algorithm -> its settings) differs from the configs' own defaults."""
+    the task's `table` (algorithm -> its settings) differs from the configs' own defaults."""
     from ftw_jax import algos
     from ftw_jax.core.settings import describe
 
@@ -117,68 +145,60 @@ def _algorithm_defaults_shown(table: dict[str, dict]) -> dict[str, str]:
     return shown
 
 
-def algorithm_config(
-    args: argparse.Namespace, algorithm: str, defaults: dict, log: typing.Callable[[str], None]
-) -> object:
-    """`algorithm`'s config: the command's defaults for it, then the flags given; the flags given that only other
-    algorithms declare are named and left out."""
-    from ftw_jax import algos
+def _learner_settings(task: str) -> list:
+    """The LM learner's settings that the command for `task` takes: all but `max_length`, which an in-process task
+    sets from its own lengths."""
+    from ftw_jax.agent.learner import LearnConfig
+    from ftw_jax.core.settings import describe
 
-    given = applicable_settings(given_settings(args, _algorithm_settings()), algorithm, log)
-    return algos.get(algorithm).config(**{**defaults.get(algorithm, {}), **given})
+    return [item for item in describe(LearnConfig) if task == "episodes" or item.name != "max_length"]
 
 
-def _add_train_parser(commands) -> None:
-    train = commands.add_parser(
-        "train",
-        help="an LLM agent's whole loop in-process: the text search agent, or retrieval QA in Search-R1's protocol",
-        description="--task text-search (default): `ftw-jax train --env text-search`, a tiny Qwen2-shaped LM fitted "
-        "to the demonstrator's episodes (--warm-start-demonstrations), then trained by --algorithm on its own "
-        "rollouts. --task retrieval-qa: a Hugging Face checkpoint (--model PATH) answers Search-R1's questions "
-        "(--questions, --test-questions) with a BM25 retriever over --corpus between its turns, trained by FTW on "
-        "exact match; greedy test exact match every --eval-every iterations (docs/lm.md, Retrieval QA).",
+def _learn_config(args: argparse.Namespace, task: str, **fixed: typing.Any):
+    """The LM learner's config for `task` (`LearnConfig.for_task`) from the flags given: those of the learner and
+    of the algorithm run; those only other algorithms take are named and left out."""
+    from ftw_jax.agent.learner import LEARN_FIELDS, LearnConfig
+    from ftw_jax.algos.defaults import DEFAULT_ALGORITHM
+
+    given = {**given_settings(args, _learner_settings(task)), **given_settings(args, _algorithm_settings())}
+    algorithm = given.get("algorithm", DEFAULT_ALGORITHM)
+    return LearnConfig.for_task(task, **applicable_settings(given, algorithm, logger(args), LEARN_FIELDS), **fixed)
+
+
+# The text search task's settings that an LLM user has no use for: its policy is the LM.
+_NOT_FOR_AN_LM = ("policy", "hidden_sizes", "conv_channels")
+
+
+def _add_text_search_parser(commands) -> None:
+    text_search = commands.add_parser(
+        "text-search",
+        help="the text search agent's whole loop in-process: a tiny LM or a checkpoint, trained on its own rollouts",
+        description="`ftw-jax train --env text-search`: a tiny Qwen2-shaped LM (or --model PATH) fitted to the "
+        "demonstrator's episodes (--warm-start-demonstrations), then trained by --algorithm on its own rollouts.",
     )
-    train.add_argument(
-        "--task", choices=("text-search", "retrieval-qa"), default="text-search", help="the task (default text-search)"
-    )
-    add_seeds(train)
-    train.add_argument(
+    add_seeds(text_search)
+    text_search.add_argument(
         "--env-options",
         type=env_options,
         default={},
         help="options of the text search task, e.g. 'two_hop_fraction=1.0,guess_rate=0.8'",
     )
-    add_settings(train, training_settings(), env_defaults="text-search")
-    _add_retrieval_arguments(train)
-    add_run_folder_arguments(train)
-    train.add_argument("--no-plot", action="store_true", help="do not write the learning-curve PNG")
-    train.set_defaults(handler=_run_train, env="text-search")
+    settings = [item for item in training_settings() if item.name not in _NOT_FOR_AN_LM]
+    add_settings(text_search, settings, env_defaults="text-search")
+    add_run_folder_arguments(text_search)
+    text_search.add_argument("--no-plot", action="store_true", help="do not write the learning-curve PNG")
+    text_search.set_defaults(handler=train_command.run, env="text-search")
 
 
 def _retrieval_settings() -> list:
-    """The settings `--task retrieval-qa` reads: its run's, the protocol's, the learner's (`lm learn`'s but what an
-    in-process run sets itself) and every algorithm's."""
+    """The settings `lm retrieval-qa` reads: its run's, the protocol's, the learner's and every algorithm's."""
     from ftw_jax.agent.retrieval_qa.learner import RetrievalTrainConfig
     from ftw_jax.agent.retrieval_qa.task import RetrievalQASettings
     from ftw_jax.core.settings import describe
 
-    return [
-        *describe(RetrievalTrainConfig),
-        *describe(RetrievalQASettings),
-        *_learner_settings(),
-        *_algorithm_settings(),
-    ]
+    return [*describe(RetrievalTrainConfig), *describe(RetrievalQASettings), *_learner_settings("retrieval-qa")]
 
 
-def _learner_settings() -> list:
-    """`lm learn`'s settings that `--task retrieval-qa` takes: all but those an in-process run sets itself."""
-    from ftw_jax.agent.learner import LearnConfig
-    from ftw_jax.core.settings import describe
-
-    return [item for item in describe(LearnConfig) if item.name not in _SET_BY_THE_RUN]
-
-
-_SET_BY_THE_RUN = ("max_length", "follow", "idle_timeout", "poll_seconds")  # LearnConfig's, for `lm learn` alone
 _RETRIEVAL_FILES = {
     "questions": "the training questions: Search-R1's train.parquet, or a FlashRAG-style .jsonl",
     "test_questions": "the questions test exact match is measured on (test.parquet or .jsonl)",
@@ -186,84 +206,46 @@ _RETRIEVAL_FILES = {
     "index": "the BM25 index folder (default: beside the corpus, CORPUS.bm25; built there the first time)",
     "demonstrations": "questions whose rows carry `demonstration` (the turns to imitate), fitted before FTW",
 }
+_RETRIEVAL_NEEDS = ("questions", "test_questions", "corpus", "model")
 
 
-def _add_retrieval_arguments(train: argparse.ArgumentParser) -> None:
-    from ftw_jax.agent.retrieval_qa.learner import LEARNER_DEFAULTS
+def _add_retrieval_qa_parser(commands) -> None:
+    from ftw_jax.algos.defaults import LM_TASKS
 
-    shown = {item.name: item.default for item in _retrieval_settings()}
-    shown.update({**LEARNER_DEFAULTS, **_algorithm_defaults_shown(_retrieval_algorithm_defaults())})
-    shared = {item.name: item.flag for item in training_settings()}
-    group = train.add_argument_group(
+    retrieval = commands.add_parser(
         "retrieval-qa",
-        "with --task retrieval-qa; flags above that it shares take these defaults: "
-        + ", ".join(f"{flag} {shown[name]}" for name, flag in shared.items() if name in shown and name != "model"),
+        help="retrieval QA in Search-R1's protocol: a checkpoint answers its questions with a retriever between turns",
+        description="A Hugging Face checkpoint (--model PATH) answers Search-R1's questions (--questions, "
+        "--test-questions) with a BM25 retriever over --corpus between its turns, trained by --algorithm on exact "
+        "match; greedy test exact match every --eval-every iterations (docs/lm.md, Retrieval QA).",
+    )
+    retrieval.add_argument(
+        "--model", metavar="PATH", help="a Hugging Face Llama/Qwen2 folder: the starting weights and the KL's reference"
     )
     for name, help in _RETRIEVAL_FILES.items():
-        group.add_argument(f"--{name.replace('_', '-')}", type=pathlib.Path, metavar="PATH", help=help)
-    add_settings(group, [item for item in _retrieval_settings() if item.name not in shared], defaults_here=shown)
-
-
-def _learn_algorithm_defaults() -> dict[str, dict]:
-    """Each algorithm's settings in `lm learn` where they are not its config's own: FTW's monitor on fewer
-    entries, the baselines as Search-R1 runs them."""
-    from ftw_jax.algos.defaults import LM_FTW, SEARCH_R1
-
-    return {"ftw": LM_FTW, **SEARCH_R1}
-
-
-def _retrieval_algorithm_defaults() -> dict[str, dict]:
-    """Each algorithm's settings in retrieval QA where they are not its config's own: FTW's `beat_minimum` on
-    exact match, the baselines as Search-R1 runs them."""
-    from ftw_jax.agent.retrieval_qa.learner import FTW_DEFAULTS
-    from ftw_jax.algos.defaults import SEARCH_R1
-
-    return {"ftw": FTW_DEFAULTS, **SEARCH_R1}
-
-
-def _run_train(args: argparse.Namespace, session: Session) -> int:
-    if args.task == "text-search":
-        given = [name for name in (*_RETRIEVAL_FILES, *_retrieval_only()) if getattr(args, name, None) is not None]
-        if given:
-            raise ValueError(f"`{given[0]}` is a setting of --task retrieval-qa, not of the text search task.")
-        return train_command.run(args, session)
-    names = {item.name for item in _retrieval_settings()}
-    text_search_only = [item.name for item in training_settings() if item.name not in names and item.name != "model"]
-    given = [name for name in text_search_only if getattr(args, name, None) is not None]
-    if given or args.env_options or args.seeds:
-        what = f"`{given[0]}`" if given else "--env-options" if args.env_options else "--seeds"
-        raise ValueError(f"{what} is a setting of the text search task, not of --task retrieval-qa (it takes `seed`).")
-    return _run_retrieval_qa(args, session)
-
-
-def _retrieval_only() -> list[str]:
-    shared = {item.name for item in training_settings()}
-    return [item.name for item in _retrieval_settings() if item.name not in shared]
+        retrieval.add_argument(f"--{name.replace('_', '-')}", type=pathlib.Path, metavar="PATH", help=help)
+    entry = LM_TASKS["retrieval-qa"]
+    add_settings(retrieval, _retrieval_settings(), defaults_here=dict(entry.run))
+    add_settings(retrieval, _algorithm_settings(), defaults_here=_algorithm_defaults_shown(entry.algorithms))
+    add_run_folder_arguments(retrieval)
+    retrieval.add_argument("--no-plot", action="store_true", help="do not write the exact-match curve PNG")
+    retrieval.set_defaults(handler=_run_retrieval_qa)
 
 
 def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
-    from ftw_jax.agent.learner import LearnConfig
-    from ftw_jax.agent.retrieval_qa.learner import (
-        LEARNER_DEFAULTS,
-        RetrievalFiles,
-        RetrievalTrainConfig,
-        train_retrieval_qa,
-    )
+    from ftw_jax.agent.retrieval_qa.learner import RetrievalFiles, RetrievalTrainConfig, train_retrieval_qa
     from ftw_jax.agent.retrieval_qa.task import RetrievalQASettings
     from ftw_jax.core.settings import describe
 
-    for name in ("questions", "test_questions", "corpus", "model"):
+    for name in _RETRIEVAL_NEEDS:
         if getattr(args, name) is None:
-            raise ValueError(f"--task retrieval-qa needs `{name}`.")
+            raise ValueError(f"lm retrieval-qa needs `{name}`.")
     task = RetrievalQASettings(**given_settings(args, describe(RetrievalQASettings)))
-    learner_settings = {**LEARNER_DEFAULTS, **given_settings(args, _learner_settings())}
-    algorithm = learner_settings.get("algorithm", "ftw")
-    learn = LearnConfig(
-        **learner_settings,
-        max_length=task.max_length,
-        algorithm_config=algorithm_config(args, algorithm, _retrieval_algorithm_defaults(), logger(args)),
+    config = RetrievalTrainConfig(
+        **given_settings(args, describe(RetrievalTrainConfig)),
+        learn=_learn_config(args, "retrieval-qa", max_length=task.max_length),
+        task=task,
     )
-    config = RetrievalTrainConfig(**given_settings(args, describe(RetrievalTrainConfig)), learn=learn, task=task)
     paths = {name: getattr(args, name) for name in _RETRIEVAL_FILES}
     files = RetrievalFiles(**{name: path and path.resolve() for name, path in paths.items()})
     model = pathlib.Path(args.model).resolve()
@@ -299,20 +281,19 @@ def _mesh(text: str) -> tuple[int, int]:
 
 
 def run_learn(args: argparse.Namespace, session: Session) -> int:
-    from ftw_jax.agent.learner import LearnConfig
+    from ftw_jax.agent.feed import FeedSettings
     from ftw_jax.agent.lm_learn import learn_from_file
     from ftw_jax.core.settings import describe
 
-    own = given_settings(args, describe(LearnConfig))
-    algorithm = own.get("algorithm", "ftw")
-    defaults = _learn_algorithm_defaults()
-    config = LearnConfig(**own, algorithm_config=algorithm_config(args, algorithm, defaults, logger(args)))
+    config = _learn_config(args, "episodes")
+    feed = FeedSettings(**given_settings(args, describe(FeedSettings)))
     fingerprint = {
         "episodes": str(args.episodes.resolve()),  # resolved: a resume may name them relative or absolute
         "model": str(args.model.resolve()),
         "skip_bad_lines": args.skip_bad_lines,
         "mesh": args.mesh,
         **dataclasses.asdict(config),
+        **dataclasses.asdict(feed),  # never compared: a resume may follow the file, or stop following it
     }
     with native_output_to_stderr() if args.json else contextlib.nullcontext():
         start_processes(args)
@@ -336,6 +317,7 @@ def run_learn(args: argparse.Namespace, session: Session) -> int:
                 folder,
                 checkpointer,
                 report,
+                feed_settings=feed,
                 skip_bad_lines=args.skip_bad_lines,
                 mesh=args.mesh,
             )

@@ -19,10 +19,11 @@ from ftw_jax.cli.flags import (
     add_run_folder_arguments,
     add_seeds,
     add_settings,
+    given_settings,
     logger,
+    note_other_algorithms,
     open_run,
     seeds_of,
-    train_overrides,
     training_settings,
 )
 
@@ -42,13 +43,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, session: Session) -> int:
+    from ftw_jax.algos.defaults import DEFAULT_ALGORITHM
     from ftw_jax.lab.train import TrainConfig, make_train
     from ftw_jax.running import run_files
     from ftw_jax.running.loop import MemberRun, seed_keys
 
     log = logger(args)
     seeds = seeds_of(args)
-    config = TrainConfig.for_env(args.env, **train_overrides(args, log))
+    given = given_settings(args, training_settings())
+    algorithm = given.get("algorithm", DEFAULT_ALGORITHM)
+    config = TrainConfig.for_env(args.env, on_other_algorithms=note_other_algorithms(algorithm, log), **given)
     trainer = make_train(config, **args.env_options)
     folder, checkpointer = open_run(
         args, session, args.env, {"seeds": seeds, "env_options": args.env_options, **dataclasses.asdict(config)}

@@ -27,7 +27,7 @@ from ftw_jax.algos import defaults
 from ftw_jax.algos.base import Context, Hyperparameters, Learner, with_learning_rate
 from ftw_jax.algos.learner_settings import LearnerSettings, make_optimizer
 from ftw_jax.core.checks import check_positive_int
-from ftw_jax.core.settings import check_settings, check_takes_effect, describe, setting
+from ftw_jax.core.settings import check_settings, check_takes_effect, setting
 from ftw_jax.lab import probes, warm_start
 from ftw_jax.lab.rollout import Player, rollout, rollouts
 from ftw_jax.policies import ARCHITECTURES, FROM_CHECKPOINT
@@ -97,19 +97,23 @@ class TrainConfig(LearnerSettings):
     algorithm_config: Any = None
 
     @classmethod
-    def for_env(cls, env: str, **overrides: Any) -> TrainConfig:
+    def for_env(
+        cls, env: str, *, on_other_algorithms: Callable[[dict], None] | None = None, **overrides: Any
+    ) -> TrainConfig:
         """The defaults of this environment and algorithm (`ftw_jax.algos.defaults`) with `overrides`, each a field
-        of this class or of the algorithm's config; a field of another algorithm's config is refused
-        (`split_overrides` sorts them)."""
-        algorithm = algos.get(overrides.get("algorithm", "ftw"))
-        applicable, ignored = split_overrides(algorithm.name, overrides)
-        if ignored:
-            raise ValueError(f"{', '.join(sorted(ignored))} do(es) not apply to {algorithm.name}.")
+        of this class or of the algorithm's config. A field of another algorithm's config is refused, or left out
+        and handed to `on_other_algorithms` (the command line's note) where that is given."""
+        algorithm = algos.get(overrides.get("algorithm", defaults.DEFAULT_ALGORITHM))
+        run, own, others = algos.split_settings(algorithm.name, overrides, RUN_FIELDS)
+        if others and on_other_algorithms is None:
+            raise ValueError(f"{', '.join(sorted(others))} do(es) not apply to {algorithm.name}.")
+        if others and on_other_algorithms is not None:
+            on_other_algorithms(others)
         envs.entry(env)  # refuses an unknown environment
-        settings = {**defaults.of(env, algorithm.name), **applicable}
-        own = {name for name in settings if name in RUN_FIELDS}
-        config = algorithm.config(**{name: value for name, value in settings.items() if name not in own})
-        return cls(env=env, **{name: settings[name] for name in own}, algorithm_config=config)
+        settings = {**defaults.of(env, algorithm.name), **run, **own}
+        in_run = {name for name in settings if name in RUN_FIELDS}
+        config = algorithm.config(**{name: value for name, value in settings.items() if name not in in_run})
+        return cls(env=env, **{name: settings[name] for name in in_run}, algorithm_config=config)
 
     def __post_init__(self):
         algorithm = algos.get(self.algorithm)
@@ -187,13 +191,8 @@ def split_overrides(algorithm: str, overrides: Mapping[str, Any]) -> tuple[dict,
 
     A name that no config declares raises ValueError.
     """
-    own = {item.name for item in describe(algos.get(algorithm).config)} | RUN_FIELDS
-    known = own | {item.name for entry in algos.ALGORITHMS.values() for item in describe(entry.config)}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise ValueError(f"unknown setting(s) {unknown}; expected names among {sorted(known)}.")
-    applicable = {name: value for name, value in overrides.items() if name in own}
-    return applicable, {name: value for name, value in overrides.items() if name not in own}
+    run, own, others = algos.split_settings(algorithm, overrides, RUN_FIELDS)
+    return {**run, **own}, others
 
 
 class TrainCarry(flax.struct.PyTreeNode):

@@ -1,5 +1,5 @@
 """Retrieval QA in Search-R1's protocol, trained in one process: the model's turns on the device, the retriever
-on the host between them, and the LM learner's FTW updates on the episodes (`ftw-jax lm train --task
+on the host between them, and the LM learner's FTW updates on the episodes (`ftw-jax lm retrieval-qa
 retrieval-qa`).
 
     summary = train_retrieval_qa(config, files, model_path, run_folder, checkpointer, report)
@@ -35,27 +35,12 @@ from ftw_jax.agent.lm_learn import (
 from ftw_jax.agent.retrieval_qa.data import Question, read_demonstrations, read_questions
 from ftw_jax.agent.retrieval_qa.retriever import BM25Retriever
 from ftw_jax.agent.retrieval_qa.task import RetrievalQA, RetrievalQASettings
-from ftw_jax.algos.defaults import LM_FTW
-from ftw_jax.algos.ftw import FTWConfig
+from ftw_jax.algos.defaults import DEFAULT_ALGORITHM
 from ftw_jax.core.checks import check_positive_int
 from ftw_jax.core.settings import check_settings, setting
 from ftw_jax.running import skips
 from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
 from ftw_jax.running.host import host_array
-from ftw_jax.running.signals import raise_if_stopped
-
-# The learner's settings where this task's defaults are not `lm learn`'s: Search-R1's learning rate and KL weight for
-# 3B models, bfloat16 compute over float32 master weights, and B = 64 conversations a batch (their KV cache, at
-# the protocol's 4,548 slots, is 10.0 GiB for Qwen2.5-3B in bfloat16).
-LEARNER_DEFAULTS: dict[str, Any] = {
-    "episodes_per_iteration": 64,
-    "learning_rate": 1e-6,
-    "kl_coef": 1e-3,
-    "dtype": "bfloat16",
-}
-# FTW's: exact match is 0 or 1, so most minibatches hold tied returns; `top_k` would imitate failures among them
-# (the collapse binary Sokoban shows), `beat_minimum` keeps only what beat its minibatch's lowest return.
-FTW_DEFAULTS: dict[str, Any] = {"elite_rule": "beat_minimum", **LM_FTW}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,13 +54,24 @@ class RetrievalTrainConfig:
     warm_start_learning_rate: float = setting(1e-3, "the warm start's Adam learning rate")
     warm_start_batch_size: int = setting(16, "demonstrations per warm-start step, drawn with replacement")
     learn: LearnConfig = dataclasses.field(
-        default_factory=lambda: LearnConfig(
-            max_length=RetrievalQASettings().max_length,
-            algorithm_config=FTWConfig(**FTW_DEFAULTS),
-            **LEARNER_DEFAULTS,
-        )
+        default_factory=lambda: LearnConfig.for_task("retrieval-qa", max_length=RetrievalQASettings().max_length)
     )
     task: RetrievalQASettings = dataclasses.field(default_factory=RetrievalQASettings)
+
+    @classmethod
+    def for_algorithm(cls, algorithm: str = DEFAULT_ALGORITHM, **overrides: Any) -> RetrievalTrainConfig:
+        """The task's defaults for `algorithm` (`ftw_jax.algos.defaults.LM_TASKS["retrieval-qa"]`) with
+        `overrides`, each a field of this class, of the protocol's `RetrievalQASettings`, of the learner's
+        `LearnConfig` (its `max_length` is the task's) or of the algorithm's config."""
+        task_fields = {field.name for field in dataclasses.fields(RetrievalQASettings)}
+        own_fields = {field.name for field in dataclasses.fields(cls)} - {"learn", "task"}
+        task = RetrievalQASettings(**{name: value for name, value in overrides.items() if name in task_fields})
+        learn = {name: value for name, value in overrides.items() if name not in task_fields | own_fields}
+        return cls(
+            **{name: value for name, value in overrides.items() if name in own_fields},
+            learn=LearnConfig.for_task("retrieval-qa", algorithm=algorithm, max_length=task.max_length, **learn),
+            task=task,
+        )
 
     def __post_init__(self):
         check_settings(self)
@@ -93,8 +89,6 @@ class RetrievalTrainConfig:
                 f"({self.task.max_length}: `prompt_tokens` + turns x `response_tokens` + searches x "
                 "`information_tokens`)."
             )
-        if self.learn.follow:
-            raise ValueError("`follow` reads an engine's episodes; an in-process run plays its own.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,7 +245,7 @@ def train_retrieval_qa(
     checkpointer: Checkpointer | None,
     report: LearnReport,
 ) -> dict:
-    """`ftw-jax lm train --task retrieval-qa` (see the module's docstring). Every file is read and checked before
+    """`ftw-jax lm retrieval-qa` (see the module's docstring). Every file is read and checked before
     anything compiles; resumes from the checkpointer's latest. Returns the run's summary, each evaluation's row
     (`evaluations`) in it."""
     started, log, batch = time.perf_counter(), report.log, config.learn.episodes_per_iteration
@@ -270,21 +264,21 @@ def train_retrieval_qa(
     questions = len(run.train_questions)
     log(f"{config.num_iterations} iterations of {batch} of {questions} questions; run folder {run_folder}")
     weights, latest = None, LatestVersion(run_folder, checkpointer)
-    for iteration in range(done, config.num_iterations):
-        raise_if_stopped()
-        state, row, skipped = _play_and_learn(run, config, sampler, state, iteration, files, skipped)
-        report.iteration(
-            {"iteration": iteration + 1, "episodes": (iteration + 1) * batch, **row}, config.num_iterations
-        )
-        last = iteration + 1 == config.num_iterations
-        if (iteration + 1) % config.eval_every == 0 or last:
-            evaluated(iteration + 1)
-        if (iteration + 1) % config.learn.save_every == 0 or last:
-            weights = save_weights(run_folder, run.learner, state, model_path)
-            latest.written(iteration + 1, int(host_array(state.policy.version)))
-        stop = stop_after_iteration(config.learn, row, iteration + 1, batch, skipped)
-        record = {"evaluations": evaluations, "skipped": skipped}
-        with latest.named_on_stop():
+    with latest.named_on_stop():  # a stop anywhere in the loop, between iterations too, names the latest version
+        for iteration in range(done, config.num_iterations):
+            latest.publish_unless_stopped()
+            state, row, skipped = _play_and_learn(run, config, sampler, state, iteration, files, skipped)
+            report.iteration(
+                {"iteration": iteration + 1, "episodes": (iteration + 1) * batch, **row}, config.num_iterations
+            )
+            last = iteration + 1 == config.num_iterations
+            if (iteration + 1) % config.eval_every == 0 or last:
+                evaluated(iteration + 1)
+            if (iteration + 1) % config.learn.save_every == 0 or last:
+                weights = save_weights(run_folder, run.learner, state, model_path)
+                latest.written(iteration + 1, int(host_array(state.policy.version)))
+            stop = stop_after_iteration(config.learn, row, iteration + 1, batch, skipped)
+            record = {"evaluations": evaluations, "skipped": skipped}
             save_then_stop(checkpointer, iteration + 1, state, record, last=last, stop=stop)
     if weights is None:  # resumed after its last iteration: the newest weights, found (written) again
         weights = save_weights(run_folder, run.learner, state, model_path)

@@ -7,7 +7,7 @@ Other Name.'), and distractor passages that share the words but answer nothing. 
 occupation (one hop: one search) or their teacher's city (two hops: the passage names the teacher, a second
 search finds the city). Train, test and demonstrations ask about different people, so a model must learn to search
 and read, not remember. Each question row also carries `demonstration`: the turns a demonstrator writes (searches,
-then the answer), which `ftw-jax lm train --demonstrations` fits before reinforcement; the readers ignore it.
+then the answer), which `ftw-jax lm retrieval-qa --demonstrations` fits before reinforcement; the readers ignore it.
 """
 
 from __future__ import annotations
