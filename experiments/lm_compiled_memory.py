@@ -56,7 +56,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ftw_jax.agent.learner import EpisodeLearner, LearnConfig, example_trajectory
+from ftw_jax.agent.learner import EpisodeLearner, LearnConfig, token_trajectory_spec
 from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.memory import QWEN2_5, memory_estimate, parameter_count
@@ -187,7 +187,7 @@ def learner_inputs(
     batch = jax.eval_shape(
         lambda: jax.tree.map(
             lambda leaf: jnp.zeros((examples, *leaf.shape), leaf.dtype),
-            example_trajectory(learner.config.num_steps),
+            token_trajectory_spec(learner.config.num_steps),
         )
     )
     iteration = jax.ShapeDtypeStruct((), jnp.int32)

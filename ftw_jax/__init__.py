@@ -12,7 +12,7 @@ command can take its stop signals before anything heavy runs.
 import importlib
 from typing import TYPE_CHECKING
 
-__version__ = "0.7.0"  # the one place it is declared: pyproject.toml reads it, CHANGELOG.md says what it holds
+__version__ = "0.8.0"  # the one place it is declared: pyproject.toml reads it, CHANGELOG.md says what it holds
 
 if TYPE_CHECKING:  # for type checkers; at run time each name is imported on first use, below
     from ftw_jax import lm

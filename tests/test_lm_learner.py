@@ -27,7 +27,7 @@ from ftw_jax.agent.episodes import (
     write_episodes,
 )
 from ftw_jax.agent.feed import read_episodes
-from ftw_jax.agent.learner import EpisodeLearner, LearnConfig, example_trajectory, policy_params
+from ftw_jax.agent.learner import EpisodeLearner, LearnConfig, token_trajectory_spec
 from ftw_jax.algos.ftw import FTWConfig
 from ftw_jax.core import diagnostics
 from ftw_jax.core.elite_loss import make_loss
@@ -36,6 +36,7 @@ from ftw_jax.lab.rollout import Player, rollouts
 from ftw_jax.lm import load
 from ftw_jax.lm.config import tiny_config
 from ftw_jax.lm.load import save
+from ftw_jax.policies.lm import as_policy_params
 from ftw_jax.running import checkpoints, memory
 
 ENV = TextSearchTask(step_limit=48)
@@ -81,7 +82,7 @@ def engine(model_folder):
     model, params = load(model_folder)
     learner = EpisodeLearner.build(small_config(), model.config)
     with jax.debug_key_reuse(False):  # a vmapped scan over split keys (see conftest's unchecked_key_reuse)
-        player = Player(ENV, (), learner.policy, policy_params(params), jnp.int32(0))
+        player = Player(ENV, (), learner.policy, as_policy_params(params), jnp.int32(0))
         trajectories, _ = jax.jit(rollouts, static_argnums=2)(jax.random.key(0), player, 24)
     return learner, params, trajectories
 
@@ -182,7 +183,7 @@ def test_changing_an_environment_tokens_target_changes_no_gradient(engine):
     """The loss mask: a step whose next token the environment wrote contributes nothing, whatever that token."""
     learner, params, trajectories = played(engine, 4)
     loss = make_loss(learner.policy.apply, learner.config.algorithm_config)
-    start = policy_params(params)
+    start = as_policy_params(params)
     grads = jax.jit(lambda batch: jax.grad(lambda p: loss(p, start, 0.1, batch, jnp.ones(4))[0])(start))
     base = grads(trajectories)
     forced = np.argwhere(np.asarray(trajectories.alive & ~trajectories.mask))
@@ -314,7 +315,7 @@ def test_the_jsonl_learner_makes_the_in_process_learners_updates(engine, tmp_pat
     for a, b in zip(jax.tree.leaves(states[0].policy.params), jax.tree.leaves(states[1].policy.params)):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
     moved = jax.tree.leaves(
-        jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), states[0].policy.params, policy_params(params))
+        jax.tree.map(lambda a, b: jnp.max(jnp.abs(a - b)), states[0].policy.params, as_policy_params(params))
     )
     assert max(float(value) for value in moved) > 1e-4
 
@@ -599,7 +600,7 @@ def test_the_samplers_episodes_are_on_policy_for_the_learner(tmp_path):
         ),
         model.config,
     )
-    log_probs = jax.vmap(lambda t: jax.nn.log_softmax(learner.policy.apply(policy_params(params), t.observation)))(
+    log_probs = jax.vmap(lambda t: jax.nn.log_softmax(learner.policy.apply(as_policy_params(params), t.observation)))(
         trajectories
     )
     chosen = np.take_along_axis(np.asarray(log_probs), trajectories.action[..., None], axis=-1)[..., 0]
@@ -825,7 +826,7 @@ def chunk_case(vocab_size: int, num_steps: int, num_trajectories: int, chunk: in
     keys = jax.random.split(jax.random.key(2), 3)
     shape = (num_trajectories, num_steps)
     zeros = jax.tree.map(
-        lambda spec: jnp.zeros((num_trajectories, *spec.shape), spec.dtype), example_trajectory(num_steps)
+        lambda spec: jnp.zeros((num_trajectories, *spec.shape), spec.dtype), token_trajectory_spec(num_steps)
     )
     trajectories = zeros.replace(
         observation=jax.random.randint(keys[0], shape, 0, vocab_size),
@@ -863,7 +864,7 @@ def test_the_monitor_in_chunks_measures_what_the_dense_one_does():
     from ftw_jax.core.diagnostics import make_trust_region
 
     dense, chunked, params, reference, trajectories, _ = chunk_case(50, 13, 4, chunk=5)
-    pool = pool_lib.add(pool_lib.init(8, example_trajectory(13)), trajectories)
+    pool = pool_lib.add(pool_lib.init(8, token_trajectory_spec(13)), trajectories)
     config = FTWConfig(pool_capacity=8, batch_size=4, num_elites=1, monitor_entries=3)
     measure = lambda policy, chunked_logits: jax.jit(  # noqa: E731
         make_trust_region(

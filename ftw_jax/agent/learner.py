@@ -41,7 +41,7 @@ from ftw_jax.core.pool import Trajectory
 from ftw_jax.core.settings import check_settings, check_takes_effect, setting
 from ftw_jax.lm import lora
 from ftw_jax.lm.config import LMConfig
-from ftw_jax.policies.lm import LMPolicy, frozen_in_lora, logits_chunk_for, remat_for
+from ftw_jax.policies.lm import LMPolicy, as_model_params, as_policy_params, frozen_in_lora, logits_chunk_for, remat_for
 from ftw_jax.running.memory import check_state_memory, check_working_memory, state_bytes
 
 if TYPE_CHECKING:
@@ -201,7 +201,7 @@ LEARN_FIELDS = frozenset(field.name for field in dataclasses.fields(LearnConfig)
 LearnerState = Any
 
 
-def example_trajectory(num_steps: int) -> Trajectory:
+def token_trajectory_spec(num_steps: int) -> Trajectory:
     """A token trajectory's shapes and dtypes [T], the pool's entries (`jax.ShapeDtypeStruct`s: nothing allocated
     before the memory check, however long T)."""
 
@@ -219,11 +219,6 @@ def example_trajectory(num_steps: int) -> Trajectory:
         )
 
     return jax.eval_shape(zeros)
-
-
-def policy_params(model_params: dict) -> dict:
-    """The CausalLM's params ({"params": ...}) as the `LMPolicy`'s (the model is its submodule "lm")."""
-    return {"params": {"lm": model_params["params"]}}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,7 +277,7 @@ class EpisodeLearner:
                 jax.random.key(0),
                 jnp.zeros((1,), jnp.int32),
                 self.config.member_hyperparameters(self.config.algorithm, self.config.algorithm_config),
-                policy_params(params),
+                as_policy_params(params),
             )
 
         return jax.jit(init, out_shardings=_state_shardings(init, model_params))
@@ -316,7 +311,7 @@ class EpisodeLearner:
     def model_params(self, state: LearnerState) -> dict:
         """The CausalLM's params in a learner state, as a plain checkpoint's (for `lm.save` and a sampler): with
         adapters, merged into the weights (`lm.lora.merged`)."""
-        params = {"params": state.policy.params["params"]["lm"]}
+        params = as_model_params(state.policy.params)
         return lora.merged(self.model_config, params) if self.model_config.lora_rank else params
 
 
@@ -350,7 +345,7 @@ def _learner(config: LearnConfig, policy: LMPolicy) -> Learner:
         policy=policy,
         make_network=lambda outputs: policy.clone(num_actions=outputs, logits_chunk=0),
         optimizer=optimizer,
-        example=example_trajectory(config.num_steps),
+        example=token_trajectory_spec(config.num_steps),
         episodes_per_iteration=config.episodes_per_iteration,
         critic_from_start=True,
         reference_dtype=config.dtype if compute_reference else None,  # the logits it gives are the same

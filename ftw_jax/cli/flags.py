@@ -338,7 +338,7 @@ class Session:
         return provenance(self.command)
 
 
-def open_run(
+def open_checkpointed_run(
     args: argparse.Namespace, session: Session, default_name: str, fingerprint: dict, *, writer: bool = True
 ) -> tuple[pathlib.Path, Checkpointer | None]:
     """The command's run folder (`open_run_folder`) and its checkpointer (None with --no-checkpoint)."""

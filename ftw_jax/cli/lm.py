@@ -23,7 +23,7 @@ from ftw_jax.cli.flags import (
     env_options,
     given_settings,
     logger,
-    open_run,
+    open_checkpointed_run,
     training_settings,
 )
 
@@ -250,7 +250,9 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
     files = RetrievalFiles(**{name: path and path.resolve() for name, path in paths.items()})
     model = pathlib.Path(args.model).resolve()
     fingerprint = {"model": str(model), **{k: str(v) for k, v in dataclasses.asdict(files).items()}}
-    folder, checkpointer = open_run(args, session, "retrieval-qa", {**fingerprint, **dataclasses.asdict(config)})
+    folder, checkpointer = open_checkpointed_run(
+        args, session, "retrieval-qa", {**fingerprint, **dataclasses.asdict(config)}
+    )
     report = outputs.LearnOutputs(
         folder,
         log=logger(args),
@@ -300,7 +302,7 @@ def run_learn(args: argparse.Namespace, session: Session) -> int:
         import jax
 
         main_process = jax.process_index() == 0  # the one that writes files and prints
-        folder, checkpointer = open_run(args, session, "lm-learn", fingerprint, writer=main_process)
+        folder, checkpointer = open_checkpointed_run(args, session, "lm-learn", fingerprint, writer=main_process)
         report = outputs.LearnOutputs(
             folder,
             log=logger(args) if main_process else (lambda message: None),

@@ -21,7 +21,7 @@ from ftw_jax.cli.flags import (
     add_settings,
     default_metric,
     logger,
-    open_run,
+    open_checkpointed_run,
     seeds_of,
     train_overrides,
     training_settings,
@@ -112,7 +112,7 @@ def _run_members(args, session: Session, sweep, seeds: list[int]):
     metric = default_metric(args, trainer.env)
     main_process = jax.process_index() == 0  # the one that writes files and prints
     fingerprint = {"grid": sweep.grid, "seeds": seeds, "env_options": sweep.env_options}
-    folder, checkpointer = open_run(
+    folder, checkpointer = open_checkpointed_run(
         args,
         session,
         f"sweep-{args.env}",

@@ -22,7 +22,7 @@ from ftw_jax.cli.flags import (
     given_settings,
     logger,
     note_other_algorithms,
-    open_run,
+    open_checkpointed_run,
     seeds_of,
     training_settings,
 )
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace, session: Session) -> int:
     algorithm = given.get("algorithm", DEFAULT_ALGORITHM)
     config = TrainConfig.for_env(args.env, on_other_algorithms=note_other_algorithms(algorithm, log), **given)
     trainer = make_train(config, **args.env_options)
-    folder, checkpointer = open_run(
+    folder, checkpointer = open_checkpointed_run(
         args, session, args.env, {"seeds": seeds, "env_options": args.env_options, **dataclasses.asdict(config)}
     )
     log(f"training {args.env} for {config.num_iterations} iterations x {len(seeds)} seed(s); run folder {folder}")

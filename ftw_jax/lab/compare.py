@@ -254,9 +254,8 @@ class _Phases:
         finished = self.checkpoint_folder / f"{algorithm}-{phase}.json" if self.checkpoint_folder else None
         with contextlib.ExitStack() as stack:
             record = self.finished_record(finished) if finished else None
-            if record is not None:
-                fingerprint = self.checkpointer(algorithm, phase, sweep, stack).fingerprint  # type: ignore[union-attr]
-                check_same_config(record["fingerprint"], fingerprint, str(finished))
+            if record is not None:  # checked against the phase's fingerprint: no checkpoint is opened
+                check_same_config(record["fingerprint"], self.fingerprint(algorithm, phase, sweep), str(finished))
                 results = history_arrays(rows_from_record(record["history"]))
                 results["updates_applied_share"] = np.asarray(record["updates_applied_share"])
                 for name in ("updates_skipped", "updates_nonfinite"):  # absent from phases finished before counting
@@ -277,18 +276,22 @@ class _Phases:
                 )
         return results, seconds
 
+    @staticmethod
+    def fingerprint(algorithm: str, phase: str, sweep: Sweep) -> dict:
+        """What a phase's checkpoints and its finished record must match to be taken up."""
+        return {
+            "algorithm": algorithm,
+            "phase": phase,
+            "members": sweep.members,
+            "config": dataclasses.asdict(sweep.config),
+        }
+
     def checkpointer(self, algorithm: str, phase: str, sweep: Sweep, stack: contextlib.ExitStack):
         """The phase's checkpointer (None without a checkpoint folder), closed with `stack`."""
         if not self.checkpoint_folder:
             return None
         checkpointer = self.checkpoints.checkpointer(
-            self.checkpoint_folder / f"{algorithm}-{phase}",
-            {
-                "algorithm": algorithm,
-                "phase": phase,
-                "members": sweep.members,
-                "config": dataclasses.asdict(sweep.config),
-            },
+            self.checkpoint_folder / f"{algorithm}-{phase}", self.fingerprint(algorithm, phase, sweep)
         )
         if checkpointer:
             stack.callback(checkpointer.close)

@@ -72,6 +72,16 @@ def remat_for(config: LMConfig, remat: bool | None, rows: int, steps: int) -> bo
     return config.remat or kept > ACTIVATIONS_BUDGET
 
 
+def as_policy_params(model_params: dict) -> dict:
+    """The CausalLM's params ({"params": ...}) as an `LMPolicy`'s: the model is its submodule "lm"."""
+    return {"params": {"lm": model_params["params"]}}
+
+
+def as_model_params(policy_params: dict) -> dict:
+    """The CausalLM's params ({"params": ...}) inside an `LMPolicy`'s (`as_policy_params` undone)."""
+    return {"params": policy_params["params"]["lm"]}
+
+
 def checkpoint_params(policy: LMPolicy, pretrained: Pretrained) -> dict:
     """The policy's params holding a checkpoint's weights (the model is its submodule "lm")."""
     if policy.num_actions != pretrained.config.vocab_size:
@@ -79,7 +89,7 @@ def checkpoint_params(policy: LMPolicy, pretrained: Pretrained) -> dict:
             f"a pretrained LM acts over its vocabulary ({pretrained.config.vocab_size}), not {policy.num_actions} "
             "actions."
         )
-    return {"params": {"lm": pretrained.read_weights()["params"]}}
+    return as_policy_params(pretrained.read_weights())
 
 
 def frozen_in_lora(path: tuple) -> bool:
@@ -118,11 +128,11 @@ class LMPolicy(PolicyNetwork):
         def features(params, tokens):  # [M, T] -> ([M, T, D], [M, T, A] | None)
             params = frozen(params)
             ids, legal = split_legal_actions(tokens)
-            return model.apply({"params": params["params"]["lm"]}, ids), legal
+            return model.apply(as_model_params(params), ids), legal
 
         def head(params, inputs):
             params, (hidden, legal) = frozen(params), inputs
-            logits = head_logits(self.config, params["params"]["lm"], hidden)
+            logits = head_logits(self.config, as_model_params(params)["params"], hidden)
             return mask_illegal(logits, legal)
 
         return ChunkedLogits(features=features, head=head, chunk=self.logits_chunk)

@@ -24,7 +24,7 @@ import jax
 import numpy as np
 
 from ftw_jax.agent.episodes import episode_of, sample_records, to_trajectories
-from ftw_jax.agent.learner import EpisodeLearner, LearnConfig, load_for_learning, policy_params
+from ftw_jax.agent.learner import EpisodeLearner, LearnConfig, load_for_learning
 from ftw_jax.agent.lm_learn import (
     LatestVersion,
     LearnReport,
@@ -38,6 +38,7 @@ from ftw_jax.agent.retrieval_qa.task import RetrievalQA, RetrievalQASettings
 from ftw_jax.algos.defaults import DEFAULT_ALGORITHM
 from ftw_jax.core.checks import check_positive_int
 from ftw_jax.core.settings import check_settings, setting
+from ftw_jax.policies.lm import as_model_params, as_policy_params
 from ftw_jax.running import skips
 from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
 from ftw_jax.running.host import host_array
@@ -134,10 +135,10 @@ def _warm_started(config: RetrievalTrainConfig, learner: EpisodeLearner, params:
     count, steps = demos.action.shape[0], config.warm_start_steps
     settings = WarmStart(count, steps, config.warm_start_learning_rate, config.warm_start_batch_size)
     fit = jax.jit(lambda key, params, demos: fit_trajectories(key, learner.policy, params, demos, settings))
-    fitted, losses = fit(jax.random.key(config.learn.seed), policy_params(params), demos)
+    fitted, losses = fit(jax.random.key(config.learn.seed), as_policy_params(params), demos)
     losses = np.asarray(losses)
     log(f"warm start: {count} demonstrations, {steps} steps, cross-entropy {losses[0]:.3f} -> {losses[-1]:.3f}")
-    return {"params": fitted["params"]["lm"]}
+    return as_model_params(fitted)
 
 
 def _order(seed: int, count: int, iteration: int, batch: int) -> list[int]:
