@@ -24,6 +24,11 @@ def test_api_tour_runs():
 
 
 @pytest.mark.slow
+def test_the_lab_and_agent_tour_runs():
+    exec(compile(python_block("api.md", "make_train"), "docs/api.md (the lab and the agent)", "exec"), {})
+
+
+@pytest.mark.slow
 def test_a_new_algorithm_and_environment_train_from_the_command_line():
     # A fresh process: the example adds to the registries, which other tests must not see.
     done = subprocess.run(
