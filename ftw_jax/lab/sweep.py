@@ -26,13 +26,14 @@ import numpy as np
 
 from ftw_jax import algos
 from ftw_jax.algos.base import Hyperparameters
+from ftw_jax.algos.defaults import DEFAULT_ALGORITHM
 from ftw_jax.core.settings import Setting, describe
 from ftw_jax.lab.train import TrainConfig, Trainer, make_train
 from ftw_jax.running.checkpoints import Checkpointer
 from ftw_jax.running.loop import MemberRun, seed_keys
 
 
-def axes(algorithm: str = "ftw") -> dict[str, Setting]:
+def axes(algorithm: str = DEFAULT_ALGORITHM) -> dict[str, Setting]:
     """Grid axis -> setting: those marked sweepable on the run's config and on the algorithm's."""
     settings = [*describe(algos.get(algorithm).config), *describe(TrainConfig)]
     return {item.axis: item for item in settings if item.axis}

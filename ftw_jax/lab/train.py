@@ -51,7 +51,9 @@ class TrainConfig(LearnerSettings):
     """
 
     env: str = "cartpole"
-    algorithm: str = setting("ftw", "ftw, or a baseline on the same rollouts", choices=lambda: tuple(algos.ALGORITHMS))
+    algorithm: str = setting(
+        defaults.DEFAULT_ALGORITHM, "ftw, or a baseline on the same rollouts", choices=lambda: tuple(algos.ALGORITHMS)
+    )
     num_iterations: int = setting(120, "training iterations (a multiple of `eval_every`)", flag="iterations")
     kl_coef_final: float | None = setting(None, "beta decays linearly to this by the last iteration (None: constant)")
     kl_decay_iterations: int | None = setting(
