@@ -8,6 +8,7 @@
     provenance     the code a record was written by: its git commit, the package versions, the command line
     checkpoints    Orbax checkpoints of a run's carry and record (`CheckpointSettings`, `Checkpointer`)
     skips          skipped optimizer steps counted, and the stop of a run that applies none
+    timing         wall-clock seconds of device work, waited for (the benchmarks')
     plots, compile_cache, threefry: curves, the compilation cache, the faster CPU lowering (opt in)
 
 Nothing here imports the command line, nor a program (the loop runs any `Program`).
