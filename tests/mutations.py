@@ -1095,7 +1095,7 @@ MUTATIONS = (
     Mutation(
         "seed-groups-rows-out-of-order",
         "merged seed groups give a seed's evaluations to another seed",
-        "experiments/seed_groups.py",
+        "ftw_jax/lab/reports/seed_groups.py",
         "[value for _, record in records for value in",
         "[value for _, record in records[::-1] for value in",
         ("tests/test_seed_groups.py",),
@@ -1104,7 +1104,7 @@ MUTATIONS = (
 
 
 def copy_repository(destination: pathlib.Path) -> None:
-    for name in ("ftw_jax", "tests", "experiments"):  # some tests load an experiment's script
+    for name in ("ftw_jax", "tests", "experiments"):  # some tests run an experiment's script
         shutil.copytree(ROOT / name, destination / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", destination / "pyproject.toml")
 

@@ -1,9 +1,14 @@
-"""experiments/comparison_summary.py: the README's comparison table laid out from finished comparisons' files."""
+"""ftw_jax.lab.reports.comparison_summary (experiments/comparison_summary.py's tables): the README's comparison
+table laid out from finished comparisons' files."""
 
 import json
 import pathlib
 import subprocess
 import sys
+
+import pytest
+
+from ftw_jax.lab.reports.comparison_summary import summary_text
 
 _REPOSITORY = pathlib.Path(__file__).parents[1]
 _SCRIPT = _REPOSITORY / "experiments" / "comparison_summary.py"
@@ -18,9 +23,7 @@ def test_the_summary_prints_what_each_comparisons_own_table_does(tmp_path):
     (tmp_path / "sokoban-shaped").mkdir()
     for name in ("sokoban-binary", "search-1hop"):
         (tmp_path / name).symlink_to(_FINISHED / name)
-    out = subprocess.run(
-        [sys.executable, str(_SCRIPT), str(tmp_path)], capture_output=True, text=True, check=True, cwd=_REPOSITORY
-    ).stdout
+    out = summary_text(tmp_path)
     lines = out.splitlines()
     for name, label in (("sokoban-binary", "Sokoban 6×6, binary reward"), ("search-1hop", "search, one hop")):
         (sampled,) = (
@@ -37,10 +40,8 @@ def test_the_summary_prints_what_each_comparisons_own_table_does(tmp_path):
     one_hop = "| search, one hop | PPO | +25.9 [-4.0, +55.9], Welch p = 0.082, Holm -, Mann–Whitney p = 0.231"
     assert f"{one_hop}: **inconclusive**" in out
     assert lines[-1] == "not finished yet: sokoban-shaped"
-    missing = subprocess.run([sys.executable, str(_SCRIPT), str(tmp_path / "none")], capture_output=True, text=True)
-    assert (
-        missing.returncode == 1 and missing.stderr.strip().startswith("error: ") and "Traceback" not in missing.stderr
-    )
+    with pytest.raises(ValueError, match="is not a folder of comparisons"):
+        summary_text(tmp_path / "none")
 
 
 def test_the_summary_prints_holms_p_and_the_solved_seeds_and_refuses_a_return_metric(tmp_path):
@@ -76,10 +77,7 @@ def test_the_summary_prints_holms_p_and_the_solved_seeds_and_refuses_a_return_me
     }
     (tmp_path / "search-1hop").mkdir()
     (tmp_path / "search-1hop" / "summary.json").write_text(json.dumps(summary))
-    out = subprocess.run(
-        [sys.executable, str(_SCRIPT), str(tmp_path)], capture_output=True, text=True, check=True
-    ).stdout
-    lines = out.splitlines()
+    lines = summary_text(tmp_path).splitlines()
     title = "| search, one hop (400 × 128, 30 seeds) | final, sampled |"
     assert lines[2] == f"{title} **95.0% [90.0, 100.0]** | 74.0% [60.0, 88.0] | - | - |"  # cut at 100
     assert lines[3] == "|  | final, greedy | - | - | - | - |"
@@ -90,5 +88,17 @@ def test_the_summary_prints_holms_p_and_the_solved_seeds_and_refuses_a_return_me
     )
     summary["metric"] = "return"
     (tmp_path / "search-1hop" / "summary.json").write_text(json.dumps(summary))
-    refused = subprocess.run([sys.executable, str(_SCRIPT), str(tmp_path)], capture_output=True, text=True)
-    assert refused.returncode == 1 and refused.stderr.strip().endswith("this lays out success rates only")
+    with pytest.raises(ValueError, match="compares 'return'; this lays out success rates only"):
+        summary_text(tmp_path)
+
+
+def test_the_command_line(tmp_path):
+    """End to end: the script prints the tables as they are laid out (run from the repository, its default folder
+    the reviewed protocol's); a folder that is none is refused in one line."""
+    done = subprocess.run([sys.executable, str(_SCRIPT)], capture_output=True, text=True, check=True, cwd=_REPOSITORY)
+    assert done.stdout == summary_text(_REPOSITORY / "results" / "compare-reference-recipes") + "\n"
+    missing = subprocess.run([sys.executable, str(_SCRIPT), str(tmp_path / "none")], capture_output=True, text=True)
+    assert (
+        missing.returncode == 1
+        and missing.stderr == f"error: {tmp_path / 'none'} is not a folder of comparisons (one folder per task)\n"
+    )

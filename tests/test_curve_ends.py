@@ -1,4 +1,5 @@
-"""experiments/curve_ends.py: whether each method's curve still moves at the end of a finished comparison."""
+"""ftw_jax.lab.reports.curve_ends (experiments/curve_ends.py's slopes): whether each method's curve still moves at
+the end of a finished comparison."""
 
 import json
 import pathlib
@@ -6,13 +7,13 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
+
+from ftw_jax.lab.reports.curve_ends import end_rows, slopes, trend
 
 _REPOSITORY = pathlib.Path(__file__).parents[1]
 _SCRIPT = _REPOSITORY / "experiments" / "curve_ends.py"
-
-
-def run(*args):
-    return subprocess.run([sys.executable, str(_SCRIPT), *map(str, args)], capture_output=True, text=True)
+_EARLIER = _REPOSITORY / "results" / "compare-successive-halving" / "search-2hop"
 
 
 def test_slopes_in_points_per_100_iterations_and_their_verdicts(tmp_path):
@@ -32,29 +33,50 @@ def test_slopes_in_points_per_100_iterations_and_their_verdicts(tmp_path):
     np.savez(tmp_path / "curves.npz", **curves)
     summary = {"env": "search", "metric": "success", "overrides": {"num_iterations": 400, "episodes_per_iteration": 64}}
     (tmp_path / "summary.json").write_text(json.dumps(summary))
-    done = run(tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("Slopes over iterations 320–400 (3 evaluations)")
-    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in done.stdout.splitlines()}
+    lines = end_rows(tmp_path, 0.25)
+    assert lines[0].startswith("Slopes over iterations 320–400 (3 evaluations)")
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in "\n".join(lines).splitlines()}
     assert rows["FTW"][1] == "+10.00 [+10.00, +10.00]" and rows["FTW"][3:] == ["10 of 10", "rising |"]
     assert rows["PPO"][1].startswith("-5.") and rows["PPO"][4] == "falling |"
     assert rows["GRPO"][3] == "5 of 10" and rows["GRPO"][4] == "no trend shown |"
     assert rows["REINFORCE"][1:] == ["+0.00 [+0.00, +0.00]", "p = 1.000", "0 of 10", "no trend shown |"]
     # Half the run (iterations 200-400) reaches REINFORCE's climb.
-    assert "| REINFORCE | +" in run(tmp_path, "--last", "0.5").stdout
+    assert any(line.startswith("| REINFORCE | +") for line in end_rows(tmp_path, 0.5))
+
+
+def test_a_slope_is_per_iteration_and_seeds_on_one_line_leave_nothing_to_test():
+    iterations = np.array([0.0, 10.0, 20.0])
+    np.testing.assert_allclose(slopes(np.array([[0.0, 1.0, 2.0], [5.0, 5.0, 5.0]]), iterations), [0.1, 0.0])
+    assert trend(np.zeros(4)) == (1.0, "no trend shown")
+    assert trend(np.full(4, -2.0)) == (0.0, "falling")
+    assert trend(np.array([1.0, 1.1, 0.9, 1.0]))[1] == "rising"
 
 
 def test_an_earlier_comparison_and_bad_input(tmp_path):
     """On the earlier protocol's committed two-hop comparison, PPO's rise over its last quarter does not pass the
     test (p = 0.053, the borderline a reviewer found there); a missing folder, a window of fewer than three
-    evaluations and a share outside (0, 1] are refused in one line."""
-    earlier = _REPOSITORY / "results" / "compare-successive-halving" / "search-2hop"
-    out = run(earlier).stdout
-    assert "| PPO | +3.61 [-0.06, +7.28] | p = 0.053 | 8 of 10 | no trend shown |" in out
+    evaluations and a share outside (0, 1] are refused, naming the setting."""
+    assert "| PPO | +3.61 [-0.06, +7.28] | p = 0.053 | 8 of 10 | no trend shown |" in end_rows(_EARLIER)
+    for folder, last, message in (
+        (tmp_path, 0.25, "holds no finished comparison"),
+        (_EARLIER, 0.1, "`last` 0.1 reads 2 of the run's 10 evaluations"),
+        (_EARLIER, 0.0, r"`last` must be in \(0, 1\]"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            end_rows(folder, last)
+
+
+def test_the_command_line(tmp_path):
+    """End to end: the script prints the rows; its refusals are one line that names the flag."""
+
+    def run(*args):
+        return subprocess.run([sys.executable, str(_SCRIPT), *map(str, args)], capture_output=True, text=True)
+
+    assert run(_EARLIER).stdout == "\n".join(end_rows(_EARLIER)) + "\n"
     for args, message in (
         ((tmp_path,), "holds no finished comparison"),
-        ((earlier, "--last", "0.1"), "reads 2 of the run's 10 evaluations"),
-        ((earlier, "--last", "0"), "--last must be in (0, 1]"),
+        ((_EARLIER, "--last", "0.1"), "error: --last 0.1 reads 2 of the run's 10 evaluations"),
+        ((_EARLIER, "--last", "0"), "error: --last must be in (0, 1]"),
     ):
         refused = run(*args)
-        assert refused.returncode == 1 and message in refused.stderr and "Traceback" not in refused.stderr
+        assert refused.returncode == 1 and message in refused.stderr and refused.stderr.count("\n") == 1

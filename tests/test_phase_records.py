@@ -1,9 +1,13 @@
-"""experiments/phase_records.py: a comparison's finished phases read from their committed records."""
+"""ftw_jax.lab.reports.phase_records (experiments/phase_records.py's rows): a comparison's finished phases read from
+their committed records."""
 
-import importlib.util
 import pathlib
 import subprocess
 import sys
+
+import pytest
+
+from ftw_jax.lab.reports.phase_records import HEADER, commit_of, phase_table, rows
 
 _REPOSITORY = pathlib.Path(__file__).parents[1]
 _PHASE_RECORDS = _REPOSITORY / "experiments" / "phase_records.py"
@@ -11,12 +15,8 @@ _ONE_HOP_RECORDS = _REPOSITORY / "results" / "compare-successive-halving" / "sea
 
 
 def test_phase_records_read_the_committed_tuning_as_the_docs_report_it():
-    """experiments/phase_records.py on one-hop search's records: the finalists docs/results.md names."""
-    spec = importlib.util.spec_from_file_location("phase_records", _PHASE_RECORDS)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    found = module.rows(_ONE_HOP_RECORDS)
+    """One-hop search's records: the finalists docs/results.md names."""
+    found = rows(_ONE_HOP_RECORDS)
     ftw = [row for row in found if row["phase"].startswith("ftw-")]
     finalists = sorted((round(100 * row["auc"], 1) for row in ftw if row["phase"].endswith("rung2")), reverse=True)
     assert finalists == [94.8, 84.5]  # "finalists' AUCs 94.8/84.5" in docs/results.md
@@ -24,6 +24,20 @@ def test_phase_records_read_the_committed_tuning_as_the_docs_report_it():
     (winner,) = (row for row in ftw if round(100 * row["auc"], 1) == 94.8)
     assert report["settings"] == winner["settings"] and report["iterations"] == 400
     assert round(100 * report["final"], 1) == 99.8 and round(100 * report["greedy_final"], 1) == 100.0
+
+
+def test_the_table_puts_the_furthest_phases_and_the_best_first(tmp_path):
+    """Within a phase kind (the algorithm), the longest phases first and the best AUC first among them; success
+    in percent; a folder without records refused."""
+    lines = phase_table(_ONE_HOP_RECORDS)
+    assert lines[:2] == HEADER and len(lines) == 2 + len(rows(_ONE_HOP_RECORDS))
+    ftw = [line.split(" | ") for line in lines if line.startswith("| ftw-")]
+    assert ftw[0][0] == "| ftw-report" and ftw[1][0].endswith("rung2") and ftw[1][3] == "94.8"
+    assert [int(row[2]) for row in ftw] == sorted((int(row[2]) for row in ftw), reverse=True)
+    assert commit_of({"provenance": {"commit": "0123456789abcdef", "dirty": True}}) == "0123456789+dirty"
+    assert commit_of({}) == "-"
+    with pytest.raises(ValueError, match="no phase records in"):
+        phase_table(tmp_path)
 
 
 def test_phase_records_stop_quietly_when_their_reader_does():
