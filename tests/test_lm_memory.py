@@ -1,7 +1,6 @@
 """The LM's memory estimate: exact parameter counts, and activations within a factor of 1.5 of XLA's count."""
 
 import functools
-import importlib.util
 import json
 import pathlib
 import subprocess
@@ -12,6 +11,7 @@ import jax.numpy as jnp
 import pytest
 from conftest import with_cpu_devices
 
+from ftw_jax.agent.compiled_memory import compiled_memory, learn_config, model_config
 from ftw_jax.lm import CausalLM, LMConfig
 from ftw_jax.lm.memory import QWEN2_5, memory_estimate, parameter_count
 
@@ -112,18 +112,6 @@ def test_master_weights_and_logits_in_chunks_change_what_they_should():
     assert chunked["logits"] == 3 * 8 * 128 * config.vocab_size * 4
 
 
-@functools.cache
-def _compiled_memory_script():
-    """experiments/lm_compiled_memory.py as a module (importing it leaves XLA_FLAGS alone)."""
-    path = pathlib.Path(__file__).parents[1] / "experiments" / "lm_compiled_memory.py"
-    spec = importlib.util.spec_from_file_location("lm_compiled_memory", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # where its dataclass looks itself up
-    spec.loader.exec_module(module)
-    return module
-
-
 # Logits [8, 32, 2048] outweigh everything else, as a real vocabulary's do.
 _WIDE_VOCABULARY = LMConfig(
     vocab_size=2048,
@@ -138,20 +126,13 @@ _WIDE_VOCABULARY = LMConfig(
 )
 
 
-def _compiled(script, loss, *, chunk=None, **options):
-    model = script.model_config(_WIDE_VOCABULARY, remat=True)
-    config = script.learn_config(loss=loss, chunk=chunk, max_length=33, episodes=8, pool=16)
-    return script.compiled_memory(model, config, **options)
-
-
 @functools.cache
 def _compiled(loss, *, chunk=None, **options):
     """`compiled_memory` of lm learn's update for _WIDE_VOCABULARY (bfloat16 compute, float32 weights, remat),
     8 trajectories of 32 steps in the loss."""
-    script = _compiled_memory_script()
-    model = script.model_config(_WIDE_VOCABULARY, remat=True)
-    config = script.learn_config(loss=loss, chunk=chunk, max_length=33, episodes=8, pool=16)
-    return script.compiled_memory(model, config, **options)
+    model = model_config(_WIDE_VOCABULARY, remat=True)
+    config = learn_config(loss=loss, chunk=chunk, max_length=33, episodes=8, pool=16)
+    return compiled_memory(model, config, **options)
 
 
 def test_compiled_memory_of_the_lm_update_counts_its_buffers():
@@ -179,13 +160,13 @@ def test_a_donated_state_and_a_bfloat16_reference_shrink_the_compiled_update():
 _MESH_SCRIPT = """
 import json, sys
 sys.path.insert(0, sys.argv[2])
-from test_lm_memory import _WIDE_VOCABULARY, _compiled_memory_script
-script = _compiled_memory_script()
-model = script.model_config(_WIDE_VOCABULARY, remat=True)
-config = script.learn_config(max_length=33, episodes=8, pool=16)
+from test_lm_memory import _WIDE_VOCABULARY
+from ftw_jax.agent.compiled_memory import compiled_memory, learn_config, model_config
+model = model_config(_WIDE_VOCABULARY, remat=True)
+config = learn_config(max_length=33, episodes=8, pool=16)
 print(json.dumps({
-    "one": script.compiled_memory(model, config),
-    **{placement: script.compiled_memory(model, config, mesh=(2, 2), placement=placement)
+    "one": compiled_memory(model, config),
+    **{placement: compiled_memory(model, config, mesh=(2, 2), placement=placement)
        for placement in ("learn", "sharded")},
 }))
 """
