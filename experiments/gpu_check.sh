@@ -11,23 +11,23 @@ cd "$(dirname "$0")/.."
 out="${TMPDIR:-/tmp}/ftw_jax_gpu_check"
 rm -rf "$out"
 python -c "import jax; print('jax', jax.__version__, '|', jax.device_count(), 'x', jax.devices()[0].device_kind)"
-echo; echo "== update vs floor (experiments/bench_update.py --repeats 10)"
-timeout 120 python experiments/bench_update.py --repeats 10
-echo; echo "== 64 Sokoban seeds in one program vs one after another (experiments/bench_seeds.py)"
-timeout 150 python experiments/bench_seeds.py --env sokoban --iterations 10 --seeds 1,64
-echo; echo "== where Sokoban's program spends its time: acting, updates, evaluation (experiments/profile_train.py)"
-timeout 120 python experiments/profile_train.py --env sokoban --repeats 3
+echo; echo "== update vs floor (experiments/benchmarks/bench_update.py --repeats 10)"
+timeout 120 python experiments/benchmarks/bench_update.py --repeats 10
+echo; echo "== 64 Sokoban seeds in one program vs one after another (experiments/benchmarks/bench_seeds.py)"
+timeout 150 python experiments/benchmarks/bench_seeds.py --env sokoban --iterations 10 --seeds 1,64
+echo; echo "== where Sokoban's program spends its time: acting, updates, evaluation (experiments/benchmarks/profile_train.py)"
+timeout 120 python experiments/benchmarks/profile_train.py --env sokoban --repeats 3
 echo; echo "== a 64-member search sweep (4 grid points x 16 seeds), one compiled program"
 timeout 240 ftw-jax sweep --env search --grid 'C=8,32 K=1,2' --num-seeds 16 --iterations 80 --eval-every 40 \
     --no-checkpoint --out "$out"
-echo; echo "== the compilation cache: CartPole, first run vs second (experiments/bench_compile_cache.py)"
-timeout 150 python experiments/bench_compile_cache.py --cases cartpole
-echo; echo "== ftw-jax bandit over 1000 seeds against plain NumPy, whole processes (experiments/bench_bandit.py)"
-timeout 200 python experiments/bench_bandit.py --repeats 1
-echo; echo "== a Qwen2.5-0.5B-sized LM, random weights, bfloat16: forward, train step, sampling (experiments/lm_benchmark.py)"
-timeout 240 python experiments/lm_benchmark.py --sizes qwen2.5-0.5B --dtype bfloat16 --batch 8 --length 512
-echo; echo "== lm learn's update at Qwen2.5's sizes compiled for this device: XLA's memory count (experiments/lm_compiled_memory.py)"
-timeout 240 python experiments/lm_compiled_memory.py --models 0.5B,1.5B,3B --mesh 1x1 --losses chunked
+echo; echo "== the compilation cache: CartPole, first run vs second (experiments/benchmarks/bench_compile_cache.py)"
+timeout 150 python experiments/benchmarks/bench_compile_cache.py --cases cartpole
+echo; echo "== ftw-jax bandit over 1000 seeds against plain NumPy, whole processes (experiments/benchmarks/bench_bandit.py)"
+timeout 200 python experiments/benchmarks/bench_bandit.py --repeats 1
+echo; echo "== a Qwen2.5-0.5B-sized LM, random weights, bfloat16: forward, train step, sampling (experiments/lm/lm_benchmark.py)"
+timeout 240 python experiments/lm/lm_benchmark.py --sizes qwen2.5-0.5B --dtype bfloat16 --batch 8 --length 512
+echo; echo "== lm learn's update at Qwen2.5's sizes compiled for this device: XLA's memory count (experiments/lm/lm_compiled_memory.py)"
+timeout 240 python experiments/lm/lm_compiled_memory.py --models 0.5B,1.5B,3B --mesh 1x1 --losses chunked
 echo; echo "== retrieval QA, Search-R1's protocol, at Qwen2.5-0.5B's shape (random weights) on a generated world: 3 iterations"
 timeout 200 python experiments/search_r1/make_tiny.py "$out/qa" --shape 0.5B --people 200
 timeout 500 ftw-jax lm retrieval-qa --model "$out/qa/model" --questions "$out/qa/train.parquet" \

@@ -1,5 +1,5 @@
-"""ftw_jax.lab.reports.choice_ends (experiments/choice_ends.py's reading): which chosen settings are an end of the
-values tuning drew, for every method alike."""
+"""ftw_jax.lab.reports.choice_ends (experiments/protocol/choice_ends.py's reading): which chosen settings are an end
+of the values tuning drew, for every method alike."""
 
 import pathlib
 import subprocess
@@ -10,7 +10,7 @@ import pytest
 from ftw_jax.lab.reports.choice_ends import cell, choice_ends, ends_lines
 
 _REPOSITORY = pathlib.Path(__file__).parents[1]
-_SCRIPT = _REPOSITORY / "experiments" / "choice_ends.py"
+_SCRIPT = _REPOSITORY / "experiments" / "protocol" / "choice_ends.py"
 _SHAPED = _REPOSITORY / "results" / "compare-reference-recipes" / "sokoban-shaped"
 
 

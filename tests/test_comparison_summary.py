@@ -1,4 +1,4 @@
-"""ftw_jax.lab.reports.comparison_summary (experiments/comparison_summary.py's tables): the README's comparison
+"""ftw_jax.lab.reports.comparison_summary (experiments/protocol/comparison_summary.py's tables): the README's comparison
 table laid out from finished comparisons' files."""
 
 import json
@@ -11,7 +11,7 @@ import pytest
 from ftw_jax.lab.reports.comparison_summary import summary_text
 
 _REPOSITORY = pathlib.Path(__file__).parents[1]
-_SCRIPT = _REPOSITORY / "experiments" / "comparison_summary.py"
+_SCRIPT = _REPOSITORY / "experiments" / "protocol" / "comparison_summary.py"
 _FINISHED = _REPOSITORY / "results" / "compare-successive-halving"
 
 

@@ -1,5 +1,5 @@
-"""ftw_jax.lab.reports.curve_ends (experiments/curve_ends.py's slopes): whether each method's curve still moves at
-the end of a finished comparison."""
+"""ftw_jax.lab.reports.curve_ends (experiments/protocol/curve_ends.py's slopes): whether each method's curve still
+moves at the end of a finished comparison."""
 
 import json
 import pathlib
@@ -12,7 +12,7 @@ import pytest
 from ftw_jax.lab.reports.curve_ends import end_rows, slopes, trend
 
 _REPOSITORY = pathlib.Path(__file__).parents[1]
-_SCRIPT = _REPOSITORY / "experiments" / "curve_ends.py"
+_SCRIPT = _REPOSITORY / "experiments" / "protocol" / "curve_ends.py"
 _EARLIER = _REPOSITORY / "results" / "compare-successive-halving" / "search-2hop"
 
 

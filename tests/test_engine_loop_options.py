@@ -1,4 +1,4 @@
-"""experiments/engine_loop.py's options: its results land under the git-ignored runs/ unless told otherwise (the
+"""experiments/lm/engine_loop.py's options: its results land under the git-ignored runs/ unless told otherwise (the
 committed results/engine-loop/ are not overwritten by a run as documented), and every option says what it sets."""
 
 import argparse
@@ -10,7 +10,7 @@ _REPOSITORY = pathlib.Path(__file__).parents[1]
 
 def _engine_loop():
     """The script as a module (importing it imports neither torch nor jax)."""
-    spec = importlib.util.spec_from_file_location("engine_loop", _REPOSITORY / "experiments" / "engine_loop.py")
+    spec = importlib.util.spec_from_file_location("engine_loop", _REPOSITORY / "experiments" / "lm" / "engine_loop.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

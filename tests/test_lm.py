@@ -1,4 +1,4 @@
-"""The causal LM: transformers' logits on tiny random checkpoints (written by experiments/lm_parity.py), the
+"""The causal LM: transformers' logits on tiny random checkpoints (written by experiments/lm/lm_parity.py), the
 loader's refusals, the config's two rope layouts, decoding through the KV cache."""
 
 import json

@@ -130,7 +130,7 @@ def test_lora_compiles_to_less_memory_than_the_whole_model():
 @pytest.mark.slow
 def test_lm_learn_with_lora_writes_merged_weights_and_resumes_exactly(tmp_path, capsys):
     """`lm learn --lora-rank 2 --lora-alpha 4` on the tiny Qwen2: the versions it writes are plain checkpoints
-    (the adapters merged: `lm.load` reads them, and transformers, experiments/lora_parity.py); a run cut after 8
+    (the adapters merged: `lm.load` reads them, and transformers, experiments/lm/lora_parity.py); a run cut after 8
     of 12 episodes and resumed writes the same weights bit for bit; a resume with another rank is refused."""
     rng = np.random.default_rng(3)
     episodes = tmp_path / "episodes.jsonl"

@@ -1,5 +1,5 @@
-"""ftw_jax.lab.reports.phase_records (experiments/phase_records.py's rows): a comparison's finished phases read from
-their committed records."""
+"""ftw_jax.lab.reports.phase_records (experiments/protocol/phase_records.py's rows): a comparison's finished phases
+read from their committed records."""
 
 import pathlib
 import subprocess
@@ -10,7 +10,7 @@ import pytest
 from ftw_jax.lab.reports.phase_records import HEADER, commit_of, phase_table, rows
 
 _REPOSITORY = pathlib.Path(__file__).parents[1]
-_PHASE_RECORDS = _REPOSITORY / "experiments" / "phase_records.py"
+_PHASE_RECORDS = _REPOSITORY / "experiments" / "protocol" / "phase_records.py"
 _ONE_HOP_RECORDS = _REPOSITORY / "results" / "compare-successive-halving" / "search-1hop"
 
 

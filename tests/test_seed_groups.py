@@ -1,5 +1,5 @@
-"""ftw_jax.lab.reports.seed_groups (experiments/seed_groups.py's moves): a comparison's reported seeds run as groups
-and merged into the whole comparison."""
+"""ftw_jax.lab.reports.seed_groups (experiments/protocol/seed_groups.py's moves): a comparison's reported seeds run as
+groups and merged into the whole comparison."""
 
 import json
 import pathlib
@@ -13,7 +13,7 @@ from ftw_jax.cli import main
 from ftw_jax.lab.reports.seed_groups import merge, start
 
 _REPOSITORY = pathlib.Path(__file__).parents[1]
-_SCRIPT = _REPOSITORY / "experiments" / "seed_groups.py"
+_SCRIPT = _REPOSITORY / "experiments" / "protocol" / "seed_groups.py"
 
 pytestmark = pytest.mark.usefixtures("unchecked_key_reuse")
 
@@ -44,7 +44,7 @@ def seed_groups(*arguments) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(_SCRIPT), *map(str, arguments)], capture_output=True, text=True)
 
 
-_MERGE = ["python", "experiments/seed_groups.py", "merge"]  # the command a merge's provenance names
+_MERGE = ["python", "experiments/protocol/seed_groups.py", "merge"]  # the command a merge's provenance names
 
 
 @pytest.mark.slow
@@ -165,7 +165,7 @@ def test_the_command_line(tmp_path):
         and started.stdout == f"{tmp_path / 'second'}: seeds [2], 1 tuning records from {first}\n"
     )
     made = json.loads((tmp_path / "second" / "config.json").read_text())["provenance"]
-    assert made == [{"seed_group": {"like": str(first), "made_by": "experiments/seed_groups.py start"}}]
+    assert made == [{"seed_group": {"like": str(first), "made_by": "experiments/protocol/seed_groups.py start"}}]
     _finished_group(tmp_path / "later", [2])  # the second group, as if it had run
     merged = seed_groups("merge", tmp_path / "whole", first, tmp_path / "later")
     assert merged.returncode == 0, merged.stderr
@@ -173,7 +173,7 @@ def test_the_command_line(tmp_path):
     command = json.loads((tmp_path / "whole" / "config.json").read_text())["provenance"][0]["command"]
     assert command == [
         "python",
-        "experiments/seed_groups.py",
+        "experiments/protocol/seed_groups.py",
         "merge",
         str(tmp_path / "whole"),
         str(first),

@@ -1,5 +1,5 @@
 """A small OpenAI-compatible completions server over PyTorch transformers, the engine side of the retrieval-QA
-driver on a CPU (`engine_driver.py`). It runs in the parity venv (`experiments/lm_parity.py` builds it: torch CPU
+driver on a CPU (`engine_driver.py`). It runs in the parity venv (`experiments/lm/lm_parity.py` builds it: torch CPU
 and transformers, never dependencies of ftw_jax):
 
     runs/parity-venv/bin/python experiments/search_r1/completions_server.py --model DIR --port 8011

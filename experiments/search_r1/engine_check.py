@@ -59,7 +59,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     grouped = args.algorithm in ("grpo", "reinforce")
-    sys.path.insert(0, str(ROOT / "experiments"))
+    sys.path.insert(0, str(ROOT / "experiments" / "lm"))  # build_venv, a sibling folder's
     from lm_parity import build_venv
 
     work = ROOT / "runs" / "engine-retrieval-qa"  # the world, the model, the episodes and the learner's run

@@ -304,7 +304,7 @@ class EpisodeLearner:
         """`learn` jitted for a state laid out as `state` is (arrays, or ShapeDtypeStructs to lower it), which the new
         state keeps: left to XLA, a mesh's norm weights came out sharded over "data" and the second step compiled
         again. The state is donated: its buffers take the next one, or a step would hold two copies of the weights,
-        the reference and Adam's moments (3B on one device: 98.6 -> 85.5 GiB, experiments/lm_compiled_memory.py)."""
+        the reference and Adam's moments (3B on one device: 98.6 -> 85.5 GiB, experiments/lm/lm_compiled_memory.py)."""
         layout = jax.tree.map(lambda leaf: getattr(leaf, "sharding", None), state)
         return jax.jit(self.learn, donate_argnums=0 if donate else (), out_shardings=(layout, None))
 

@@ -119,7 +119,7 @@ SEARCH_R1: dict[str, dict[str, Any]] = {
 
 # FTW in the LM commands (`lm learn`, retrieval QA): the trust-region monitor on 4 pool entries, not 16. Each
 # entry costs two forward passes of the model after the update: with 16, FTW's step over 8 kept sequences of 256
-# tokens took 1.41x as long as with the monitor off, with 4 1.14x (experiments/lm_vs_tunix.py).
+# tokens took 1.41x as long as with the monitor off, with 4 1.14x (experiments/lm/lm_vs_tunix.py).
 LM_FTW: dict[str, Any] = {"monitor_entries": 4}
 
 # The agent's learner (`ftw_jax.agent.learner.LearnConfig.for_task`) on each LLM task. "episodes": an engine's

@@ -26,8 +26,8 @@ def _protocol_settings():
 
 
 def add_bandit_arguments(parser: argparse.ArgumentParser) -> None:
-    """The bandit protocol's options: its seeds, the bandit's and the training settings it reads (experiments/bandit.py
-    takes them too)."""
+    """The bandit protocol's options: its seeds, the bandit's and the training settings it reads
+    (experiments/studies/bandit.py takes them too)."""
     from ftw_jax.core.settings import describe
     from ftw_jax.envs import GaussianBandit
 

@@ -20,7 +20,7 @@ policy sees only the board, and a training level with a test level's room differ
 player stands, usually a walk apart without pushing: the same boards. Small grids have few rooms: without the
 exclusion, a default run's 19,200 training resets on 6×6 with one box made 628 of the 919 distinct rooms of
 the 1,000 test levels (14.6% of the resets had a test room, 2.7% a test start;
-experiments/held_out_levels.py). So a training reset whose room is a test level's (`room_hash`) draws again,
+experiments/protocol/held_out_levels.py). So a training reset whose room is a test level's (`room_hash`) draws again,
 whatever its player's start. Evaluation plays the test levels by index, not drawn with replacement: episode i
 of an evaluation plays test level i mod `num_test_levels` (`evaluation_params(params, episode)`), so E
 episodes play min(E, n) distinct test levels; Sokoban's run defaults evaluate on E = 1,000 = n episodes

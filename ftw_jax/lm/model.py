@@ -84,7 +84,7 @@ def tokens_flat_dot(
     """`nn.Dense`'s product of inputs [..., D] and kernel [D, F] with the leading axes (the tokens) flattened into
     one. Why: over [B, L, ·] the kernel's gradient contracts two axes, and XLA's CPU backend then transposes every
     [B, L, F] cotangent (with the elementwise backward fused into the transposing copy): ~30% of a train step
-    (experiments/lm_step_profile.py, lm_vs_torch.py). Over [B·L, ·] it does not. Reshapes cost nothing."""
+    (experiments/lm/lm_step_profile.py, lm_vs_torch.py). Over [B·L, ·] it does not. Reshapes cost nothing."""
     assert dimension_numbers == (((inputs.ndim - 1,), (0,)), ((), ())), dimension_numbers  # Dense's, always
     flat = inputs.reshape(-1, inputs.shape[-1])
     out = jax.lax.dot_general(flat, kernel, (((1,), (0,)), ((), ())), precision=precision, **kwargs)

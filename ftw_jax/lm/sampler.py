@@ -69,7 +69,7 @@ class Sample(flax.struct.PyTreeNode):  # frozen
 
 # How many of the most likely tokens top-p alone tries, in turn, before it sorts the whole vocabulary (each where it
 # is at most a quarter of V). At V = 151,936 on 2 CPU cores sorting 8 rows costs 0.5 s a step, `lax.top_k` of 64,
-# 1,024, 8,192 of them 4, 12, 47 ms (experiments/nucleus_speed.py).
+# 1,024, 8,192 of them 4, 12, 47 ms (experiments/lm/nucleus_speed.py).
 NUCLEUS_CANDIDATES = (64, 1024, 8192)
 
 
