@@ -4,22 +4,8 @@
     python experiments/protocol/seed_groups.py merge runs/search-1hop runs/1hop-seeds-0-4 runs/1hop-seeds-5-9 ...
     ftw-jax compare ... --seeds 0,...,29 --resume runs/search-1hop      # reads every phase record, trains nothing
 
-Why: a phase that outlasts the machine it runs on never finishes, since a phase resumes from checkpoints
-(megabytes per seed) that stay on that machine, where its finished record (kilobytes) is committed. One-hop
-search's report phase, 30 seeds in one phase, would take longer than a session. Run as groups of a few seeds, each
-group's report is a phase of its own; the first group also runs the tuning, which the others take from its records
-(a tuning phase's fingerprint names its tuning seeds and settings, never the reported seeds).
-
-`start` makes a group's run folder: the first group's config.json with the group's seeds, and the first group's
-finished tuning records. `merge` makes the whole comparison's run folder from finished groups: config.json with
-every group's seeds in order, the tuning records, and each algorithm's report record with the groups' members,
-per-period rows and applied shares laid end to end and their seconds summed. A resume of that folder with the
-same flags and all the seeds then writes the comparison's tables, curves and plots.
-
-On one CPU device the compiled program runs its members one after another (`ftw_jax.running.loop.member_loop`),
-so a seed's numbers do not depend on the group it ran in; on an accelerator (members batched) they may differ in
-the last bits. Nothing here imports JAX: it moves JSON. The moving is `ftw_jax.lab.reports.seed_groups`'s; this is
-its command line.
+Why groups, what `start` and `merge` write, and why a seed's numbers do not depend on its group: the docstring
+of `ftw_jax.lab.reports.seed_groups`, which does the moving; this is its command line.
 """
 
 from __future__ import annotations
