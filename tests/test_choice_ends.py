@@ -37,6 +37,13 @@ def test_the_ends_of_a_finished_comparison():
     assert "  reinforce: kl_decay_fraction 0.25 (0.25…1)" in lines
 
 
+def test_a_comparison_before_the_reviewed_protocol_drew_every_configuration_it_tuned():
+    """Its tuning.csv has no `candidate` column (no reference recipe was run beside the drawn ones): every row is
+    a drawn one. Committed: text search under successive halving, where FTW chose K = 4 of its draws 1…4."""
+    found = choice_ends(_REPOSITORY / "results" / "compare-successive-halving" / "text-search")
+    assert found["ftw"]["num_elites"] == (4, 1, 4) and found["ppo"]["kl_coef"] == (1.0, 0.0, 1.0)
+
+
 def test_cells_are_read_as_the_values_they_were():
     """tuning.csv writes every setting as text: a truth value, None (empty or "None"), a number or a category."""
     read = [cell(text) for text in ("True", "False", "", "None", "8", "0.25", "mean")]

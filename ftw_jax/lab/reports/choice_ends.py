@@ -47,7 +47,8 @@ def choice_ends(folder: pathlib.Path) -> dict[str, dict[str, tuple]]:
         drawn = [
             {name: cell(row[name]) for name in settings}
             for row in rows
-            if row["algorithm"] == method and row["candidate"] == "drawn"
+            # Comparisons before the reviewed protocol drew every configuration they tuned (no `candidate` column).
+            if row["algorithm"] == method and row.get("candidate", "drawn") == "drawn"
         ]
         found[method] = {
             name: (settings[name], low, high) for name, (low, high) in tuning.ends(settings, drawn).items()
