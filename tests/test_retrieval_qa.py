@@ -415,10 +415,11 @@ def test_a_missing_optional_dependency_is_named_and_leaves_no_run_folder(world, 
 @pytest.mark.slow
 def test_lm_train_retrieval_qa_writes_weights_and_resumes_exactly(world, tmp_path, capsys, monkeypatch):
     """Two iterations whole, and the same run stopped by SIGTERM after the first and resumed: the same weights and
-    the same evaluations."""
+    the same evaluations. The stopped run names the weights its last checkpoint covers in latest.json, as `lm
+    learn` does, for an engine to play."""
     import signal
 
-    from ftw_jax.agent.retrieval_qa import learner as retrieval_learner
+    from ftw_jax.agent import lm_learn
     from ftw_jax.running.signals import Interrupted
 
     extra = ["--demonstrations", str(world["demonstrations"]), "--warm-start-steps", "4", "--iterations", "2"]
@@ -434,11 +435,13 @@ def test_lm_train_retrieval_qa_writes_weights_and_resumes_exactly(world, tmp_pat
         if len(checks) == 2:
             raise Interrupted(signal.SIGTERM)
 
-    monkeypatch.setattr(retrieval_learner, "raise_if_stopped", stop_before_the_second)
+    monkeypatch.setattr(lm_learn, "raise_if_stopped", stop_before_the_second)  # checked between iterations
     assert lm_train(world, tmp_path / "parts", *extra, "--eval-every", "1") == 128 + signal.SIGTERM
     assert "--resume" in capsys.readouterr().err
     monkeypatch.undo()
     run = tmp_path / "parts" / "run"
+    (written,) = sorted((run / "weights").glob("version-*"))  # the first iteration's
+    assert json.loads((run / "weights" / "latest.json").read_text())["path"] == written.name
     assert lm_train(world, tmp_path / "parts", *extra, "--eval-every", "1", "--resume", str(run)) == 0
     resumed = json.loads(capsys.readouterr().out)
     assert [row["iteration"] for row in resumed["evaluations"]] == [0, 1, 2]
