@@ -24,7 +24,7 @@ import dataclasses
 import functools
 import pathlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -43,9 +43,6 @@ from ftw_jax.lm import lora
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.policies.lm import LMPolicy, as_model_params, as_policy_params, frozen_in_lora, logits_chunk_for, remat_for
 from ftw_jax.running.memory import check_state_memory, check_working_memory, state_bytes
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,8 +27,6 @@ from ftw_jax.cli.flags import (
     training_settings,
 )
 
-TASKS = ("text-search", "retrieval-qa")  # the in-process tasks, a subcommand each
-
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
