@@ -462,3 +462,56 @@ def test_lm_train_retrieval_qa_runs_grpo_on_groups_of_one_question(world, tmp_pa
     assert summary["version"] == 1
     (row,) = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert 0 <= row["groups_tied"] <= 1 and "surrogate" in row and "elite_return_mean" not in row
+
+
+@pytest.mark.slow
+def test_lm_retrieval_qa_against_search_r1s_server_and_the_server_gone_mid_run(world, tmp_path, capsys, monkeypatch):
+    """`--retriever-url`: the run retrieves from a server of Search-R1's API on 127.0.0.1 (the demonstrations'
+    searches, one request a turn), learns and evaluates; a server that stops answering mid-run ends the command in
+    one line naming its URL, no traceback, the last checkpoint kept; the server back at another address, the run
+    resumes and finishes."""
+    from test_retriever_server import SearchR1Server
+
+    from ftw_jax.agent.retrieval_qa import learner as retrieval_learner
+
+    corpus = [json.loads(line) for line in world["corpus"].read_text().splitlines()]
+    argv = ["lm", "retrieval-qa", "--model", str(world["model"]), "--questions", str(world["train"])]
+    argv += ["--test-questions", str(world["test"]), "--out", str(tmp_path), "--name", "run", "--json"]
+    argv += ["--response-tokens", "12", "--information-tokens", "48", "--prompt-tokens", "256", "--dtype", "float32"]
+    argv += ["--episodes-per-iteration", "4", "--pool-capacity", "8", "--num-batches", "2", "--batch-size", "4"]
+    argv += ["--num-elites", "1", "--monitor-entries", "4", "--eval-questions", "4", "--elite-rule", "top_k"]
+    argv += ["--demonstrations", str(world["demonstrations"]), "--warm-start-steps", "2"]
+    # Each iteration searches once first (as the model's turns do when it searches); at the second the server
+    # stops answering.
+    played, iterations = retrieval_learner._play_and_learn, []
+
+    def searching_first(run, *args):
+        iterations.append(None)
+        if len(iterations) == 2:
+            server.fail_from = 0  # every request from now on a 500
+        run.task.retriever.search(["who wrote it"], 3)
+        return played(run, *args)
+
+    monkeypatch.setattr(retrieval_learner, "_play_and_learn", searching_first)
+    server = SearchR1Server(corpus)
+    try:
+        status = cli.main([*argv, "--retriever-url", server.url, "--iterations", "3"])
+    finally:
+        server.stop()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and err[-1].startswith(f"error: the retriever at {server.url} gave no answer after 4 tries")
+    assert "--resume" in err[-1] and not any("Traceback" in line for line in err)
+    asked = [body for path, body in server.requests if path == "/retrieve"]
+    assert asked[0] == {"queries": ["probe"], "topk": 1, "return_scores": True} and len(asked) > 3
+    assert all(body["topk"] == 3 for body in asked[1:])  # the demonstrations' and the turns' searches: top 3
+    run = tmp_path / "run"
+    assert sorted(path.name for path in (run / "checkpoints").iterdir() if path.name.isdigit()) == ["1"]
+    # The server back, at another address: the run resumes from its checkpoint and finishes.
+    monkeypatch.undo()
+    again = SearchR1Server(corpus)
+    try:
+        assert cli.main([*argv, "--retriever-url", again.url, "--iterations", "3", "--resume", str(run)]) == 0
+    finally:
+        again.stop()
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["iterations"] == 3 and [row["iteration"] for row in summary["evaluations"]] == [0, 3]

@@ -204,7 +204,7 @@ _RETRIEVAL_FILES = {
     "index": "the BM25 index folder (default: beside the corpus, CORPUS.bm25; built there the first time)",
     "demonstrations": "questions whose rows carry `demonstration` (the turns to imitate), fitted before FTW",
 }
-_RETRIEVAL_NEEDS = ("questions", "test_questions", "corpus", "model")
+_RETRIEVAL_NEEDS = ("questions", "test_questions", "model")
 
 
 def _add_retrieval_qa_parser(commands) -> None:
@@ -222,6 +222,13 @@ def _add_retrieval_qa_parser(commands) -> None:
     )
     for name, help in _RETRIEVAL_FILES.items():
         retrieval.add_argument(f"--{name.replace('_', '-')}", type=pathlib.Path, metavar="PATH", help=help)
+    retrieval.add_argument(
+        "--retriever-url",
+        metavar="URL",
+        help="Search-R1's retrieval server instead of --corpus: its POST /retrieve (e.g. "
+        "http://127.0.0.1:8000/retrieve, started by its retrieval_launch.sh: E5 over wiki-18), asked once a turn "
+        "for every query",
+    )
     entry = LM_TASKS["retrieval-qa"]
     add_settings(retrieval, _retrieval_settings(), defaults_here=dict(entry.run))
     add_settings(retrieval, _algorithm_settings(), defaults_here=_algorithm_defaults_shown(entry.algorithms))
@@ -238,6 +245,8 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
     for name in _RETRIEVAL_NEEDS:
         if getattr(args, name) is None:
             raise ValueError(f"lm retrieval-qa needs `{name}`.")
+    if args.corpus is None and args.retriever_url is None:
+        raise ValueError("lm retrieval-qa needs `corpus` (searched in-process by BM25) or `retriever_url`.")
     task = RetrievalQASettings(**given_settings(args, describe(RetrievalQASettings)))
     config = RetrievalTrainConfig(
         **given_settings(args, describe(RetrievalTrainConfig)),
@@ -245,9 +254,14 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
         task=task,
     )
     paths = {name: getattr(args, name) for name in _RETRIEVAL_FILES}
-    files = RetrievalFiles(**{name: path and path.resolve() for name, path in paths.items()})
+    files = RetrievalFiles(
+        **{name: path and path.resolve() for name, path in paths.items()}, retriever_url=args.retriever_url
+    )
     model = pathlib.Path(args.model).resolve()
-    fingerprint = {"model": str(model), **{k: str(v) for k, v in dataclasses.asdict(files).items()}}
+    # Paths as text ("None" where not given, as runs have always stored them); the retriever's URL only where given,
+    # so that runs from before it resume.
+    named = {k: str(v) for k, v in dataclasses.asdict(files).items() if k != "retriever_url" or v is not None}
+    fingerprint = {"model": str(model), **named}
     folder, checkpointer = open_checkpointed_run(
         args, session, "retrieval-qa", {**fingerprint, **dataclasses.asdict(config)}
     )

@@ -48,9 +48,11 @@ def _as_json(value):
 # Settings that decide when a run stops, not what it computes: a resume may change them (a run stopped for its
 # skipped updates goes on past them with stop_after_skipped 0, one stopped for its engine's log-probs with
 # sampler_gap_limit 0; lm learn may follow its file, or stop doing so, and may go on past the torn line it stopped
-# at with skip_bad_lines, each bad line named; the checkpoints it then writes record the new value).
+# at with skip_bad_lines, each bad line named; retrieval QA's retrieval server may answer at another address after
+# a restart; the checkpoints it then writes record the new value).
 CHANGEABLE_ON_RESUME = frozenset(
     {
+        "retriever_url",
         "stop_after_skipped",
         "sampler_gap_limit",
         "stale_share_limit",

@@ -18,6 +18,7 @@ import dataclasses
 import pathlib
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -33,7 +34,8 @@ from ftw_jax.agent.lm_learn import (
     stop_after_iteration,
 )
 from ftw_jax.agent.retrieval_qa.data import Question, read_demonstrations, read_questions
-from ftw_jax.agent.retrieval_qa.retriever import BM25Retriever
+from ftw_jax.agent.retrieval_qa.remote import RemoteRetriever
+from ftw_jax.agent.retrieval_qa.retriever import BM25Retriever, Retriever
 from ftw_jax.agent.retrieval_qa.task import RetrievalQA, RetrievalQASettings
 from ftw_jax.algos.defaults import DEFAULT_ALGORITHM
 from ftw_jax.core.checks import check_positive_int
@@ -94,13 +96,34 @@ class RetrievalTrainConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RetrievalFiles:
-    """Where the data is: Search-R1's question files, the corpus, and optionally the index and demonstrations."""
+    """Where the data is: Search-R1's question files, and the passages: a corpus searched in-process by BM25 (its
+    index beside it or at `index`), or Search-R1's retrieval server at `retriever_url`; optionally demonstrations."""
 
     questions: pathlib.Path
     test_questions: pathlib.Path
-    corpus: pathlib.Path
+    corpus: pathlib.Path | None = None
     index: pathlib.Path | None = None
     demonstrations: pathlib.Path | None = None
+    retriever_url: str | None = None
+
+    def __post_init__(self):
+        if (self.corpus is None) == (self.retriever_url is None):
+            raise ValueError(
+                "give `corpus` (searched in-process by BM25) or `retriever_url` (Search-R1's retrieval server), "
+                "one of the two."
+            )
+        if self.index is not None and self.corpus is None:
+            raise ValueError("`index` is the in-process BM25's, over `corpus`; the retrieval server keeps its own.")
+
+    def retriever(self, log: Callable[[str], None]) -> Retriever:
+        """The retriever these files name: the server's client (checked with a probe query), or BM25 over the
+        corpus (its index built the first time)."""
+        if self.retriever_url is not None:
+            retriever = RemoteRetriever.open(self.retriever_url)
+            log(f"retrieving from {self.retriever_url}")
+            return retriever
+        assert self.corpus is not None
+        return BM25Retriever.open(self.corpus, self.index, log=log)
 
 
 def evaluate(task: RetrievalQA, sampler: Any, params: Any, questions: list[Question], batch: int) -> dict:
@@ -175,7 +198,7 @@ def _prepared(config: RetrievalTrainConfig, files: RetrievalFiles, model_path: p
     tokenizer = load_tokenizer(model_path)
     train_questions, test_questions = read_questions(files.questions), read_questions(files.test_questions)
     test_questions = test_questions[: config.eval_questions]
-    task = RetrievalQA(tokenizer, BM25Retriever.open(files.corpus, files.index, log=log), config.task)
+    task = RetrievalQA(tokenizer, files.retriever(log), config.task)
     task.check(train_questions)
     task.check(test_questions)
     model, params = load_for_learning(model_path, config.learn)

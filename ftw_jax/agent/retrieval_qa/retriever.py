@@ -20,6 +20,7 @@ import os
 import pathlib
 import shutil
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -41,6 +42,13 @@ class RetrieverSettings:
 def index_folder(corpus_path: str | os.PathLike[str]) -> pathlib.Path:
     """Where a corpus's index goes by default: beside it, `wiki-18.jsonl` -> `wiki-18.bm25/`."""
     return pathlib.Path(corpus_path).with_suffix(".bm25")
+
+
+class Retriever(Protocol):
+    """What the task asks of a retriever: the k best passages of each query, best first (`BM25Retriever`, or
+    Search-R1's server through `ftw_jax.agent.retrieval_qa.remote.RemoteRetriever`)."""
+
+    def search(self, queries: list[str], k: int = 3) -> list[list[Passage]]: ...
 
 
 class BM25Retriever:

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from ftw_jax.agent.retrieval_qa.data import BadData, Question
-from ftw_jax.agent.retrieval_qa.retriever import BM25Retriever, information
+from ftw_jax.agent.retrieval_qa.retriever import Retriever, information
 from ftw_jax.core.settings import check_settings, setting
 from ftw_jax.envs.retrieval_qa.answers import STOP_STRINGS, final_answer, reward, turn_action
 
@@ -89,7 +89,7 @@ class Played:
 class RetrievalQA:
     """The task over a tokenizer (the checkpoint's, with its chat template) and a retriever."""
 
-    def __init__(self, tokenizer: Tokenizer, retriever: BM25Retriever, settings: RetrievalQASettings):
+    def __init__(self, tokenizer: Tokenizer, retriever: Retriever, settings: RetrievalQASettings):
         if tokenizer.pad_id is None or tokenizer.eos_id is None:
             raise ValueError("the tokenizer names no end-of-sequence token (`eos_token` in tokenizer_config.json).")
         self.tokenizer, self.retriever, self.settings = tokenizer, retriever, settings
