@@ -351,13 +351,19 @@ def test_a_prompt_over_the_budget_or_a_template_that_fails_is_refused_before_any
 # ------------------------------------------------------------------------------------------------------ command line
 
 
-def lm_train(world, out, *extra):
+def retrieval_qa_argv(world, out, *, corpus=True):
+    """`lm retrieval-qa` on the small world at small sizes, its run folder OUT/run; BM25 over the world's corpus, or
+    (`corpus` False) no retriever yet: the caller names one."""
     argv = ["lm", "retrieval-qa", "--model", str(world["model"]), "--questions", str(world["train"])]
-    argv += ["--test-questions", str(world["test"]), "--corpus", str(world["corpus"]), "--out", str(out)]
-    argv += ["--name", "run", "--response-tokens", "12", "--information-tokens", "48", "--prompt-tokens", "256"]
-    argv += ["--dtype", "float32", "--episodes-per-iteration", "4", "--pool-capacity", "8", "--num-batches", "2"]
-    argv += ["--batch-size", "4", "--num-elites", "1", "--monitor-entries", "4", "--eval-questions", "4", "--json"]
-    return cli.main([*argv, *extra])
+    argv += ["--test-questions", str(world["test"]), *(["--corpus", str(world["corpus"])] if corpus else [])]
+    argv += ["--out", str(out), "--name", "run", "--response-tokens", "12", "--information-tokens", "48"]
+    argv += ["--prompt-tokens", "256", "--dtype", "float32", "--episodes-per-iteration", "4", "--pool-capacity", "8"]
+    argv += ["--num-batches", "2", "--batch-size", "4", "--num-elites", "1", "--monitor-entries", "4"]
+    return [*argv, "--eval-questions", "4", "--json"]
+
+
+def lm_train(world, out, *extra):
+    return cli.main([*retrieval_qa_argv(world, out), *extra])
 
 
 def test_the_command_refuses_bad_input_in_one_line(world, tmp_path, capsys):
@@ -475,11 +481,7 @@ def test_lm_retrieval_qa_against_search_r1s_server_and_the_server_gone_mid_run(w
     from ftw_jax.agent.retrieval_qa import learner as retrieval_learner
 
     corpus = [json.loads(line) for line in world["corpus"].read_text().splitlines()]
-    argv = ["lm", "retrieval-qa", "--model", str(world["model"]), "--questions", str(world["train"])]
-    argv += ["--test-questions", str(world["test"]), "--out", str(tmp_path), "--name", "run", "--json"]
-    argv += ["--response-tokens", "12", "--information-tokens", "48", "--prompt-tokens", "256", "--dtype", "float32"]
-    argv += ["--episodes-per-iteration", "4", "--pool-capacity", "8", "--num-batches", "2", "--batch-size", "4"]
-    argv += ["--num-elites", "1", "--monitor-entries", "4", "--eval-questions", "4", "--elite-rule", "top_k"]
+    argv = [*retrieval_qa_argv(world, tmp_path, corpus=False), "--elite-rule", "top_k"]
     argv += ["--demonstrations", str(world["demonstrations"]), "--warm-start-steps", "2"]
     # Each iteration searches once first (as the model's turns do when it searches); at the second the server
     # stops answering.

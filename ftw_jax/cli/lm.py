@@ -245,8 +245,6 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
     for name in _RETRIEVAL_NEEDS:
         if getattr(args, name) is None:
             raise ValueError(f"lm retrieval-qa needs `{name}`.")
-    if args.corpus is None and args.retriever_url is None:
-        raise ValueError("lm retrieval-qa needs `corpus` (searched in-process by BM25) or `retriever_url`.")
     task = RetrievalQASettings(**given_settings(args, describe(RetrievalQASettings)))
     config = RetrievalTrainConfig(
         **given_settings(args, describe(RetrievalTrainConfig)),
@@ -258,10 +256,8 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
         **{name: path and path.resolve() for name, path in paths.items()}, retriever_url=args.retriever_url
     )
     model = pathlib.Path(args.model).resolve()
-    # Paths as text ("None" where not given, as runs have always stored them); the retriever's URL only where given,
-    # so that runs from before it resume.
-    named = {k: str(v) for k, v in dataclasses.asdict(files).items() if k != "retriever_url" or v is not None}
-    fingerprint = {"model": str(model), **named}
+    # The retriever's URL is among the settings a resume may change (`CHANGEABLE_ON_RESUME`): never compared.
+    fingerprint = {"model": str(model), **{k: str(v) for k, v in dataclasses.asdict(files).items()}}
     folder, checkpointer = open_checkpointed_run(
         args, session, "retrieval-qa", {**fingerprint, **dataclasses.asdict(config)}
     )
