@@ -32,13 +32,15 @@ QWEN = pathlib.Path(__file__).parent / "data" / "lm" / "qwen2-untied"
 SMALL = RetrievalQASettings(response_tokens=16, information_tokens=64, prompt_tokens=256, search_turns=2)
 
 
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> dict:
+def small_world(tmp_path_factory) -> dict:
     """A small world in Search-R1's formats and a tiny chat checkpoint whose BPE tokenizer was trained on it."""
     folder = tmp_path_factory.mktemp("world")
     paths = write_synthetic(folder, people=40, distractors=20, seed=1)
-    paths["model"] = write_tiny_checkpoint(folder / "model", tokenizer_texts(paths, ("train_jsonl",)), 600)
+    paths["model"] = write_tiny_checkpoint(folder / "model", tokenizer_texts(paths, ("train_jsonl",)), 1000)
     return paths
+
+
+world = pytest.fixture(small_world, scope="module", name="world")
 
 
 # ------------------------------------------------------------------------------------------------------ answers
@@ -98,12 +100,12 @@ def test_questions_read_alike_from_parquet_and_json_lines(world):
 
 
 def test_a_files_own_chat_prompt_is_the_prompt(world, tmp_path):
-    row = {"question": "q?", "golden_answers": ["a"], "prompt": [{"role": "user", "content": "Own words. q?"}]}
+    row = {"question": "q?", "golden_answers": ["a"], "prompt": [{"role": "user", "content": "Own <search> words. q?"}]}
     path = tmp_path / "processed.jsonl"
     path.write_text(json.dumps(row) + "\n")
     (question,) = read_questions(path)
     task = RetrievalQA(lm.load_tokenizer(world["model"]), None, SMALL)  # pyright: ignore[reportArgumentType]
-    assert task.prompt(question) == "<|im_start|>user\nOwn words. q?<|im_end|>\n<|im_start|>assistant\n"
+    assert task.prompt(question) == "<|im_start|>user\nOwn <search> words. q?<|im_end|>\n<|im_start|>assistant\n"
 
 
 def write_lines(path: pathlib.Path, rows: list) -> pathlib.Path:
@@ -117,9 +119,10 @@ GOOD = {"question": "who?", "golden_answers": ["me"]}
 @pytest.mark.parametrize(
     "rows, message",
     [
-        ([GOOD, {"question": "who?"}], r"bad\.jsonl line 2: no `golden_answers`"),
-        ([GOOD, {"question": "who?", "golden_answers": "me"}], r"line 2: `golden_answers` must be a non-empty list"),
+        ([GOOD, {"question": "who?", "golden_answers": [1]}], r"bad\.jsonl line 2: `golden_answers` must be a list of"),
+        ([GOOD, {"golden_answers": ["me"]}], r"line 2: no question \(`question`, `extra_info\.question` or a user"),
         ([{"question": "", "golden_answers": ["x"]}], r"line 1: `question` must be a non-empty string"),
+        ([{"extra_info": {"question": 3}, "golden_answers": ["x"]}], r"line 1: `extra_info\.question` must be a non"),
         ([GOOD, "{not json"], r"line 2: not a JSON object"),
         ([], r"bad\.jsonl: no questions in the file"),
         ([{**GOOD, "prompt": "a string"}], r"line 1: `prompt` must be a non-empty list"),
@@ -130,13 +133,13 @@ def test_a_bad_questions_file_is_refused_naming_file_line_and_field(tmp_path, ro
         read_questions(write_lines(tmp_path / "bad.jsonl", rows))
 
 
-def test_a_parquet_row_without_golden_answers_is_named_by_row(tmp_path):
+def test_a_parquet_file_without_any_answer_is_refused(tmp_path):
     import pyarrow
     import pyarrow.parquet
 
     path = tmp_path / "train.parquet"
     pyarrow.parquet.write_table(pyarrow.Table.from_pylist([{"question": "a?", "data_source": "nq"}] * 2), path)
-    with pytest.raises(BadData, match=r"train\.parquet row 0: no `golden_answers`"):
+    with pytest.raises(BadData, match=r"train\.parquet: none of its 2 rows has an answer"):
         read_questions(path)
     with pytest.raises(BadData, match=r"must be a \.parquet or \.jsonl file, got '\.csv'"):
         read_questions(tmp_path / "train.csv")
@@ -306,7 +309,9 @@ def test_the_turn_loop_searches_answers_and_scores_as_the_protocol_says(world, t
     assert played.rewards.tolist() == [0.0, 1.0, 0.0, 1.0]
     assert played.searches.tolist() == [1, 0, 2, 0]
     assert played.responses[0] == f"<search> {person} </search><answer> wrong </answer>"
-    assert played.answers == ["wrong", answer, None, questions[3].golden_answers[0]]
+    # Search-R1 reads the answer from the whole episode, its prompt's two <answer> tags included (" and ", then the
+    # example): an episode that never answers is read as the example's "Beijing"
+    assert played.answers == ["wrong", answer, "Beijing", questions[3].golden_answers[0]]
     records = sample_records(played.sample, played.rewards, version=0)
     text = task.tokenizer.decode(records[0]["tokens"])
     passages = task.retriever.search([person], SMALL.top_k)[0]
@@ -334,12 +339,15 @@ def test_a_demonstration_is_the_episode_the_turn_loop_plays(world, task):
 
 
 def test_a_prompt_over_the_budget_or_a_template_that_fails_is_refused_before_any_compile(world, task):
+    import dataclasses
+
     long = read_questions(write_lines(world["corpus"].parent / "long.jsonl", [{**GOOD, "question": "why " * 300}]))
+    assert task.check(long) == 1  # Search-R1's rule: kept, its last tokens
+    refusing = RetrievalQA(task.tokenizer, task.retriever, dataclasses.replace(SMALL, long_prompts="refuse"))
     with pytest.raises(
         BadData, match=r"long\.jsonl line 1: `question`'s prompt is \d+ tokens, more than `prompt_tokens` 256"
     ):
-        task.check(long)
-    import dataclasses
+        refusing.check(long)
 
     broken = dataclasses.replace(task.tokenizer, chat_template="{{ raise_exception('no user turns here') }}")
     with pytest.raises(
@@ -367,7 +375,7 @@ def lm_train(world, out, *extra):
 
 
 def test_the_command_refuses_bad_input_in_one_line(world, tmp_path, capsys):
-    bad = write_lines(tmp_path / "bad.jsonl", [GOOD, {"question": "no answers"}])
+    bad = write_lines(tmp_path / "bad.jsonl", [GOOD, {"question": "who?", "golden_answers": [1]}])
     assert lm_train({**world, "train": bad}, tmp_path) == 2
     assert capsys.readouterr().err.strip().count("\n") == 0
     with pytest.raises(SystemExit):  # the text search task's flag: argparse's one line, exit 2

@@ -31,7 +31,7 @@ import math
 import os
 import pathlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import jax.numpy as jnp
 import numpy as np
@@ -289,12 +289,17 @@ def write_episodes(path: str | os.PathLike[str], records: Iterable[dict]) -> int
     return count
 
 
-def sample_records(sample: Sample, rewards: npt.ArrayLike, version: int) -> list[dict]:
+def sample_records(
+    sample: Sample, rewards: npt.ArrayLike, version: int, log_probs: Literal["logp", "model_logp"] = "logp"
+) -> list[dict]:
     """The JSONL records of the in-process sampler's continuations (`lm.make_sampler`'s `Sample` [B, P + M], or a
     conversation's, `lm.turns`): each row's real tokens (padding and holes dropped), each run of tokens it generated
-    as a span written by `version` with the log-probs they were sampled with, and its reward ([B] floats, e.g. from
-    a verifier)."""
-    arrays = {name: np.asarray(getattr(sample, name)) for name in ("tokens", "generated", "logp", "attention_mask")}
+    as a span written by `version` with its log-probs, and its reward ([B] floats, e.g. from a verifier). The
+    log-probs are those of the distribution sampled from (`logp`), or the plain model's (`model_logp`: what a
+    learner that samples within a nucleus but computes its ratios on the model's own probabilities records, as
+    verl does)."""
+    arrays = {name: np.asarray(getattr(sample, name)) for name in ("tokens", "generated", "attention_mask")}
+    arrays["logp"] = np.asarray(getattr(sample, log_probs))
     records = []
     for row, reward in enumerate(np.asarray(rewards, np.float64).tolist()):
         real = arrays["attention_mask"][row]

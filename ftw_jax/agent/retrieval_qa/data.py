@@ -4,10 +4,13 @@
     corpus = Corpus.open("wiki-18.jsonl")                           # passages read from disk as they are needed
     corpus[17].title, corpus[17].text
 
-A question row has `question` (a string) and `golden_answers` (a list of strings); `data_source` (nq, hotpotqa,
-...) and `id` are kept where given, and `prompt` (the chat messages Search-R1's processed files carry) is used as
-the prompt where present. A corpus line is `{"id": ..., "contents": "\"Title\"\ntext"}`: the first line of
-`contents` is the title, the rest the text. A bad row is refused with its file, line (or row) and field.
+A question row is any of the shapes Search-R1 and verl write: the answers are `golden_answers`, else
+`reward_model.ground_truth.target`; the question is `question`, else `extra_info.question`, else the user message
+of `prompt`. `data_source` (nq, hotpotqa, ...) and `id` are kept where given, and `prompt` (the chat messages
+Search-R1's processed files carry) is the prompt where it asks for Search-R1's tags; otherwise (FlashRAG's rows,
+verl's `<tool_call>` prompts) the task writes Search-R1's prompt around the question. Rows with no usable answer
+are skipped and counted. A corpus line is `{"id": ..., "contents": "\"Title\"\ntext"}`: the first line of `contents`
+is the title, the rest the text. A bad row is refused with its file, line (or row) and field.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import json
 import os
 import pathlib
 import types
-from collections.abc import Iterable, Iterator
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -78,6 +82,8 @@ def _check_file(path: str | os.PathLike[str], suffixes: tuple[str, ...], what: s
 def _messages(where: str, value) -> tuple[dict, ...] | None:
     if value is None:
         return None
+    if isinstance(value, np.ndarray):  # pandas writes a list column as arrays
+        value = value.tolist()
     if not (
         isinstance(value, list)
         and value
@@ -89,37 +95,102 @@ def _messages(where: str, value) -> tuple[dict, ...] | None:
     return tuple({"role": m["role"], "content": m["content"]} for m in value)
 
 
-def parse_question(where: str, row: dict) -> Question:
-    """One question row, checked (`BadData` naming `where` and the field)."""
-    question = row.get("question")
-    if not isinstance(question, str) or not question.strip():
-        raise BadData(f"{where}: `question` must be a non-empty string, got {question!r:.80}.")
-    answers = row.get("golden_answers")
+def _field(row: dict, path: str):
+    """The value at a dotted path of nested dicts (`reward_model.ground_truth.target`), or None."""
+    value = row
+    for name in path.split("."):
+        value = value.get(name) if isinstance(value, dict) else None
+    return value
+
+
+def _answers(where: str, row: dict) -> tuple[str, ...] | None:
+    """The accepted answers: `golden_answers`, else `reward_model.ground_truth.target` (what Search-R1 scores
+    against; its README's own-dataset rows and verl's have only that); None where there is no non-blank one."""
+    field = "golden_answers" if row.get("golden_answers") is not None else "reward_model.ground_truth.target"
+    value = _field(row, field)
+    if value is None and isinstance(_field(row, "reward_model.ground_truth"), (list, str, np.ndarray)):
+        field, value = "reward_model.ground_truth", _field(row, "reward_model.ground_truth")
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, str):
+        value = [value]
+    if value is None:
+        return None
+    if not (isinstance(value, list) and all(isinstance(answer, str) for answer in value)):
+        raise BadData(f"{where}: `{field}` must be a list of strings, got {value!r:.80}.")
+    return tuple(value) if any(answer.strip() for answer in value) else None
+
+
+def _question_text(where: str, row: dict, messages: tuple[dict, ...] | None) -> str:
+    """The question: `question`, else `extra_info.question` (verl's rows), else the last user message of `prompt`
+    (the README's own-dataset rows)."""
+    for field in ("question", "extra_info.question"):
+        value = _field(row, field)
+        if value is not None:
+            if not isinstance(value, str) or not value.strip():
+                raise BadData(f"{where}: `{field}` must be a non-empty string, got {value!r:.80}.")
+            return value.strip()
+    users = [message["content"] for message in messages or () if message["role"] == "user"]
+    if not users or not users[-1].strip():
+        raise BadData(f"{where}: no question (`question`, `extra_info.question` or a user message in `prompt`).")
+    return users[-1].strip()
+
+
+def asks_for_search(messages: tuple[dict, ...] | None) -> bool:
+    """Whether a file's chat prompt tells the model Search-R1's tags (`<search>`); verl's asks for `<tool_call>`,
+    which the task does not read."""
+    return messages is not None and any("<search>" in message["content"] for message in messages)
+
+
+def parse_question(where: str, row: dict) -> Question | None:
+    """One question row, checked (`BadData` naming `where` and the field); None where it has no usable answer
+    (Search-R1 would score it 0 whatever the model wrote)."""
+    messages = _messages(where, row.get("prompt"))
+    question = _question_text(where, row, messages)
+    answers = _answers(where, row)
     if answers is None:
-        raise BadData(f"{where}: no `golden_answers` (a list of the accepted answers).")
-    if isinstance(answers, np.ndarray):
-        answers = answers.tolist()
-    if not (isinstance(answers, list) and answers and all(isinstance(a, str) and a.strip() for a in answers)):
-        raise BadData(f"{where}: `golden_answers` must be a non-empty list of non-empty strings, got {answers!r:.80}.")
-    source, identifier = row.get("data_source"), row.get("id")
+        return None
+    source = row.get("data_source")
     if source is not None and not isinstance(source, str):
         raise BadData(f"{where}: `data_source` must be a string, got {source!r:.80}.")
+    identifier = row.get("id", _field(row, "extra_info.index"))
     return Question(
-        question=question.strip(),
-        golden_answers=tuple(answers),
+        question=question,
+        golden_answers=answers,
         data_source=source,
         id=None if identifier is None else str(identifier),
-        messages=_messages(where, row.get("prompt")),
+        messages=messages if asks_for_search(messages) else None,
         where=where,
     )
 
 
-def read_questions(path: str | os.PathLike[str]) -> list[Question]:
-    """Every question of a `.parquet` or `.jsonl` file (Search-R1's processed files or FlashRAG's), in order."""
+def read_questions(path: str | os.PathLike[str], log: Callable[[str], None] | None = None) -> list[Question]:
+    """Every usable question of a `.parquet` or `.jsonl` file (Search-R1's processed files, its README's own-dataset
+    rows, verl's Search-R1 files or FlashRAG's), in order. Rows without a usable answer are skipped and said once
+    to `log` (by default a warning), naming the first; a file with none usable is refused."""
     path = _check_file(path, (".parquet", ".jsonl"), "a questions file")
-    questions = [parse_question(where, row) for where, row in _rows(path)]
+    questions, skipped, replaced = [], [], 0
+    for where, row in _rows(path):
+        question = parse_question(where, row)
+        if question is None:
+            skipped.append(where)
+            continue
+        questions.append(question)
+        replaced += question.messages is None and row.get("prompt") is not None
     if not questions:
-        raise BadData(f"{path}: no questions in the file.")
+        what = f"none of its {len(skipped)} rows has an answer" if skipped else "no questions in the file"
+        raise BadData(f"{path}: {what}.")
+    say = log or (lambda line: warnings.warn(line, stacklevel=3))
+    if skipped:
+        say(
+            f"{path}: skipped {len(skipped)} of {len(skipped) + len(questions)} rows with no answer, "
+            f"the first {skipped[0]}."
+        )
+    if replaced:
+        say(
+            f"{path}: {replaced} rows' `prompt` does not ask for <search> (verl's asks for <tool_call>): they get "
+            "Search-R1's prompt around their question."
+        )
     return questions
 
 
@@ -210,7 +281,10 @@ def read_demonstrations(path: str | os.PathLike[str]) -> list[tuple[Question, li
     for where, row in _rows(path):
         if "demonstration" not in row:
             raise BadData(f"{where}: no `demonstration` (a list of the turns a demonstrator writes).")
-        found.append((parse_question(where, row), row["demonstration"]))
+        question = parse_question(where, row)
+        if question is None:
+            raise BadData(f"{where}: a demonstration needs an answer (`golden_answers`).")
+        found.append((question, row["demonstration"]))
     if not found:
         raise BadData(f"{path}: no demonstrations in the file.")
     return found

@@ -40,6 +40,7 @@ from ftw_jax.agent.retrieval_qa.task import RetrievalQA, RetrievalQASettings
 from ftw_jax.algos.defaults import DEFAULT_ALGORITHM
 from ftw_jax.core.checks import check_positive_int
 from ftw_jax.core.settings import check_settings, setting
+from ftw_jax.envs.retrieval_qa.answers import final_answer
 from ftw_jax.policies.lm import as_model_params, as_policy_params
 from ftw_jax.running import skips
 from ftw_jax.running.checkpoints import Checkpointer, save_then_stop
@@ -196,11 +197,16 @@ def _prepared(config: RetrievalTrainConfig, files: RetrievalFiles, model_path: p
     if (files.demonstrations is None) != (config.warm_start_steps == 0):
         raise ValueError("`demonstrations` and `warm_start_steps` (above 0) go together: give both or neither.")
     tokenizer = load_tokenizer(model_path)
-    train_questions, test_questions = read_questions(files.questions), read_questions(files.test_questions)
+    train_questions, test_questions = read_questions(files.questions, log), read_questions(files.test_questions, log)
     test_questions = test_questions[: config.eval_questions]
     task = RetrievalQA(tokenizer, files.retriever(log), config.task)
-    task.check(train_questions)
-    task.check(test_questions)
+    for path, questions in ((files.questions, train_questions), (files.test_questions, test_questions)):
+        longer = task.check(questions)
+        if longer:
+            log(
+                f"{path}: {longer} of {len(questions)} prompts are longer than `prompt_tokens` "
+                f"({config.task.prompt_tokens}); they keep their last tokens, as Search-R1's do"
+            )
     model, params = load_for_learning(model_path, config.learn)
     if model.config.vocab_size < tokenizer.vocab_size:
         raise ValueError(
@@ -229,7 +235,8 @@ def _play_and_learn(
     started = time.perf_counter()
     played = run.task.play(sampler, run.learner.model_params(state), key, questions)
     played_seconds = time.perf_counter() - started
-    records = sample_records(played.sample, played.rewards, version)
+    # the model's own log-probs, not the nucleus's: the learner's ratios compare the model with itself (as verl's)
+    records = sample_records(played.sample, played.rewards, version, log_probs="model_logp")
     vocab = run.model.config.vocab_size
     episodes = [
         episode_of({**record, "group": index}, vocab_size=vocab, max_length=learn.max_length)
@@ -240,7 +247,7 @@ def _play_and_learn(
     )
     row.update(
         searches_mean=float(played.searches.mean()),
-        answered=float(np.mean([answer is not None for answer in played.answers])),
+        answered=float(np.mean([final_answer(text) is not None for text in played.responses])),  # the model's own
         rollout_seconds=played_seconds,
         learn_seconds=time.perf_counter() - started - played_seconds,
     )

@@ -125,10 +125,10 @@ def tokenizer_texts(
     paths: dict[str, pathlib.Path], splits: tuple[str, ...] = ("train_jsonl", "demonstrations_jsonl")
 ) -> list[str]:
     """What a tokenizer for this world is trained on (`lm.tiny.write_tiny_checkpoint`): every passage, each question
-    of `splits` (`write_synthetic`'s names) with its demonstration, and the task's own instruction and
-    invalid-action message; all of it twice."""
-    from ftw_jax.agent.retrieval_qa.task import INSTRUCTION, INVALID_ACTION
+    of `splits` (`write_synthetic`'s names) with its demonstration, and Search-R1's prompt and invalid-action
+    reply; all of it twice."""
+    from ftw_jax.agent.retrieval_qa.task import INVALID_ACTION, search_r1_prompt
 
     rows = [json.loads(line) for name in ("corpus", *splits) for line in paths[name].read_text().splitlines()]
     texts = [row.get("contents") or " ".join([row["question"], *row["demonstration"]]) for row in rows]
-    return [*texts, INSTRUCTION, INVALID_ACTION] * 2
+    return [*texts, search_r1_prompt(""), INVALID_ACTION] * 2

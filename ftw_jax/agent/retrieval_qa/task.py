@@ -6,18 +6,22 @@ retriever between them, then exact match.
     sampler = task.turn_sampler(model)                      # compiled once; `greedy=True` for evaluation
     played = task.play(sampler, params, key, questions)    # B episodes: conversations, rewards, answers
 
-A turn is the model writing until `</search>`, `</answer>`, its end-of-turn token or `response_tokens`. A turn
-with `<search> query </search>` gets `\\n\\n<information>Doc 1(Title: …) …</information>\\n\\n` (the top_k
-passages, cut to `information_tokens`); one with `<answer> … </answer>` ends the episode; one with neither is told
-it was invalid and goes on. After `search_turns` turns with a tool reply, one last turn is the model's (a search
-there gets no reply). The reward is 1 where the last `<answer>` the model wrote matches a golden answer exactly.
-Everything but the model's turns (the prompt, the replies) is the environment's: outside the loss and the KL.
+Search-R1's rules by default (docs/lm.md lists each with the line of Search-R1 it follows and the setting that
+changes it). A prompt longer than `prompt_tokens` keeps its last tokens. A turn is the model writing, sampled at
+`temperature` within the `top_p` nucleus, until its end-of-turn token or `response_tokens`, cut after its first
+`</search>` where it wrote one, else after its first `</answer>`. Its first action decides: `<search> query
+</search>` gets `\\n\\n<information>Doc 1(Title: …) …</information>\\n\\n` (the top_k passages, cut to
+`information_tokens`), `<answer> … </answer>` ends the episode, neither is told it was invalid and goes on; an
+end-of-turn token before a reply is dropped. After `search_turns` turns with a tool reply, one last turn is the
+model's (a search there gets no reply). The reward is 1 where the episode's answer (the last of at least two
+`<answer>`s in its whole text, the prompt's example the first) matches a golden answer exactly. Everything but
+the model's turns (the prompt, the replies) is the environment's: outside the loss and the KL.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import jax
 import numpy as np
@@ -25,7 +29,14 @@ import numpy as np
 from ftw_jax.agent.retrieval_qa.data import BadData, Question
 from ftw_jax.agent.retrieval_qa.retriever import Retriever, information
 from ftw_jax.core.settings import check_settings, setting
-from ftw_jax.envs.retrieval_qa.answers import STOP_STRINGS, final_answer, reward, turn_action
+from ftw_jax.envs.retrieval_qa.answers import (
+    STOP_STRINGS,
+    cut_turn,
+    episode_answer,
+    exact_match,
+    final_answer,
+    turn_action,
+)
 
 if TYPE_CHECKING:
     from ftw_jax.lm.model import CausalLM
@@ -33,18 +44,28 @@ if TYPE_CHECKING:
     from ftw_jax.lm.tokenizer import Tokenizer
     from ftw_jax.lm.turns import Conversation, TurnSampler
 
-# The instruction a question without its own chat prompt is given (Search-R1's processed files carry theirs in
-# `prompt`): the same tags and the same steps, in our words.
-INSTRUCTION = (
-    "Answer the question below. Think inside <think> and </think> each time you receive new information. If you "
-    "lack some knowledge, search for it with <search> query </search>; the most relevant passages come back "
-    "between <information> and </information>. You may search as many times as you need. When you know the "
-    "answer, give it inside <answer> and </answer> with no explanation, e.g. <answer> Paris </answer>. Question: "
+# Search-R1's prompt and invalid-action reply, byte for byte (its scripts/data_process/nq_search.py `make_prefix`,
+# template "base", and llm_agent/generation.py `execute_predictions`): the paper's numbers depend on these exact
+# words, so these two texts are Search-R1's, not ours.
+SEARCH_R1_PROMPT = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get "
+    "new information. After reasoning, if you find you lack some knowledge, you can call a search engine by "
+    "<search> query </search> and it will return the top searched results between <information> and "
+    "</information>. You can search as many times as your want. If you find no further external knowledge needed, "
+    "you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. For "
+    "example, <answer> Beijing </answer>. Question: {question}\n"
 )
 INVALID_ACTION = (
-    "\nThat action was invalid: to search, write the query between <search> and </search>; to answer, write the "
-    "answer between <answer> and </answer>. Let me try again.\n"
+    "\nMy previous action is invalid. If I want to search, I should put the query between <search> and </search>. "
+    "If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n"
 )
+
+
+def search_r1_prompt(question: str) -> str:
+    """The user message Search-R1 writes for a question: stripped, a question mark added where it ends otherwise,
+    in `SEARCH_R1_PROMPT`."""
+    question = question.strip()
+    return SEARCH_R1_PROMPT.format(question=question if question.endswith("?") else question + "?")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,9 +76,25 @@ class RetrievalQASettings:
     search_turns: int = setting(2, "turns whose search gets a reply; one last turn follows for the answer")
     response_tokens: int = setting(500, "the most tokens the model writes in one turn")
     information_tokens: int = setting(500, "the most tokens of retrieved passages a search gets (cut after)")
-    prompt_tokens: int = setting(2048, "the longest prompt in tokens, chat template included (longer ones refused)")
+    prompt_tokens: int = setting(2048, "the longest prompt in tokens, chat template included")
+    long_prompts: Literal["truncate", "refuse"] = setting(
+        "truncate", "a prompt over `prompt_tokens`: keep its last tokens as Search-R1 does (counted), or refuse it"
+    )
     top_k: int = setting(3, "passages a search returns")
     temperature: float = setting(1.0, "the sampling temperature of training rollouts (evaluation is greedy)")
+    top_p: float = setting(
+        0.95, "training rollouts sample within the fewest tokens holding this much probability (1: all of them)"
+    )
+    turn_end: Literal["search-first", "first-tag"] = setting(
+        "search-first",
+        "a turn ends after its first </search> if it wrote one, else its first </answer>; or after the first of either",
+    )
+    keep_eos: bool = setting(False, "keep the end-of-sequence token that ended a turn before the reply that follows")
+    answer_from: Literal["episode", "turns"] = setting(
+        "episode",
+        "the answer: the episode's last <answer> of at least two (the prompt's example the first), or the model's "
+        "turns' last",
+    )
 
     def __post_init__(self):
         check_settings(self)
@@ -67,6 +104,8 @@ class RetrievalQASettings:
                 raise ValueError(f"{name} must be an int >= {least}, got {value!r}.")
         if not self.temperature > 0:
             raise ValueError(f"temperature must be > 0 for training rollouts, got {self.temperature!r}.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1] (1: the full distribution), got {self.top_p!r}.")
 
     @property
     def max_length(self) -> int:
@@ -84,6 +123,7 @@ class Played:
     answers: list[str | None]  # the final answers (None: none given)
     searches: np.ndarray  # [B] int: searches that got a reply
     responses: list[str]  # what the model wrote, its turns joined
+    truncated_prompts: int = 0  # prompts over `prompt_tokens` that lost their first tokens
 
 
 class RetrievalQA:
@@ -95,36 +135,41 @@ class RetrievalQA:
         self.tokenizer, self.retriever, self.settings = tokenizer, retriever, settings
 
     def prompt(self, question: Question) -> str:
-        """The question as the model reads it: its chat messages (the file's, else `INSTRUCTION` and the question)
-        through the checkpoint's chat template, ending with the opening of the assistant's turn."""
+        """The question as the model reads it: its chat messages (the file's, else Search-R1's prompt around the
+        question) through the checkpoint's chat template, ending with the opening of the assistant's turn."""
         import jinja2
 
-        messages = question.messages or ({"role": "user", "content": INSTRUCTION + question.question},)
+        messages = question.messages or ({"role": "user", "content": search_r1_prompt(question.question)},)
         try:
             return self.tokenizer.chat(list(messages))
         except (jinja2.TemplateError, ValueError) as error:  # the template raised, or there is none
             raise BadData(f"{question.where}: the chat template does not render this question ({error}).") from None
 
-    def check(self, questions: list[Question]) -> None:
-        """Refuses (`BadData`, naming the file and line) a question whose prompt does not render or is longer than
-        `prompt_tokens`."""
+    def check(self, questions: list[Question]) -> int:
+        """How many of the questions' prompts are longer than `prompt_tokens` (left-truncated when played); refuses
+        (`BadData`, naming the file and line) a prompt that does not render, or, with `long_prompts` "refuse", one
+        that is too long."""
         prompts = [self.prompt(question) for question in questions]
-        for question, encoded in zip(questions, self.tokenizer.backend.encode_batch(prompts, add_special_tokens=False)):
-            self._check_length(question, len(encoded.ids))
+        encoded = self.tokenizer.backend.encode_batch(prompts, add_special_tokens=False)
+        return sum(self._fitted(question, item.ids)[1] for question, item in zip(questions, encoded))
 
-    def _check_length(self, question: Question, length: int) -> None:
-        if length > self.settings.prompt_tokens:
+    def _fitted(self, question: Question, prompt: list[int]) -> tuple[list[int], bool]:
+        """(the prompt's last `prompt_tokens` tokens, whether it had more), as Search-R1 keeps
+        `initial_input_ids[:, -max_start_length:]`; `BadData` where `long_prompts` is "refuse"."""
+        limit = self.settings.prompt_tokens
+        if len(prompt) > limit and self.settings.long_prompts == "refuse":
             raise BadData(
-                f"{question.where}: `question`'s prompt is {length} tokens, more than `prompt_tokens` "
-                f"{self.settings.prompt_tokens}."
+                f"{question.where}: `question`'s prompt is {len(prompt)} tokens, more than `prompt_tokens` {limit}."
             )
+        return prompt[-limit:], len(prompt) > limit
 
     def stop_sequences(self) -> tuple[tuple[int, ...], ...]:
-        """The token ids that end a turn: each stop string as it is written alone and after a space, a newline or a
-        word (a byte-level tokenizer may merge what precedes it into its first token). A stop string written
-        otherwise is found in the turn's text (`play` cuts the turn there)."""
+        """The token ids that end a turn while it is written: each closing tag that ends it whatever follows
+        (`</search>`; both tags with `turn_end` "first-tag") as it is written alone and after a space, a newline or a
+        word (a byte-level tokenizer may merge what precedes it into its first token). A tag written otherwise, and
+        `</answer>` under Search-R1's rule, is found in the turn's text (`play` cuts the turn there)."""
         found = set()
-        for stop in STOP_STRINGS:
+        for stop in STOP_STRINGS if self.settings.turn_end == "first-tag" else ("</search>",):
             for before in ("", " ", "\n", "x"):
                 head, whole = self.tokenizer.encode(before), self.tokenizer.encode(before + stop)
                 if whole[: len(head)] == head and len(whole) > len(head):
@@ -139,6 +184,7 @@ class RetrievalQA:
         config = SamplingConfig(
             max_new_tokens=self.settings.response_tokens,
             temperature=0.0 if greedy else self.settings.temperature,
+            top_p=1.0 if greedy else self.settings.top_p,
             stop_tokens=(self.tokenizer.eos_id,),
             pad_token=self.tokenizer.pad_id,
             stop_sequences=self.stop_sequences(),
@@ -154,16 +200,14 @@ class RetrievalQA:
     def play(self, sampler: TurnSampler, params: Any, key: jax.Array, questions: list[Question]) -> Played:
         """One episode per question, all in one batch (see the module's docstring); the key is consumed."""
         size = len(questions)
-        prompts = [self.tokenizer.encode(self.prompt(question)) for question in questions]
-        for question, prompt in zip(questions, prompts):
-            self._check_length(question, len(prompt))
-        talk = sampler.start(params, *self._left_padded(prompts, self.settings.prompt_tokens))
+        fitted = [self._fitted(question, self.tokenizer.encode(self.prompt(question))) for question in questions]
+        talk = sampler.start(params, *self._left_padded([prompt for prompt, _ in fitted], self.settings.prompt_tokens))
         active, searches = np.ones(size, bool), np.zeros(size, np.int64)
         responses = [""] * size
         for turn in range(self.settings.search_turns + 1):
             first = int(talk.column)
             talk = sampler.generate(params, jax.random.fold_in(key, turn), talk, active)
-            talk, texts = self._cut_at_stop(talk, first, active)
+            talk, texts = self._cut_turns(talk, first, active)
             turns = {int(row): texts[row] for row in np.flatnonzero(active)}
             for row, text in turns.items():
                 responses[row] += text
@@ -172,16 +216,45 @@ class RetrievalQA:
                 active[row] = row in replies
                 searches[row] += replies.get(row, (None, False))[1]
             if active.any():
+                if not self.settings.keep_eos:
+                    talk = self._without_end_of_turn(talk, first, active)
                 blocks = [replies[row][0] if row in replies else [] for row in range(size)]
                 talk = sampler.append(params, talk, *self._left_padded(blocks, self.settings.information_tokens))
-        golden = [question.golden_answers for question in questions]
+        answers = self._answers(talk, responses)
         return Played(
             sample=talk.sample,
-            rewards=np.asarray([reward(text, list(answers)) for text, answers in zip(responses, golden)], np.float32),
-            answers=[final_answer(text) for text in responses],
+            rewards=np.asarray(
+                [
+                    answer is not None and exact_match(answer, list(q.golden_answers))
+                    for answer, q in zip(answers, questions)
+                ],
+                np.float32,
+            ),
+            answers=answers,
             searches=searches,
             responses=responses,
+            truncated_prompts=sum(longer for _, longer in fitted),
         )
+
+    def _answers(self, talk: Conversation, responses: list[str]) -> list[str | None]:
+        """Each episode's answer by `answer_from`: from its whole text (prompt and replies included), or from the
+        model's turns."""
+        if self.settings.answer_from == "turns":
+            return [final_answer(text) for text in responses]
+        tokens, real = np.asarray(talk.tokens), np.asarray(talk.attention_mask)
+        return [episode_answer(self.tokenizer.decode(tokens[row][real[row]])) for row in range(len(responses))]
+
+    def _without_end_of_turn(self, talk: Conversation, first: int, going_on: np.ndarray) -> Conversation:
+        """The conversations that go on with the end-of-sequence token that ended their turn dropped, as Search-R1
+        decodes a turn without special tokens before it appends the reply."""
+        columns = np.arange(first, int(talk.column))
+        written = np.asarray(talk.generated[:, first : int(talk.column)])
+        tokens = np.asarray(talk.tokens[:, first : int(talk.column)])
+        drop = np.zeros(np.shape(talk.generated), bool)
+        for row in np.flatnonzero(going_on & written.any(axis=1)):
+            last = np.flatnonzero(written[row])[-1]
+            drop[row, columns[last]] = tokens[row, last] == self.tokenizer.eos_id
+        return talk.dropping(drop) if drop.any() else talk
 
     def respond(self, turns: dict[int, str], last: bool) -> dict[int, tuple[list[int], bool]]:
         """The environment's side of one turn: for each conversation (by any key) whose turn the model just wrote,
@@ -243,23 +316,23 @@ class RetrievalQA:
                 tokens += self.reply(passages)
         return {"tokens": tokens, "spans": spans, "reward": 1.0, "id": question.id}
 
-    def _cut_at_stop(self, talk: Conversation, first: int, active: np.ndarray) -> tuple[Conversation, list[str]]:
-        """(conversation, each row's turn as text): a turn that wrote a stop string its last tokens do not end
-        with (tokens the stop sequences missed) loses the tokens after the one that completed it."""
+    def _cut_turns(self, talk: Conversation, first: int, active: np.ndarray) -> tuple[Conversation, list[str]]:
+        """(conversation, each row's turn as text): a turn whose text goes on past where `turn_end` ends it (a tag
+        the stop sequences did not catch, or an `</answer>` under Search-R1's rule) loses the tokens after the one
+        that completed it."""
+        search_first = self.settings.turn_end == "search-first"
         generated = np.asarray(talk.generated[:, first : int(talk.column)])
         tokens = np.asarray(talk.tokens[:, first : int(talk.column)])
         texts, drop = [], np.zeros(np.shape(talk.generated), bool)
         for row in range(len(active)):
             ids = tokens[row][generated[row]].tolist()
-            text = self.tokenizer.decode(ids)
-            ends = [text.find(stop) + len(stop) for stop in STOP_STRINGS if stop in text]
-            if ends and min(ends) < len(text.rstrip()):
-                keep = next(n for n in range(1, len(ids) + 1) if self._stopped(ids[:n]))
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)  # as Search-R1 reads a turn
+            cut = cut_turn(text, search_first)
+            if len(cut) < len(text.rstrip()):
+                decoded = (self.tokenizer.decode(ids[:n], skip_special_tokens=True) for n in range(1, len(ids) + 1))
+                ends = (n for n, prefix in enumerate(decoded, start=1) if cut_turn(prefix, search_first) == cut)
+                keep = next(ends, len(ids))
                 drop[row, first + np.flatnonzero(generated[row])[keep:]] = True
-                text = self.tokenizer.decode(ids[:keep])
+                text = self.tokenizer.decode(ids[:keep], skip_special_tokens=True)
             texts.append(text if active[row] else "")
         return (talk.dropping(drop) if drop.any() else talk), texts
-
-    def _stopped(self, ids: list[int]) -> bool:
-        text = self.tokenizer.decode(ids)
-        return any(stop in text for stop in STOP_STRINGS)

@@ -5,6 +5,13 @@ retriever, the turn loop) is the agent's (`ftw_jax.agent.retrieval_qa`).
     from ftw_jax.envs.retrieval_qa import exact_match
 """
 
-from ftw_jax.envs.retrieval_qa.answers import exact_match, final_answer, normalize_answer, turn_action
+from ftw_jax.envs.retrieval_qa.answers import (
+    cut_turn,
+    episode_answer,
+    exact_match,
+    final_answer,
+    normalize_answer,
+    turn_action,
+)
 
-__all__ = ["exact_match", "final_answer", "normalize_answer", "turn_action"]
+__all__ = ["cut_turn", "episode_answer", "exact_match", "final_answer", "normalize_answer", "turn_action"]

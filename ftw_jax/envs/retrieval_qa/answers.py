@@ -3,6 +3,8 @@
 exact_match("The Eiffel Tower!", ["eiffel tower"])      # True: SQuAD's normalisation on both sides
 turn_action("I should look. <search> eiffel </search>")  # ("search", "eiffel")
 final_answer(response)                                  # the last <answer> … </answer>, or None
+episode_answer(episode)                                 # Search-R1's: the last of at least two, or None
+cut_turn("<answer> a </answer> <search> q </search>")   # up to Search-R1's end of a turn (after </search>)
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 _ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
-# Where a turn ends: the first closing tag of an action (what the model wrote after it is not kept).
+# The closing tags of the two actions: a turn ends after one of them (what the model wrote after it is not kept).
 STOP_STRINGS = ("</search>", "</answer>")
 
 
@@ -46,6 +48,24 @@ def final_answer(response: str) -> str | None:
     None where there is none (a format error, which scores 0)."""
     answers = _ANSWER.findall(response)
     return answers[-1].strip() if answers else None
+
+
+def episode_answer(episode: str) -> str | None:
+    """The answer as Search-R1's reward reads it (qa_em.py, `extract_solution`): over the whole episode's text, the
+    prompt's and the replies' included, the last `<answer> … </answer>` (stripped) where there are at least two (its
+    prompt's example is the first), else None."""
+    answers = _ANSWER.findall(episode)
+    return answers[-1].strip() if len(answers) >= 2 else None
+
+
+def cut_turn(text: str, search_first: bool = True) -> str:
+    """A turn's text up to where it ends: Search-R1's rule (generation.py, `_postprocess_responses`) ends it after
+    the first `</search>` where it wrote one, else after the first `</answer>`; with `search_first` False, after
+    whichever comes first. A turn with neither is kept whole."""
+    ends = {stop: text.find(stop) + len(stop) for stop in STOP_STRINGS if stop in text}
+    if search_first and "</search>" in ends:
+        return text[: ends["</search>"]]
+    return text[: min(ends.values())] if ends else text
 
 
 def reward(response: str, golden_answers: list[str]) -> float:
