@@ -168,18 +168,22 @@ def test_passages_are_read_from_disk_by_index(tmp_path):
 # ------------------------------------------------------------------------------------------------------ retriever
 
 
-def test_bm25_top_k_is_bm25s_called_directly(world, tmp_path):
+def test_bm25_top_k_is_bm25s_called_directly_on_lucenes_analysis(world, tmp_path):
     import bm25s
     import Stemmer
 
+    from ftw_jax.agent.retrieval_qa.retriever import LUCENE_STOP_WORDS, lucene_porter, lucene_words
+
+    stem = lucene_porter(Stemmer.Stemmer("porter").stemWord)
+
+    def analyzed(text: str) -> list[str]:
+        return [stem(word) for word in lucene_words(text.lower()) if word not in LUCENE_STOP_WORDS]
+
     corpus = [json.loads(line)["contents"] for line in world["corpus"].open()]
-    stemmer = Stemmer.Stemmer("english")
     direct = bm25s.BM25(k1=0.9, b=0.4, method="lucene")
-    direct.index(bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
+    direct.index([analyzed(text) for text in corpus], show_progress=False)
     queries = [question.question for question in read_questions(world["test"])[:12]] + ["Lisbon painter"]
-    found, scores = direct.retrieve(
-        bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False), k=3, show_progress=False
-    )
+    found, scores = direct.retrieve([analyzed(query) for query in queries], k=3, show_progress=False)
     retriever = BM25Retriever.open(world["corpus"], tmp_path / "index")
     ours = retriever.search(queries, k=3)
     for row, passages in enumerate(ours):
@@ -442,6 +446,11 @@ def test_lm_train_retrieval_qa_writes_weights_and_resumes_exactly(world, tmp_pat
     whole = json.loads(capsys.readouterr().out)
     assert [row["iteration"] for row in whole["evaluations"]] == [0, 2]
     assert (tmp_path / "whole" / "run" / "exact_match.png").is_file()
+    # the run evaluated 4 questions as it went, and every test question at its end: the paper's table
+    tested = len(read_questions(world["test"]))
+    assert whole["final_test"]["test_questions/synthetic"] == tested > 4
+    table = (tmp_path / "whole" / "run" / "test_table.md").read_text()
+    assert table.startswith("| | synthetic (") and f"| {100 * whole['final_test']['test_em']:.1f} |" in table
     checks = []
 
     def stop_before_the_second():

@@ -240,3 +240,93 @@ def test_rollouts_sample_within_the_nucleus_and_record_the_models_own_log_probs(
         for span in record["spans"]:
             chosen = log_probs[np.arange(span["start"] - 1, span["end"] - 1), ids[span["start"] : span["end"]]]
             np.testing.assert_allclose(chosen, span["logprobs"], atol=5e-5)
+
+
+# ------------------------------------------------------------------------------------------------------ evaluation
+
+
+def sourced(counts: dict[str, int]) -> list:
+    from ftw_jax.agent.retrieval_qa.data import Question
+
+    return [
+        Question(question=f"{source} {n}?", golden_answers=("a",), data_source=source, id=f"{source}_{n}")
+        for source, count in counts.items()
+        for n in range(count)
+    ]
+
+
+def test_evaluation_questions_are_drawn_evenly_across_sources_the_same_every_time():
+    from ftw_jax.agent.retrieval_qa.evaluation import evaluation_questions
+
+    questions = sourced({"nq": 50, "hotpotqa": 50, "bamboogle": 3})  # in Search-R1's merge order, NQ first
+    drawn = evaluation_questions(questions, 21)
+    counts = {source: sum(q.data_source == source for q in drawn) for source in ("nq", "hotpotqa", "bamboogle")}
+    assert counts == {"nq": 9, "hotpotqa": 9, "bamboogle": 3}  # bamboogle runs out: its share goes to the others
+    assert [q.data_source for q in drawn][:9] == ["nq"] * 9  # grouped, in the paper's order
+    assert [q.id for q in evaluation_questions(questions, 21)] == [q.id for q in drawn]
+    assert [q.id for q in drawn[:9]] != [f"nq_{n}" for n in range(9)]  # drawn, not the first rows
+    assert evaluation_questions(questions, None) == questions == evaluation_questions(questions, 500)
+
+
+class ScoredTask:
+    """A task whose episodes score 1 where the question's id is in `right`."""
+
+    def __init__(self, right):
+        self.right = right
+
+    def play(self, sampler, params, key, questions):
+        from types import SimpleNamespace
+
+        rewards = np.asarray([float(q.id in self.right) for q in questions], np.float32)
+        return SimpleNamespace(rewards=rewards, searches=np.ones(len(questions), np.int64))
+
+
+def test_the_paper_number_is_the_mean_over_sources_and_its_table_shows_each():
+    from ftw_jax.agent.retrieval_qa.evaluation import evaluate, paper_table
+
+    questions = sourced({"hotpotqa": 4, "nq": 2})
+    row = evaluate(ScoredTask({"nq_0", "nq_1", "hotpotqa_0"}), None, None, questions, batch=4)
+    assert row["test_em/nq"] == 1.0 and row["test_em/hotpotqa"] == 0.25
+    assert row["test_em"] == 0.625  # (1 + 0.25) / 2: each source weighs alike, as the paper's average
+    assert row["test_em_pooled"] == 0.5  # 3 of 6 questions
+    assert (row["test_questions/nq"], row["test_questions/hotpotqa"]) == (2, 4)
+    table = paper_table([("FTW", row)])
+    assert table.splitlines()[0] == "| | NQ (2) | HotpotQA (4) | Avg. |"
+    assert table.splitlines()[2] == "| FTW | 100.0 | 25.0 | 62.5 |"
+
+
+@pytest.mark.slow
+def test_lm_evaluate_measures_a_checkpoint_per_source_as_the_paper_reports(world, tmp_path, capsys):
+    from ftw_jax import cli
+
+    argv = ["lm", "evaluate", "--model", str(world["model"]), "--test-questions", str(world["test"])]
+    argv += ["--corpus", str(world["corpus"]), "--eval-questions", "6", "--batch", "4", "--out", str(tmp_path)]
+    argv += ["--response-tokens", "12", "--information-tokens", "48", "--prompt-tokens", "256"]
+    assert cli.main([*argv, "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["questions"] == 6 == row["test_questions/synthetic"]  # this world's test questions: one source
+    assert json.loads((tmp_path / "evaluation.json").read_text()) == row
+    assert (tmp_path / "test_table.md").read_text().splitlines()[0] == "| | synthetic (6) | Avg. |"
+    assert cli.main(["lm", "evaluate", "--model", str(world["model"]), "--test-questions", str(world["test"])]) == 2
+    assert "error: give --corpus (searched in-process by BM25) or --retriever-url" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------------ BM25
+
+
+def test_the_analyzer_splits_and_stems_as_lucenes_english_analyzer():
+    """Lucene's words for this text, as Anserini 0.21.0's DefaultEnglishAnalyzer (Lucene 9.4, pyserini's) wrote
+    them (`java -cp anserini-0.21.0-fatjar.jar experiments/search_r1/lucene/LuceneBM25.java analyze`): one-character
+    words and numbers kept, possessives dropped, its 33 stop words, Martin Porter's stemmer."""
+    from ftw_jax.agent.retrieval_qa.retriever import BM25Retriever, RetrieverSettings
+
+    text = (
+        "World War 2: the U.S.A's army, don't stop! 3.14 and 1,000 possibly; technology Notably_ _ __init__ os.path "
+        "a:b It's Biology sensibly flies caresses ponies"
+    )
+    lucene = (
+        "world war 2 u.s.a armi don't stop 3.14 1,000 possibl technolog notably_ __init__ os.path a:b biologi sensibl "
+        "fli caress poni"
+    )
+    tokenizer = BM25Retriever._tokenizer(RetrieverSettings())
+    assert list(tokenizer.tokenize([text], return_as="string", show_progress=False)[0]) == lucene.split()

@@ -198,6 +198,9 @@ class LearnReport(Protocol):
     def iteration(self, row: dict, total: int | None) -> None:
         """One iteration's metrics (`row["iteration"]` of `total`, None while following)."""
 
+    def evaluation(self, row: dict, name: str) -> None:
+        """One evaluation's metrics after `row["iteration"]` iterations, `name` the kind ("eval", "final_test")."""
+
 
 def _resumed(
     checkpointer: Checkpointer | None, state: LearnerState, log: Callable[[str], None]

@@ -59,7 +59,7 @@ def _is_injected(node: Any) -> bool:
     return isinstance(node, (optax.InjectHyperparamsState, optax.InjectStatefulHyperparamsState))
 
 
-def with_learning_rate(tree: Any, learning_rate: jax.Array) -> Any:
+def with_learning_rate(tree: Any, learning_rate: jax.typing.ArrayLike) -> Any:
     """`tree` (an optimizer state, or a learner state holding several) with the learning rate of every
     `optax.inject_hyperparams` state in it set: a member's own in a sweep, or this iteration's when annealed."""
     rate = jnp.asarray(learning_rate, jnp.float32)

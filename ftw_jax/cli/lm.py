@@ -36,12 +36,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "versioned weights for it to reload (--model PATH: the Hugging Face checkpoint it starts from; "
         "--mesh and jax.distributed for several devices and hosts); `text-search` runs the text search "
         "agent's whole loop here, on a tiny fresh LM or on a checkpoint (--model PATH); `retrieval-qa` "
-        "trains a checkpoint on Search-R1's questions with a retriever between its turns.",
+        "trains a checkpoint on Search-R1's questions with a retriever between its turns; `evaluate` measures "
+        "a checkpoint (or any version a run saved) on Search-R1's test sets as the paper reports them.",
     )
-    commands = parser.add_subparsers(dest="lm_command", required=True, metavar="{learn,text-search,retrieval-qa}")
+    commands = parser.add_subparsers(
+        dest="lm_command", required=True, metavar="{learn,text-search,retrieval-qa,evaluate}"
+    )
     _add_learn_parser(commands)
     _add_text_search_parser(commands)
     _add_retrieval_qa_parser(commands)
+    _add_evaluate_parser(commands)
 
 
 def current_spelling(argv: list[str], log: typing.Callable[[str], None] | None = None) -> list[str]:
@@ -221,14 +225,9 @@ def _add_retrieval_qa_parser(commands) -> None:
         "--model", metavar="PATH", help="a Hugging Face Llama/Qwen2 folder: the starting weights and the KL's reference"
     )
     for name, help in _RETRIEVAL_FILES.items():
-        retrieval.add_argument(f"--{name.replace('_', '-')}", type=pathlib.Path, metavar="PATH", help=help)
-    retrieval.add_argument(
-        "--retriever-url",
-        metavar="URL",
-        help="Search-R1's retrieval server instead of --corpus: its POST /retrieve (e.g. "
-        "http://127.0.0.1:8000/retrieve, started by its retrieval_launch.sh: E5 over wiki-18), asked once a turn "
-        "for every query",
-    )
+        if name not in ("corpus", "index"):
+            retrieval.add_argument(f"--{name.replace('_', '-')}", type=pathlib.Path, metavar="PATH", help=help)
+    _add_retriever_arguments(retrieval)
     entry = LM_TASKS["retrieval-qa"]
     add_settings(retrieval, _retrieval_settings(), defaults_here=dict(entry.run))
     add_settings(retrieval, _algorithm_settings(), defaults_here=_algorithm_defaults_shown(entry.algorithms))
@@ -274,12 +273,87 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
         if checkpointer:
             checkpointer.close()
     report.finished(summary)
+    if report.writer:
+        outputs.save_test_table(folder, summary["final_test"])
     if not args.no_plot:
         outputs.save_exact_match_curve(folder, summary["evaluations"])
     if args.json:
         print(json.dumps(summary))
     else:
         outputs.print_retrieval_summary(summary)
+    return 0
+
+
+def _add_retriever_arguments(parser: argparse.ArgumentParser) -> None:
+    for name in ("corpus", "index"):
+        parser.add_argument(f"--{name}", type=pathlib.Path, metavar="PATH", help=_RETRIEVAL_FILES[name])
+    parser.add_argument(
+        "--retriever-url",
+        metavar="URL",
+        help="Search-R1's retrieval server instead of --corpus: its POST /retrieve (e.g. "
+        "http://127.0.0.1:8000/retrieve, started by its retrieval_launch.sh: E5 over wiki-18), asked once a turn "
+        "for every query",
+    )
+
+
+def _add_evaluate_parser(commands) -> None:
+    from ftw_jax.agent.retrieval_qa.task import RetrievalQASettings
+    from ftw_jax.core.settings import describe
+
+    evaluate = commands.add_parser(
+        "evaluate",
+        help="greedy exact match of a checkpoint on Search-R1's test sets: each source's and their mean",
+        description="The paper's evaluation of --model (a Hugging Face checkpoint, or any weights folder a "
+        "retrieval-qa run wrote) on --test-questions: greedy exact match per data_source and the mean over "
+        "sources, printed as the paper's table (docs/lm.md, Retrieval QA).",
+    )
+    evaluate.add_argument("--model", metavar="PATH", required=True, help="a Hugging Face Llama/Qwen2 folder")
+    evaluate.add_argument(
+        "--test-questions", type=pathlib.Path, metavar="PATH", required=True, help=_RETRIEVAL_FILES["test_questions"]
+    )
+    _add_retriever_arguments(evaluate)
+    evaluate.add_argument(
+        "--eval-questions", type=int, metavar="N", help="N questions drawn evenly across sources (default: all)"
+    )
+    evaluate.add_argument("--batch", type=int, default=64, metavar="B", help="questions played at once (64)")
+    evaluate.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="compute dtype")
+    evaluate.add_argument("--out", type=pathlib.Path, metavar="DIR", help="write evaluation.json and test_table.md")
+    evaluate.add_argument("--json", action="store_true", help="print the evaluation as one JSON line")
+    add_settings(evaluate, [item for item in describe(RetrievalQASettings) if item.name not in _TRAINING_ONLY])
+    evaluate.set_defaults(handler=_run_evaluate)
+
+
+# The protocol's settings of training rollouts alone: evaluation is greedy.
+_TRAINING_ONLY = ("temperature", "top_p")
+
+
+def _run_evaluate(args: argparse.Namespace, session: Session) -> int:
+    from ftw_jax.agent.retrieval_qa.evaluation import paper_table
+    from ftw_jax.agent.retrieval_qa.learner import evaluate_checkpoint, open_retriever
+    from ftw_jax.agent.retrieval_qa.task import RetrievalQASettings
+    from ftw_jax.core.settings import describe
+    from ftw_jax.running import run_files
+
+    settings = RetrievalQASettings(**given_settings(args, describe(RetrievalQASettings)))
+    log = logger(args)
+    retriever = open_retriever(args.corpus, args.index, args.retriever_url, log)
+    model = pathlib.Path(args.model).resolve()
+    row = evaluate_checkpoint(
+        model,
+        args.test_questions,
+        retriever,
+        settings,
+        questions=args.eval_questions,
+        batch=args.batch,
+        dtype=args.dtype,
+        log=log,
+    )
+    table = paper_table([(model.name, row)])
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        run_files.write_json(args.out / "evaluation.json", row)
+        (args.out / "test_table.md").write_text(table)
+    print(json.dumps(row) if args.json else table, end="\n" if args.json else "")
     return 0
 
 

@@ -414,6 +414,10 @@ class LearnOutputs:
             f"{shown}  version {row['version']}  skipped {row['skipped_count']}/{self.updates}"
         )
 
+    def evaluation(self, row: dict, name: str) -> None:
+        if self.board:  # the log line is the program's: it knows what was evaluated
+            self.board.rows("learner", [row], "iteration", name)
+
     def finished(self, summary: dict) -> None:
         if self.board:
             self.board.close()
@@ -449,6 +453,13 @@ def save_exact_match_curve(folder: pathlib.Path, evaluations: list[dict]) -> Non
     )
 
 
+def save_test_table(folder: pathlib.Path, row: dict) -> None:
+    """test_table.md: the final evaluation as the paper's table (each source's exact match and their mean)."""
+    from ftw_jax.agent.retrieval_qa.evaluation import paper_table
+
+    (folder / "test_table.md").write_text(paper_table([(folder.name, row)]))
+
+
 def print_retrieval_summary(summary: dict) -> None:
     start, final, best = (summary[f"test_em_{name}"] for name in ("start", "final", "best"))
     print(
@@ -456,6 +467,9 @@ def print_retrieval_summary(summary: dict) -> None:
         f"{summary['iterations']} iterations, policy version {summary['version']}: weights in {summary['weights']} "
         f"({summary['seconds']:.1f} s)"
     )
+    from ftw_jax.agent.retrieval_qa.evaluation import paper_table
+
+    print(paper_table([("final", summary["final_test"])]), end="")
     if final <= start:
         print(
             f"warning: test exact match did not rise ({start:.1%} -> {final:.1%}): nothing was learnt", file=sys.stderr

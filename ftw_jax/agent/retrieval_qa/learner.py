@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -34,9 +33,11 @@ from ftw_jax.agent.lm_learn import (
     stop_after_iteration,
 )
 from ftw_jax.agent.retrieval_qa.data import Question, read_demonstrations, read_questions
+from ftw_jax.agent.retrieval_qa.evaluation import evaluate, evaluation_questions
 from ftw_jax.agent.retrieval_qa.remote import RemoteRetriever
 from ftw_jax.agent.retrieval_qa.retriever import BM25Retriever, Retriever
 from ftw_jax.agent.retrieval_qa.task import RetrievalQA, RetrievalQASettings
+from ftw_jax.algos.base import with_learning_rate
 from ftw_jax.algos.defaults import DEFAULT_ALGORITHM
 from ftw_jax.core.checks import check_positive_int
 from ftw_jax.core.settings import check_settings, setting
@@ -53,7 +54,16 @@ class RetrievalTrainConfig:
 
     num_iterations: int = setting(100, "iterations: each plays B training questions, then U updates", flag="iterations")
     eval_every: int = setting(10, "greedy exact match on the test questions every this many iterations")
-    eval_questions: int | None = setting(None, "evaluate on the first this many test questions (None: all)")
+    eval_questions: int | None = setting(
+        None,
+        "evaluate on this many test questions drawn evenly across their sources, the same in every run (None: all)",
+    )
+    warmup_ratio: float = setting(
+        0.285, "the learning rate rises linearly from 0 over this share of the iterations (Search-R1's; 0: constant)"
+    )
+    final_test: bool = setting(
+        True, "after the last iteration, evaluate on every test question (with `eval_questions`)"
+    )
     warm_start_steps: int = setting(0, "Adam steps of cross-entropy on the demonstrations before reinforcement")
     warm_start_learning_rate: float = setting(1e-3, "the warm start's Adam learning rate")
     warm_start_batch_size: int = setting(16, "demonstrations per warm-start step, drawn with replacement")
@@ -85,6 +95,8 @@ class RetrievalTrainConfig:
             check_positive_int("eval_questions", self.eval_questions)
         if not (isinstance(self.warm_start_steps, int) and self.warm_start_steps >= 0):
             raise ValueError(f"warm_start_steps must be an int >= 0, got {self.warm_start_steps!r}.")
+        if not 0 <= self.warmup_ratio <= 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1], got {self.warmup_ratio!r}.")
         if not self.warm_start_learning_rate > 0:
             raise ValueError(f"warm_start_learning_rate must be > 0, got {self.warm_start_learning_rate!r}.")
         if self.learn.max_length != self.task.max_length:
@@ -117,32 +129,32 @@ class RetrievalFiles:
             raise ValueError("`index` is the in-process BM25's, over `corpus`; the retrieval server keeps its own.")
 
     def retriever(self, log: Callable[[str], None]) -> Retriever:
-        """The retriever these files name: the server's client (checked with a probe query), or BM25 over the
-        corpus (its index built the first time)."""
-        if self.retriever_url is not None:
-            retriever = RemoteRetriever.open(self.retriever_url)
-            log(f"retrieving from {self.retriever_url}")
-            return retriever
-        assert self.corpus is not None
-        return BM25Retriever.open(self.corpus, self.index, log=log)
+        return open_retriever(self.corpus, self.index, self.retriever_url, log)
 
 
-def evaluate(task: RetrievalQA, sampler: Any, params: Any, questions: list[Question], batch: int) -> dict:
-    """Greedy exact match over the questions, in batches of `batch` (the last filled with repeats, left out of the
-    count): {"test_em": mean, "test_em/<data_source>": mean of each source, "test_searches": mean}."""
-    rewards, searches = [], []
-    for start in range(0, len(questions), batch):
-        chunk = questions[start : start + batch]
-        played = task.play(sampler, params, jax.random.key(0), chunk + [chunk[0]] * (batch - len(chunk)))
-        rewards += played.rewards[: len(chunk)].tolist()
-        searches += played.searches[: len(chunk)].tolist()
-    by_source = defaultdict(list)
-    for question, value in zip(questions, rewards):
-        by_source[question.data_source or "all"].append(value)
-    row = {"test_em": float(np.mean(rewards)), "test_searches": float(np.mean(searches))}
-    if len(by_source) > 1:
-        row.update({f"test_em/{source}": float(np.mean(values)) for source, values in sorted(by_source.items())})
-    return row
+def open_retriever(
+    corpus: pathlib.Path | None, index: pathlib.Path | None, url: str | None, log: Callable[[str], None]
+) -> Retriever:
+    """The retriever named: Search-R1's server at `url` (its client, checked with a probe query), else BM25 over
+    `corpus` (its index at `index` or beside it, built the first time)."""
+    if url is not None:
+        retriever = RemoteRetriever.open(url)
+        log(f"retrieving from {url}")
+        return retriever
+    if corpus is None:
+        raise ValueError(
+            "give `corpus` (searched in-process by BM25) or `retriever_url` (Search-R1's retrieval server)."
+        )
+    return BM25Retriever.open(corpus, index, log=log)
+
+
+def warmup_factor(config: RetrievalTrainConfig, iteration: int) -> float:
+    """The share of the learning rate iteration `iteration` (from 0) learns at: verl's constant schedule with
+    warm-up (`get_constant_schedule_with_warmup`, stepped once an iteration) over W = int(`warmup_ratio` x
+    iterations) iterations, min(1, i / max(1, W)): 0 at the first; 1 throughout without warm-up."""
+    if config.warmup_ratio == 0:
+        return 1.0
+    return min(1.0, iteration / max(1, int(config.warmup_ratio * config.num_iterations)))
 
 
 def _demonstrations(task: RetrievalQA, path: pathlib.Path, vocab_size: int, max_length: int) -> Any:
@@ -182,7 +194,7 @@ class _Prepared:
 
     task: RetrievalQA
     train_questions: list[Question]
-    test_questions: list[Question]
+    test_questions: list[Question]  # every one; the evaluations during the run use `evaluation_questions`'
     model: Any
     params: dict
     learner: EpisodeLearner
@@ -198,7 +210,6 @@ def _prepared(config: RetrievalTrainConfig, files: RetrievalFiles, model_path: p
         raise ValueError("`demonstrations` and `warm_start_steps` (above 0) go together: give both or neither.")
     tokenizer = load_tokenizer(model_path)
     train_questions, test_questions = read_questions(files.questions, log), read_questions(files.test_questions, log)
-    test_questions = test_questions[: config.eval_questions]
     task = RetrievalQA(tokenizer, files.retriever(log), config.task)
     for path, questions in ((files.questions, train_questions), (files.test_questions, test_questions)):
         longer = task.check(questions)
@@ -242,12 +253,15 @@ def _play_and_learn(
         episode_of({**record, "group": index}, vocab_size=vocab, max_length=learn.max_length)
         for record, index in zip(records, groups)
     ]
+    learning_rate = learn.learning_rate * warmup_factor(config, iteration)
+    state = with_learning_rate(state, learning_rate)  # every optimizer in the state: PPO's critic's too
     state, row, skipped = learn_batch(
         run.learner, state, lambda tree: tree, episodes, iteration, files.questions, skipped
     )
     row.update(
         searches_mean=float(played.searches.mean()),
         answered=float(np.mean([final_answer(text) is not None for text in played.responses])),  # the model's own
+        learning_rate=learning_rate,
         rollout_seconds=played_seconds,
         learn_seconds=time.perf_counter() - started - played_seconds,
     )
@@ -284,14 +298,19 @@ def train_retrieval_qa(
     done, state, evaluations, skipped = _starting_state(run, config, checkpointer, log)
     report.resumed(done)
     sampler, greedy = run.task.turn_sampler(run.model), run.task.turn_sampler(run.model, greedy=True)
+    sample = evaluation_questions(run.test_questions, config.eval_questions)
 
-    def evaluated(iteration: int) -> None:
-        params = run.learner.model_params(state)
-        evaluations.append({"iteration": iteration, **evaluate(run.task, greedy, params, run.test_questions, batch)})
-        log(f"iteration {iteration:>4}  test exact match {evaluations[-1]['test_em']:.1%} ({len(run.test_questions)})")
+    def evaluated(iteration: int, questions: list[Question] = sample, name: str = "eval") -> dict:
+        row = {"iteration": iteration, **evaluate(run.task, greedy, run.learner.model_params(state), questions, batch)}
+        sources = [f"{key.removeprefix('test_em/')} {value:.1%}" for key, value in row.items() if "test_em/" in key]
+        shown = f"; {', '.join(sources)}" if len(sources) > 1 else ""
+        log(f"iteration {iteration:>4}  test exact match {row['test_em']:.1%} ({len(questions)} questions{shown})")
+        report.evaluation(row, name)
+        return row
 
     if not evaluations:
-        evaluated(0)
+        evaluations.append(evaluated(0))
+
     questions = len(run.train_questions)
     log(f"{config.num_iterations} iterations of {batch} of {questions} questions; run folder {run_folder}")
     weights, latest = None, LatestVersion(run_folder, checkpointer)
@@ -304,7 +323,7 @@ def train_retrieval_qa(
             )
             last = iteration + 1 == config.num_iterations
             if (iteration + 1) % config.eval_every == 0 or last:
-                evaluated(iteration + 1)
+                evaluations.append(evaluated(iteration + 1))
             if (iteration + 1) % config.learn.save_every == 0 or last:
                 weights = save_weights(run_folder, run.learner, state, model_path)
                 latest.written(iteration + 1, int(host_array(state.policy.version)))
@@ -315,15 +334,47 @@ def train_retrieval_qa(
         weights = save_weights(run_folder, run.learner, state, model_path)
         latest.written(config.num_iterations, int(host_array(state.policy.version)))
     latest.finish()
+    full = len(sample) < len(run.test_questions) and config.final_test
     return {
         "iterations": config.num_iterations,
         "version": int(host_array(state.policy.version)),
         "test_em_start": evaluations[0]["test_em"],
         "test_em_final": evaluations[-1]["test_em"],
         "test_em_best": max(row["test_em"] for row in evaluations),
-        "test_questions": len(run.test_questions),
+        "test_questions": len(sample),
         "evaluations": evaluations,
+        "final_test": evaluated(config.num_iterations, run.test_questions, "final_test") if full else evaluations[-1],
         **{name: skipped[name] for name in ("updates_skipped", "updates_nonfinite")},
         "weights": str(weights),
         "seconds": time.perf_counter() - started,
     }
+
+
+def evaluate_checkpoint(
+    model_path: pathlib.Path,
+    test_questions: pathlib.Path,
+    retriever: Retriever,
+    settings: RetrievalQASettings,
+    *,
+    questions: int | None = None,
+    batch: int = 64,
+    dtype: str = "float32",
+    log: Callable[[str], None] = print,
+) -> dict:
+    """The paper's evaluation of a saved model (any version a run wrote, or a Hugging Face checkpoint): greedy
+    exact match on `questions` of the `test_questions` file drawn evenly across sources (all: None), each source's
+    and their mean (`evaluation.evaluate`'s row, with "questions" and "model")."""
+    from ftw_jax.lm.load import load
+    from ftw_jax.lm.tokenizer import load_tokenizer
+
+    check_positive_int("batch", batch)
+    tokenizer = load_tokenizer(model_path)
+    test = evaluation_questions(read_questions(test_questions, log), questions)
+    task = RetrievalQA(tokenizer, retriever, settings)
+    longer = task.check(test)
+    if longer:
+        log(f"{test_questions}: {longer} of {len(test)} prompts keep their last `prompt_tokens` tokens")
+    model, params = load(model_path, dtype=dtype)
+    log(f"evaluating {model_path} on {len(test)} questions")
+    row = evaluate(task, task.turn_sampler(model, greedy=True), params, test, min(batch, len(test)))
+    return {"model": str(model_path), "questions": len(test), **row}

@@ -5,10 +5,11 @@ reused by every later run.
     retriever.search(["capital of italy"], k=3)            # [[Passage, Passage, Passage]]
     information(passages)                                  # "Doc 1(Title: \"Rome\") Rome is ...\nDoc 2(..."
 
-Search-R1's BM25 retriever is Lucene's (pyserini): k1 = 0.9, b = 0.4, English stop words and stemming. These are
-the defaults here (`RetrieverSettings`; bm25s's "lucene" scoring, the Snowball English stemmer), so rankings are
-close to Lucene's, not identical: the two tokenise differently. A query that matches no passage gets none, as
-Lucene returns no hit.
+Search-R1's BM25 retriever is Lucene's (pyserini): k1 = 0.9, b = 0.4 and Lucene's English analyzer. These are the
+defaults here (`RetrieverSettings`): words as Lucene's StandardTokenizer splits them (one-character ones kept), the
+possessive 's dropped, lower case, Lucene's 33 English stop words, the Porter stemmer (PyStemmer's "porter", the
+algorithm Lucene's PorterStemFilter implements), scored by bm25s's "lucene" variant of BM25. docs/lm.md says how
+close its rankings come to Lucene's own. A query that matches no passage gets none, as Lucene returns no hit.
 """
 
 from __future__ import annotations
@@ -18,25 +19,71 @@ import json
 import logging
 import os
 import pathlib
+import re
 import shutil
 from collections.abc import Callable
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
 from ftw_jax.agent.retrieval_qa.data import BadData, Corpus, Passage, required
 
-INDEX_FORMAT = 1
+INDEX_FORMAT = 2
+
+# Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET, the stop words of pyserini's default analyzer.
+LUCENE_STOP_WORDS = tuple(
+    "a an and are as at be but by for if in into is it no not of on or such that the their then there these they "
+    "this to was will with".split()
+)
+# A word as Lucene's StandardTokenizer reads one (Unicode's word boundaries, UAX #29): letters, digits and
+# underscores, joined across one of `:.'’` between two letters ("U.S.A", "don't") and across one of `,;.'’` between
+# two digits ("3.14", "1,000"); one character long or more.
+_LUCENE_WORD = re.compile(r"\w+(?:(?:(?<=[^\W\d_])[:.'\u2019](?=[^\W\d_])|(?<=\d)[,;.'\u2019](?=\d))\w+)*")
+_POSSESSIVE = re.compile(r"['\u2019][sS]$")
+
+
+def lucene_words(text: str) -> list[str]:
+    """The words of (lower-cased) text as Lucene's English analyzer splits them before its stop words and stemmer:
+    StandardTokenizer's words, then EnglishPossessiveFilter's (a trailing 's dropped)."""
+    words = (_POSSESSIVE.sub("", word) for word in _LUCENE_WORD.findall(text))
+    return [word for word in words if word.strip("_")]  # underscores alone make no word
+
+
+def lucene_porter(stem: Callable[[str], str]) -> Callable[[str], str]:
+    """A Porter stemmer as Lucene's PorterStemFilter applies it: words of one or two characters kept whole, and
+    Martin Porter's own step 2, which Lucene follows where Snowball's "porter" follows the 1980 paper: "-bli"
+    becomes "-ble" (the paper: "-abli") and "-logi" becomes "-log" where the stem before them has measure > 0.
+    Steps 1 and 2 leave a word ending in "-ble" as it is, so stemming it again takes it through the rest as his."""
+
+    def stemmed(word: str) -> str:
+        if len(word) <= 2:
+            return word
+        once = stem(word)
+        if once.endswith("bli") and _measured(once[:-3]):
+            return stem(once[:-3] + "ble")
+        if once.endswith("logi") and _measured(once[:-4]):
+            return once[:-1]
+        return once
+
+    return stemmed
+
+
+def _measured(stem: str) -> bool:
+    """Whether a stem's Porter measure is above 0: a vowel (y after a consonant counts) followed by a consonant."""
+    return re.search(r"(?:[aeiou]|(?<=[^aeiou])y)[^aeiouy]", stem) is not None
 
 
 @dataclasses.dataclass(frozen=True)
 class RetrieverSettings:
-    """How passages are scored: BM25's k1 and b, the stemmer (PyStemmer's name; None: none) and stop words."""
+    """How passages are scored: BM25's k1 and b, and the analyzer: how text splits into words ("lucene":
+    `lucene_words`; "bm25s": words of two or more characters, bm25s's default), the stop words ("lucene":
+    `LUCENE_STOP_WORDS`, or a bm25s list's name such as "en"), the stemmer (PyStemmer's name; None: none)."""
 
     k1: float = 0.9
     b: float = 0.4
-    stemmer: str | None = "english"
-    stopwords: str = "en"
+    words: Literal["lucene", "bm25s"] = "lucene"
+    stopwords: str = "lucene"
+    stemmer: str | None = "porter"
 
 
 def index_folder(corpus_path: str | os.PathLike[str]) -> pathlib.Path:
@@ -61,7 +108,11 @@ class BM25Retriever:
     def _tokenizer(settings: RetrieverSettings):
         tokenization, stemmers = required("bm25s.tokenization"), required("Stemmer")
         stemmer = None if settings.stemmer is None else stemmers.Stemmer(settings.stemmer).stemWord
-        return tokenization.Tokenizer(stopwords=settings.stopwords, stemmer=stemmer)  # pyright: ignore[reportArgumentType] (None: no stemmer, as bm25s's default)
+        if settings.stemmer == "porter":
+            stemmer = lucene_porter(stemmer)
+        stopwords = list(LUCENE_STOP_WORDS) if settings.stopwords == "lucene" else settings.stopwords
+        splitter = lucene_words if settings.words == "lucene" else r"(?u)\b\w\w+\b"
+        return tokenization.Tokenizer(stopwords=stopwords, stemmer=stemmer, splitter=splitter)  # pyright: ignore[reportArgumentType] (None: no stemmer, as bm25s's default)
 
     @classmethod
     def open(
