@@ -20,6 +20,7 @@ from ftw_jax.agent.retrieval_qa import (
     read_questions,
 )
 from ftw_jax.agent.retrieval_qa.data import Corpus, read_demonstrations
+from ftw_jax.agent.retrieval_qa.learner import RetrievalTrainConfig
 from ftw_jax.agent.retrieval_qa.synthetic import tokenizer_texts, write_synthetic
 from ftw_jax.agent.retrieval_qa.task import INVALID_ACTION
 from ftw_jax.envs.retrieval_qa import exact_match, final_answer, normalize_answer, turn_action
@@ -449,6 +450,9 @@ def test_lm_train_retrieval_qa_writes_weights_and_resumes_exactly(world, tmp_pat
     # the run evaluated 4 questions as it went, and every test question at its end: the paper's table
     tested = len(read_questions(world["test"]))
     assert whole["final_test"]["test_questions/synthetic"] == tested > 4
+    rows = [json.loads(line) for line in (tmp_path / "whole" / "run" / "metrics.jsonl").read_text().splitlines()]
+    rate = RetrievalTrainConfig.for_algorithm("ftw").learn.learning_rate
+    assert [row["learning_rate"] for row in rows] == [0.0, rate]  # warmed up as verl does: W = 0, then all of it
     table = (tmp_path / "whole" / "run" / "test_table.md").read_text()
     assert table.startswith("| | synthetic (") and f"| {100 * whole['final_test']['test_em']:.1f} |" in table
     checks = []

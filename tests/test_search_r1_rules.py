@@ -330,3 +330,14 @@ def test_the_analyzer_splits_and_stems_as_lucenes_english_analyzer():
     )
     tokenizer = BM25Retriever._tokenizer(RetrieverSettings())
     assert list(tokenizer.tokenize([text], return_as="string", show_progress=False)[0]) == lucene.split()
+
+
+def test_the_learning_rate_warms_up_as_verls_schedule_does():
+    from ftw_jax.agent.retrieval_qa.learner import RetrievalTrainConfig, warmup_factor
+
+    config = RetrievalTrainConfig.for_algorithm("ftw", num_iterations=1005)  # Search-R1's: W = int(0.285 x 1005)
+    assert [warmup_factor(config, i) for i in (0, 143, 286, 1004)] == [0.0, 0.5, 1.0, 1.0]
+    constant = RetrievalTrainConfig.for_algorithm("ppo", num_iterations=10, warmup_ratio=0.0)
+    assert {warmup_factor(constant, i) for i in range(10)} == {1.0}
+    with pytest.raises(ValueError, match="warmup_ratio must be in \\[0, 1\\], got 1.5"):
+        RetrievalTrainConfig.for_algorithm("ftw", warmup_ratio=1.5)

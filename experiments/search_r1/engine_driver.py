@@ -7,15 +7,16 @@ version, the engine is told to load it.
         --questions train.parquet --corpus corpus.jsonl --episodes episodes.jsonl --learner-run runs/learner \\
         --rounds 10 --batch 16 --response-tokens 500 --information-tokens 500 --prompt-tokens 2048 [--group-size 4]
 
-Each turn is one `/v1/completions` request for every conversation still going: the prompt as token ids, the
-stop strings `</search>` and `</answer>` kept in the output, the tokens back as ids with the log-probability of
-each (`return_tokens_as_token_ids`, `logprobs`), sampled at temperature 1 (the plain model, so the learner's
-importance ratios start at 1). The environment's side of a turn is `RetrievalQA.respond`, the one
-`ftw-jax lm retrieval-qa` runs; an episode is one span per turn, written by the version the engine
-had loaded. New weights: `RUN/weights/latest.json` (the learner's) is read before each round and, when it names
-a newer version, the engine gets `POST /update_weights_from_disk {"model_path": ...}` (SGLang's endpoint; for
-vLLM, restart it on the folder or use its own reload). With `--ahead 0` each round waits until the learner has
-learnt from every earlier round.
+Each turn is one `/v1/completions` request for every conversation still going: the prompt as token ids, the stop
+string `</search>` kept in the output, the tokens back as ids with the log-probability of each
+(`return_tokens_as_token_ids`, `logprobs`, which vLLM and SGLang give from the plain model), sampled at temperature 1
+within top-p 0.95. The task's rules are `ftw-jax lm retrieval-qa`'s, Search-R1's by default (`RetrievalQASettings`;
+docs/lm.md): the turn cut after its first `</search>`, else its first `</answer>` (`RetrievalQA.turn_kept`), the end-
+of-sequence token dropped before a reply, the reply `RetrievalQA.respond`'s, the answer read from the whole episode
+(`RetrievalQA.answer`); an episode is one span per turn, written by the version the engine had loaded. New weights:
+`RUN/weights/latest.json` (the learner's) is read before each round and, when it names a newer version, the engine
+gets `POST /update_weights_from_disk {"model_path": ...}` (SGLang's endpoint; for vLLM, restart it on the folder or
+use its own reload). With `--ahead 0` each round waits until the learner has learnt from every earlier round.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 import urllib.request
 
 from ftw_jax.agent.retrieval_qa import BM25Retriever, RetrievalQA, RetrievalQASettings, read_questions
-from ftw_jax.envs.retrieval_qa.answers import STOP_STRINGS, reward
+from ftw_jax.envs.retrieval_qa.answers import STOP_STRINGS, exact_match
 from ftw_jax.lm.tokenizer import load_tokenizer
 
 
@@ -45,12 +46,15 @@ def play_round(server: str, task: RetrievalQA, questions: list, version: int, se
     spans: list[list[dict]] = [[] for _ in questions]
     responses = [""] * len(questions)
     active = list(range(len(questions)))
+    # the task's rules (`RetrievalQASettings`): Search-R1's by default, the turn's end found in its text
+    stops = list(STOP_STRINGS) if settings.turn_end == "first-tag" else ["</search>"]
     for turn in range(settings.search_turns + 1):
         request = {
             "prompt": [conversations[row] for row in active],
             "max_tokens": settings.response_tokens,
-            "temperature": 1.0,
-            "stop": list(STOP_STRINGS),
+            "temperature": settings.temperature,
+            "top_p": settings.top_p,
+            "stop": stops,
             "include_stop_str_in_output": True,
             "logprobs": 1,
             "return_tokens_as_token_ids": True,
@@ -60,33 +64,41 @@ def play_round(server: str, task: RetrievalQA, questions: list, version: int, se
         texts = {}
         for row, choice in zip(active, sorted(choices, key=lambda choice: choice["index"])):
             ids = [int(token.removeprefix("token_id:")) for token in choice["logprobs"]["tokens"]]
+            keep, texts[row] = task.turn_kept(ids)
             start = len(conversations[row])
             spans[row].append(
                 {
                     "start": start,
-                    "end": start + len(ids),
+                    "end": start + keep,
                     "version": version,
-                    "logprobs": choice["logprobs"]["token_logprobs"],
+                    "logprobs": choice["logprobs"]["token_logprobs"][:keep],
                 }
             )
-            conversations[row] += ids
-            texts[row] = tokenizer.decode(ids)
+            conversations[row] += ids[:keep]
             responses[row] += texts[row]
         replies = task.respond(texts, last=turn == settings.search_turns)
         for row, (tokens, _) in replies.items():
+            if not settings.keep_eos and spans[row][-1]["end"] > spans[row][-1]["start"]:
+                if conversations[row][-1] == tokenizer.eos_id:  # dropped before a reply, as Search-R1 does
+                    conversations[row].pop()
+                    spans[row][-1]["end"] -= 1
+                    spans[row][-1]["logprobs"].pop()
             conversations[row] += tokens
         active = sorted(replies)
         if not active:
             break
-    return [
-        {
-            "tokens": conversations[row],
-            "spans": [span for span in spans[row] if span["end"] > span["start"]],
-            "reward": reward(responses[row], list(question.golden_answers)),
-            "id": question.id,
-        }
-        for row, question in enumerate(questions)
-    ]
+    records = []
+    for row, question in enumerate(questions):
+        answer = task.answer(conversations[row], responses[row])
+        records.append(
+            {
+                "tokens": conversations[row],
+                "spans": [span for span in spans[row] if span["end"] > span["start"]],
+                "reward": float(answer is not None and exact_match(answer, list(question.golden_answers))),
+                "id": question.id,
+            }
+        )
+    return records
 
 
 def iterations_learnt(run: pathlib.Path) -> int:

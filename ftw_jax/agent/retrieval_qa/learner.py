@@ -304,7 +304,8 @@ def train_retrieval_qa(
         row = {"iteration": iteration, **evaluate(run.task, greedy, run.learner.model_params(state), questions, batch)}
         sources = [f"{key.removeprefix('test_em/')} {value:.1%}" for key, value in row.items() if "test_em/" in key]
         shown = f"; {', '.join(sources)}" if len(sources) > 1 else ""
-        log(f"iteration {iteration:>4}  test exact match {row['test_em']:.1%} ({len(questions)} questions{shown})")
+        what = "final test, every question" if name == "final_test" else f"iteration {iteration:>4}"
+        log(f"{what}  test exact match {row['test_em']:.1%} ({len(questions)} questions{shown})")
         report.evaluation(row, name)
         return row
 

@@ -237,12 +237,8 @@ class RetrievalQA:
         )
 
     def _answers(self, talk: Conversation, responses: list[str]) -> list[str | None]:
-        """Each episode's answer by `answer_from`: from its whole text (prompt and replies included), or from the
-        model's turns."""
-        if self.settings.answer_from == "turns":
-            return [final_answer(text) for text in responses]
         tokens, real = np.asarray(talk.tokens), np.asarray(talk.attention_mask)
-        return [episode_answer(self.tokenizer.decode(tokens[row][real[row]])) for row in range(len(responses))]
+        return [self.answer(tokens[row][real[row]].tolist(), text) for row, text in enumerate(responses)]
 
     def _without_end_of_turn(self, talk: Conversation, first: int, going_on: np.ndarray) -> Conversation:
         """The conversations that go on with the end-of-sequence token that ended their turn dropped, as Search-R1
@@ -316,23 +312,34 @@ class RetrievalQA:
                 tokens += self.reply(passages)
         return {"tokens": tokens, "spans": spans, "reward": 1.0, "id": question.id}
 
-    def _cut_turns(self, talk: Conversation, first: int, active: np.ndarray) -> tuple[Conversation, list[str]]:
-        """(conversation, each row's turn as text): a turn whose text goes on past where `turn_end` ends it (a tag
-        the stop sequences did not catch, or an `</answer>` under Search-R1's rule) loses the tokens after the one
-        that completed it."""
+    def turn_kept(self, ids: list[int]) -> tuple[int, str]:
+        """(how many of a turn's tokens stand, their text): where its text goes on past where `turn_end` ends it (a
+        tag the stop sequences did not catch, or an `</answer>` under Search-R1's rule), up to the token that
+        completed the tag. The text is decoded without special tokens, as Search-R1 reads a turn."""
         search_first = self.settings.turn_end == "search-first"
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        cut = cut_turn(text, search_first)
+        if len(cut) >= len(text.rstrip()):
+            return len(ids), text
+        decoded = (self.tokenizer.decode(ids[:n], skip_special_tokens=True) for n in range(1, len(ids) + 1))
+        keep = next((n for n, prefix in enumerate(decoded, start=1) if cut_turn(prefix, search_first) == cut), len(ids))
+        return keep, self.tokenizer.decode(ids[:keep], skip_special_tokens=True)
+
+    def answer(self, episode: list[int], turns: str) -> str | None:
+        """An episode's answer by `answer_from`: from its whole text (its tokens, prompt and replies included), or
+        from the model's turns (their texts joined)."""
+        if self.settings.answer_from == "turns":
+            return final_answer(turns)
+        return episode_answer(self.tokenizer.decode(episode))
+
+    def _cut_turns(self, talk: Conversation, first: int, active: np.ndarray) -> tuple[Conversation, list[str]]:
+        """(conversation, each row's turn as text), each turn cut as `turn_kept` says: the tokens after the cut
+        dropped."""
         generated = np.asarray(talk.generated[:, first : int(talk.column)])
         tokens = np.asarray(talk.tokens[:, first : int(talk.column)])
         texts, drop = [], np.zeros(np.shape(talk.generated), bool)
         for row in range(len(active)):
-            ids = tokens[row][generated[row]].tolist()
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)  # as Search-R1 reads a turn
-            cut = cut_turn(text, search_first)
-            if len(cut) < len(text.rstrip()):
-                decoded = (self.tokenizer.decode(ids[:n], skip_special_tokens=True) for n in range(1, len(ids) + 1))
-                ends = (n for n, prefix in enumerate(decoded, start=1) if cut_turn(prefix, search_first) == cut)
-                keep = next(ends, len(ids))
-                drop[row, first + np.flatnonzero(generated[row])[keep:]] = True
-                text = self.tokenizer.decode(ids[:keep], skip_special_tokens=True)
+            keep, text = self.turn_kept(tokens[row][generated[row]].tolist())
+            drop[row, first + np.flatnonzero(generated[row])[keep:]] = True
             texts.append(text if active[row] else "")
         return (talk.dropping(drop) if drop.any() else talk), texts
