@@ -11,8 +11,8 @@ Each turn is one `/v1/completions` request for every conversation still going: t
 string `</search>` kept in the output, the tokens back as ids with the log-probability of each
 (`return_tokens_as_token_ids`, `logprobs`, which vLLM and SGLang give from the plain model), sampled at temperature 1
 within top-p 0.95. The task's rules are `ftw-jax lm retrieval-qa`'s, Search-R1's by default (`RetrievalQASettings`;
-docs/lm.md): the turn cut after its first `</search>`, else its first `</answer>` (`RetrievalQA.turn_kept`), the end-
-of-sequence token dropped before a reply, the reply `RetrievalQA.respond`'s, the answer read from the whole episode
+docs/lm.md): the turn cut after its first `</search>`, else its first `</answer>` (`RetrievalQA.turn_kept`), the
+end-of-sequence token dropped before a reply, the reply `RetrievalQA.respond`'s, the answer read from the whole episode
 (`RetrievalQA.answer`); an episode is one span per turn, written by the version the engine had loaded. New weights:
 `RUN/weights/latest.json` (the learner's) is read before each round and, when it names a newer version, the engine
 gets `POST /update_weights_from_disk {"model_path": ...}` (SGLang's endpoint; for vLLM, restart it on the folder or

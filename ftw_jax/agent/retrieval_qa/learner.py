@@ -194,7 +194,7 @@ class _Prepared:
 
     task: RetrievalQA
     train_questions: list[Question]
-    test_questions: list[Question]  # every one; the evaluations during the run use `evaluation_questions`'
+    test_questions: list[Question]  # every one; the evaluations during the run use a sample
     model: Any
     params: dict
     learner: EpisodeLearner
