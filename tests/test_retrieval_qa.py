@@ -463,13 +463,18 @@ def test_lm_train_retrieval_qa_writes_weights_and_resumes_exactly(world, tmp_pat
             raise Interrupted(signal.SIGTERM)
 
     monkeypatch.setattr(lm_learn, "raise_if_stopped", stop_before_the_second)  # checked between iterations
-    assert lm_train(world, tmp_path / "parts", *extra, "--eval-every", "1") == 128 + signal.SIGTERM
+    assert (
+        lm_train(world, tmp_path / "parts", *extra, "--eval-every", "1", "--final-test", "no") == 128 + signal.SIGTERM
+    )
     assert "--resume" in capsys.readouterr().err
     monkeypatch.undo()
     run = tmp_path / "parts" / "run"
     (written,) = sorted((run / "weights").glob("version-*"))  # the first iteration's
     assert json.loads((run / "weights" / "latest.json").read_text())["path"] == written.name
-    assert lm_train(world, tmp_path / "parts", *extra, "--eval-every", "1", "--resume", str(run)) == 0
+    assert (
+        lm_train(world, tmp_path / "parts", *extra, "--eval-every", "1", "--final-test", "no", "--resume", str(run))
+        == 0
+    )
     resumed = json.loads(capsys.readouterr().out)
     assert [row["iteration"] for row in resumed["evaluations"]] == [0, 1, 2]
     assert resumed["test_em_final"] == whole["test_em_final"]

@@ -282,6 +282,27 @@ def _starting_state(run: _Prepared, config: RetrievalTrainConfig, checkpointer: 
     return 0, state, [], dict.fromkeys(skips.TOTALS, 0)
 
 
+def _evaluation(
+    run: _Prepared,
+    greedy: Any,
+    state: Any,
+    questions: list[Question],
+    iteration: int,
+    report: LearnReport,
+    name: str = "eval",
+) -> dict:
+    """Greedy exact match of `state`'s policy on `questions` (`evaluation.evaluate`'s row, after `iteration`
+    iterations), logged and reported as `name` ("eval", or "final_test" on every test question)."""
+    params, batch = run.learner.model_params(state), run.learner.config.episodes_per_iteration
+    row = {"iteration": iteration, **evaluate(run.task, greedy, params, questions, batch)}
+    sources = [f"{key.removeprefix('test_em/')} {value:.1%}" for key, value in row.items() if "test_em/" in key]
+    shown = f"; {', '.join(sources)}" if len(sources) > 1 else ""
+    what = "final test, every question" if name == "final_test" else f"iteration {iteration:>4}"
+    report.log(f"{what}  test exact match {row['test_em']:.1%} ({len(questions)} questions{shown})")
+    report.evaluation(row, name)
+    return row
+
+
 def train_retrieval_qa(
     config: RetrievalTrainConfig,
     files: RetrievalFiles,
@@ -299,18 +320,8 @@ def train_retrieval_qa(
     report.resumed(done)
     sampler, greedy = run.task.turn_sampler(run.model), run.task.turn_sampler(run.model, greedy=True)
     sample = evaluation_questions(run.test_questions, config.eval_questions)
-
-    def evaluated(iteration: int, questions: list[Question] = sample, name: str = "eval") -> dict:
-        row = {"iteration": iteration, **evaluate(run.task, greedy, run.learner.model_params(state), questions, batch)}
-        sources = [f"{key.removeprefix('test_em/')} {value:.1%}" for key, value in row.items() if "test_em/" in key]
-        shown = f"; {', '.join(sources)}" if len(sources) > 1 else ""
-        what = "final test, every question" if name == "final_test" else f"iteration {iteration:>4}"
-        log(f"{what}  test exact match {row['test_em']:.1%} ({len(questions)} questions{shown})")
-        report.evaluation(row, name)
-        return row
-
     if not evaluations:
-        evaluations.append(evaluated(0))
+        evaluations.append(_evaluation(run, greedy, state, sample, 0, report))
 
     questions = len(run.train_questions)
     log(f"{config.num_iterations} iterations of {batch} of {questions} questions; run folder {run_folder}")
@@ -324,7 +335,7 @@ def train_retrieval_qa(
             )
             last = iteration + 1 == config.num_iterations
             if (iteration + 1) % config.eval_every == 0 or last:
-                evaluations.append(evaluated(iteration + 1))
+                evaluations.append(_evaluation(run, greedy, state, sample, iteration + 1, report))
             if (iteration + 1) % config.learn.save_every == 0 or last:
                 weights = save_weights(run_folder, run.learner, state, model_path)
                 latest.written(iteration + 1, int(host_array(state.policy.version)))
@@ -335,7 +346,9 @@ def train_retrieval_qa(
         weights = save_weights(run_folder, run.learner, state, model_path)
         latest.written(config.num_iterations, int(host_array(state.policy.version)))
     latest.finish()
-    full = len(sample) < len(run.test_questions) and config.final_test
+    final = evaluations[-1]
+    if len(sample) < len(run.test_questions) and config.final_test:
+        final = _evaluation(run, greedy, state, run.test_questions, config.num_iterations, report, "final_test")
     return {
         "iterations": config.num_iterations,
         "version": int(host_array(state.policy.version)),
@@ -344,7 +357,7 @@ def train_retrieval_qa(
         "test_em_best": max(row["test_em"] for row in evaluations),
         "test_questions": len(sample),
         "evaluations": evaluations,
-        "final_test": evaluated(config.num_iterations, run.test_questions, "final_test") if full else evaluations[-1],
+        "final_test": final,
         **{name: skipped[name] for name in ("updates_skipped", "updates_nonfinite")},
         "weights": str(weights),
         "seconds": time.perf_counter() - started,
