@@ -233,6 +233,15 @@ def _add_retrieval_qa_parser(commands) -> None:
     add_settings(retrieval, _algorithm_settings(), defaults_here=_algorithm_defaults_shown(entry.algorithms))
     add_run_folder_arguments(retrieval)
     retrieval.add_argument("--no-plot", action="store_true", help="do not write the exact-match curve PNG")
+    retrieval.add_argument(
+        "--plan", action="store_true", help="print the run's memory plan (GiB a device, term by term) and exit"
+    )
+    retrieval.add_argument(
+        "--device-memory",
+        type=float,
+        metavar="GIB",
+        help="the device's memory the plan must fit (default: what JAX reports for a GPU; on a CPU, unchecked)",
+    )
     retrieval.set_defaults(handler=_run_retrieval_qa)
 
 
@@ -241,7 +250,7 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
     from ftw_jax.agent.retrieval_qa.task import RetrievalQASettings
     from ftw_jax.core.settings import describe
 
-    for name in _RETRIEVAL_NEEDS:
+    for name in ("model",) if args.plan else _RETRIEVAL_NEEDS:  # the plan reads the model's config.json alone
         if getattr(args, name) is None:
             raise ValueError(f"lm retrieval-qa needs `{name}`.")
     task = RetrievalQASettings(**given_settings(args, describe(RetrievalQASettings)))
@@ -250,11 +259,13 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
         learn=_learn_config(args, "retrieval-qa", max_length=task.max_length),
         task=task,
     )
+    model = pathlib.Path(args.model).resolve()
+    if _planned(args, config, model):
+        return 0
     paths = {name: getattr(args, name) for name in _RETRIEVAL_FILES}
     files = RetrievalFiles(
         **{name: path and path.resolve() for name, path in paths.items()}, retriever_url=args.retriever_url
     )
-    model = pathlib.Path(args.model).resolve()
     # The retriever's URL is among the settings a resume may change (`CHANGEABLE_ON_RESUME`): never compared.
     fingerprint = {"model": str(model), **{k: str(v) for k, v in dataclasses.asdict(files).items()}}
     folder, checkpointer = open_checkpointed_run(
@@ -282,6 +293,32 @@ def _run_retrieval_qa(args: argparse.Namespace, session: Session) -> int:
     else:
         outputs.print_retrieval_summary(summary)
     return 0
+
+
+def _planned(args: argparse.Namespace, config: typing.Any, model: pathlib.Path) -> bool:
+    """With --plan, prints the run's memory plan (True: nothing more to do). Otherwise refuses, before anything is
+    loaded or compiled, a run whose plan exceeds the device's memory: --device-memory, else a GPU's as JAX reports
+    it (a CPU's is left unchecked)."""
+    import jax
+
+    from ftw_jax.agent.memory_plan import memory_plan
+    from ftw_jax.lm.config import pretrained_config
+
+    if args.device_memory is not None and not args.device_memory > 0:
+        raise ValueError(f"--device-memory must be a positive number of GiB, got {args.device_memory!r}.")
+    learn = config.learn
+    plan = memory_plan(
+        learn, pretrained_config(str(model)), rollout_rows=learn.episodes_per_iteration, rollout_slots=learn.max_length
+    )
+    stats = jax.local_devices()[0].memory_stats() or {}
+    device = args.device_memory * 2**30 if args.device_memory is not None else stats.get("bytes_limit")
+    if args.plan:
+        print(f"memory plan of {model.name} on {jax.local_devices()[0].device_kind}, one device:")
+        print(plan.table(device), end="")
+        return True
+    if device is not None:
+        plan.check(int(device))
+    return False
 
 
 def _add_retriever_arguments(parser: argparse.ArgumentParser) -> None:
