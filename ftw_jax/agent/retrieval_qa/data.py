@@ -143,8 +143,8 @@ def asks_for_search(messages: tuple[dict, ...] | None) -> bool:
 
 
 def parse_question(where: str, row: dict) -> Question | None:
-    """One question row, checked (`BadData` naming `where` and the field); None where it has no usable answer
-    (Search-R1 would score it 0 whatever the model wrote)."""
+    """One question row, checked (`BadData` naming `where` and the field); None where it has no non-blank answer
+    (Search-R1 would score it 0, or 1 for an empty answer: nothing to learn or measure)."""
     messages = _messages(where, row.get("prompt"))
     question = _question_text(where, row, messages)
     answers = _answers(where, row)
