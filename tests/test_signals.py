@@ -109,8 +109,12 @@ class Command:
         self.process.send_signal(signum)
         self.process.wait(timeout=60)
         seconds = time.monotonic() - started
-        self.process.communicate()
+        # stderr is the reader's to the end: `communicate` would read it too, and take lines the reader had not
+        # reached yet (on a loaded machine, all of them)
         self.reader.join(timeout=10)
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self.process.stdout.close()
+        self.process.stderr.close()
         return seconds, self.process.returncode, "".join(self.lines[seen:])
 
 
