@@ -75,9 +75,9 @@ def test_exact_match_takes_any_golden_answer_after_normalisation():
 
 def test_the_last_answer_counts_and_a_missing_one_scores_zero():
     assert final_answer("<answer> Lyon </answer> no: <answer>\nThe Paris </answer>") == "The Paris"
-    assert reward("<search> x </search> <answer> The Paris </answer>", ["paris"]) == 1.0
-    assert reward("I think it is Paris.", ["paris"]) == 0.0
-    assert reward("<answer>Lyon</answer>", ["paris"]) == 0.0
+    assert reward(final_answer("<search> x </search> <answer> The Paris </answer>"), ["paris"]) == 1.0
+    assert reward(final_answer("I think it is Paris."), ["paris"]) == 0.0
+    assert reward(final_answer("<answer>Lyon</answer>"), ["paris"]) == 0.0
     assert turn_action("hmm <search> eiffel\ntower </search> <answer> x </answer>") == ("search", "eiffel\ntower")
     assert turn_action("<search> unclosed <answer> x </answer>") == ("answer", "x")
     assert turn_action("<search> mismatched </answer>") == (None, "")

@@ -28,7 +28,7 @@ import time
 import urllib.request
 
 from ftw_jax.agent.retrieval_qa import BM25Retriever, RetrievalQA, RetrievalQASettings, read_questions
-from ftw_jax.envs.retrieval_qa.answers import STOP_STRINGS, exact_match
+from ftw_jax.envs.retrieval_qa.answers import STOP_STRINGS, reward
 from ftw_jax.lm.tokenizer import load_tokenizer
 
 
@@ -87,18 +87,15 @@ def play_round(server: str, task: RetrievalQA, questions: list, version: int, se
         active = sorted(replies)
         if not active:
             break
-    records = []
-    for row, question in enumerate(questions):
-        answer = task.answer(conversations[row], responses[row])
-        records.append(
-            {
-                "tokens": conversations[row],
-                "spans": [span for span in spans[row] if span["end"] > span["start"]],
-                "reward": float(answer is not None and exact_match(answer, list(question.golden_answers))),
-                "id": question.id,
-            }
-        )
-    return records
+    return [
+        {
+            "tokens": conversations[row],
+            "spans": [span for span in spans[row] if span["end"] > span["start"]],
+            "reward": reward(task.answer(conversations[row], responses[row]), list(question.golden_answers)),
+            "id": question.id,
+        }
+        for row, question in enumerate(questions)
+    ]
 
 
 def iterations_learnt(run: pathlib.Path) -> int:

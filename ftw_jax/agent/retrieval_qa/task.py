@@ -33,8 +33,8 @@ from ftw_jax.envs.retrieval_qa.answers import (
     STOP_STRINGS,
     cut_turn,
     episode_answer,
-    exact_match,
     final_answer,
+    reward,
     turn_action,
 )
 
@@ -223,13 +223,7 @@ class RetrievalQA:
         answers = self._answers(talk, responses)
         return Played(
             sample=talk.sample,
-            rewards=np.asarray(
-                [
-                    answer is not None and exact_match(answer, list(q.golden_answers))
-                    for answer, q in zip(answers, questions)
-                ],
-                np.float32,
-            ),
+            rewards=np.asarray([reward(a, list(q.golden_answers)) for a, q in zip(answers, questions)], np.float32),
             answers=answers,
             searches=searches,
             responses=responses,

@@ -68,8 +68,7 @@ def cut_turn(text: str, search_first: bool = True) -> str:
     return text[: min(ends.values())] if ends else text
 
 
-def reward(response: str, golden_answers: list[str]) -> float:
-    """1.0 where the episode's final answer matches a golden answer exactly (`exact_match`), else 0.0 (a missing
-    answer included)."""
-    answer = final_answer(response)
+def reward(answer: str | None, golden_answers: list[str]) -> float:
+    """1.0 where an episode's answer (`episode_answer`'s or `final_answer`'s) matches a golden answer exactly
+    (`exact_match`), else 0.0 (a missing answer, None, included)."""
     return float(answer is not None and exact_match(answer, golden_answers))
