@@ -120,32 +120,47 @@ class RetrievalFiles:
     retriever_url: str | None = None
 
     def __post_init__(self):
-        if (self.corpus is None) == (self.retriever_url is None):
-            raise ValueError(
-                "give `corpus` (searched in-process by BM25) or `retriever_url` (Search-R1's retrieval server), "
-                "one of the two."
-            )
-        if self.index is not None and self.corpus is None:
-            raise ValueError("`index` is the in-process BM25's, over `corpus`; the retrieval server keeps its own.")
+        check_retriever_choice(self.corpus, self.index, self.retriever_url)
 
     def retriever(self, log: Callable[[str], None]) -> Retriever:
         return open_retriever(self.corpus, self.index, self.retriever_url, log)
 
 
+def check_retriever_choice(corpus: pathlib.Path | None, index: pathlib.Path | None, url: str | None) -> None:
+    """Refuses anything but one retriever: a corpus (with its index, optionally) or a server's URL."""
+    if (corpus is None) == (url is None):
+        raise ValueError(
+            "give `corpus` (searched in-process by BM25) or `retriever_url` (Search-R1's retrieval server), "
+            "one of the two."
+        )
+    if index is not None and corpus is None:
+        raise ValueError("`index` is the in-process BM25's, over `corpus`; the retrieval server keeps its own.")
+
+
 def open_retriever(
     corpus: pathlib.Path | None, index: pathlib.Path | None, url: str | None, log: Callable[[str], None]
 ) -> Retriever:
-    """The retriever named: Search-R1's server at `url` (its client, checked with a probe query), else BM25 over
-    `corpus` (its index at `index` or beside it, built the first time)."""
-    if url is not None:
+    """The retriever named (`check_retriever_choice`): Search-R1's server at `url` (its client, checked with a
+    probe query), or BM25 over `corpus` (its index at `index` or beside it, built the first time)."""
+    check_retriever_choice(corpus, index, url)
+    if corpus is None:
+        assert url is not None  # checked
         retriever = RemoteRetriever.open(url)
         log(f"retrieving from {url}")
         return retriever
-    if corpus is None:
-        raise ValueError(
-            "give `corpus` (searched in-process by BM25) or `retriever_url` (Search-R1's retrieval server)."
-        )
     return BM25Retriever.open(corpus, index, log=log)
+
+
+def _check_prompts(
+    task: RetrievalQA, path: pathlib.Path, questions: list[Question], log: Callable[[str], None]
+) -> None:
+    """`task.check`s the questions of the file at `path`, and says how many prompts it will left-truncate."""
+    longer = task.check(questions)
+    if longer:
+        log(
+            f"{path}: {longer} of {len(questions)} prompts are longer than `prompt_tokens` "
+            f"({task.settings.prompt_tokens}); they keep their last tokens, as Search-R1's do"
+        )
 
 
 def warmup_factor(config: RetrievalTrainConfig, iteration: int) -> float:
@@ -211,13 +226,8 @@ def _prepared(config: RetrievalTrainConfig, files: RetrievalFiles, model_path: p
     tokenizer = load_tokenizer(model_path)
     train_questions, test_questions = read_questions(files.questions, log), read_questions(files.test_questions, log)
     task = RetrievalQA(tokenizer, files.retriever(log), config.task)
-    for path, questions in ((files.questions, train_questions), (files.test_questions, test_questions)):
-        longer = task.check(questions)
-        if longer:
-            log(
-                f"{path}: {longer} of {len(questions)} prompts are longer than `prompt_tokens` "
-                f"({config.task.prompt_tokens}); they keep their last tokens, as Search-R1's do"
-            )
+    _check_prompts(task, files.questions, train_questions, log)
+    _check_prompts(task, files.test_questions, test_questions, log)
     model, params = load_for_learning(model_path, config.learn)
     if model.config.vocab_size < tokenizer.vocab_size:
         raise ValueError(
@@ -385,9 +395,7 @@ def evaluate_checkpoint(
     tokenizer = load_tokenizer(model_path)
     test = evaluation_questions(read_questions(test_questions, log), questions)
     task = RetrievalQA(tokenizer, retriever, settings)
-    longer = task.check(test)
-    if longer:
-        log(f"{test_questions}: {longer} of {len(test)} prompts keep their last `prompt_tokens` tokens")
+    _check_prompts(task, test_questions, test, log)
     model, params = load(model_path, dtype=dtype)
     log(f"evaluating {model_path} on {len(test)} questions")
     row = evaluate(task, task.turn_sampler(model, greedy=True), params, test, min(batch, len(test)))
