@@ -303,6 +303,7 @@ def _planned(args: argparse.Namespace, config: typing.Any, model: pathlib.Path) 
 
     from ftw_jax.agent.memory_plan import memory_plan
     from ftw_jax.lm.config import pretrained_config
+    from ftw_jax.running.memory import device_limits
 
     if args.device_memory is not None and not args.device_memory > 0:
         raise ValueError(f"--device-memory must be a positive number of GiB, got {args.device_memory!r}.")
@@ -310,14 +311,16 @@ def _planned(args: argparse.Namespace, config: typing.Any, model: pathlib.Path) 
     plan = memory_plan(
         learn, pretrained_config(str(model)), rollout_rows=learn.episodes_per_iteration, rollout_slots=learn.max_length
     )
-    stats = jax.local_devices()[0].memory_stats() or {}
-    device = args.device_memory * 2**30 if args.device_memory is not None else stats.get("bytes_limit")
+    limits = device_limits()  # a GPU's allocator limit; None on a CPU
+    device = limits[0] if limits else None
+    if args.device_memory is not None:
+        device = int(args.device_memory * 2**30)
     if args.plan:
         print(f"memory plan of {model.name} on {jax.local_devices()[0].device_kind}, one device:")
         print(plan.table(device), end="")
         return True
     if device is not None:
-        plan.check(int(device))
+        plan.check(device)
     return False
 
 

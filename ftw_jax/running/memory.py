@@ -10,13 +10,20 @@ import jax.numpy as jnp
 import numpy as np
 
 
+def device_limits() -> list[int] | None:
+    """Each local device's memory as JAX reports it (a GPU's: its allocator's limit); None where a device reports
+    none (a CPU)."""
+    limits = [(device.memory_stats() or {}).get("bytes_limit") for device in jax.local_devices()]
+    known = [int(limit) for limit in limits if limit]
+    return known if len(known) == len(limits) else None
+
+
 def memory_available() -> int:
     """Bytes this process's share of the members may take: its devices' memory where JAX reports it (GPUs),
     else the host's RAM."""
-    limits = [(device.memory_stats() or {}).get("bytes_limit") for device in jax.local_devices()]
-    known = [limit for limit in limits if limit]
-    if len(known) == len(limits):
-        return int(sum(known))
+    limits = device_limits()
+    if limits is not None:
+        return sum(limits)
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 

@@ -108,8 +108,8 @@ class BM25Retriever:
     def _tokenizer(settings: RetrieverSettings):
         tokenization, stemmers = required("bm25s.tokenization"), required("Stemmer")
         stemmer = None if settings.stemmer is None else stemmers.Stemmer(settings.stemmer).stemWord
-        if settings.stemmer == "porter":  # Lucene's Porter, as its PorterStemFilter runs it
-            stemmer = lucene_porter(stemmers.Stemmer("porter").stemWord)
+        if stemmer is not None and settings.stemmer == "porter":  # Lucene's Porter, as its PorterStemFilter runs it
+            stemmer = lucene_porter(stemmer)
         stopwords = list(LUCENE_STOP_WORDS) if settings.stopwords == "lucene" else settings.stopwords
         splitter = lucene_words if settings.words == "lucene" else r"(?u)\b\w\w+\b"
         return tokenization.Tokenizer(stopwords=stopwords, stemmer=stemmer, splitter=splitter)  # pyright: ignore[reportArgumentType] (None: no stemmer, as bm25s's default)
