@@ -24,7 +24,7 @@ import numpy as np
 from ftw_jax.agent.learner import LearnConfig
 from ftw_jax.lm.config import LMConfig
 from ftw_jax.lm.lora import TARGETS
-from ftw_jax.lm.memory import memory_estimate, parameter_count
+from ftw_jax.lm.memory import memory_estimate, parameter_count, projection_shapes
 from ftw_jax.policies.lm import logits_chunk_for, remat_for
 
 GiB = 2**30
@@ -79,10 +79,7 @@ class MemoryPlan:
 
 def _adapter_count(model: LMConfig, rank: int) -> int:
     """Parameters of LoRA's adapters (A [D_in, r], B [r, D_out]) on every targeted projection of every layer."""
-    d, f, h = model.hidden_size, model.intermediate_size, model.head_dim
-    q, kv = model.num_heads * h, model.num_kv_heads * h
-    shapes = {"q_proj": (d, q), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (q, d)}
-    shapes |= {"gate_proj": (d, f), "up_proj": (d, f), "down_proj": (f, d)}
+    shapes = projection_shapes(model)
     return model.num_layers * sum(rank * sum(shapes[target]) for target in TARGETS)
 
 

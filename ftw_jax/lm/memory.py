@@ -42,13 +42,21 @@ QWEN2_5 = {
 }
 
 
+def projection_shapes(config: LMConfig) -> dict[str, tuple[int, int]]:
+    """(inputs, outputs) of each linear map of a layer, by its name (q_proj, ..., down_proj)."""
+    d, f, h = config.hidden_size, config.intermediate_size, config.head_dim
+    q, kv = config.num_heads * h, config.num_kv_heads * h
+    attention = {"q_proj": (d, q), "k_proj": (d, kv), "v_proj": (d, kv), "o_proj": (q, d)}
+    return attention | {"gate_proj": (d, f), "up_proj": (d, f), "down_proj": (f, d)}
+
+
 def parameter_count(config: LMConfig) -> int:
     """Every parameter of the model the config describes (the tied embedding counted once)."""
     d, f, h = config.hidden_size, config.intermediate_size, config.head_dim
     q, kv = config.num_heads * h, config.num_kv_heads * h
-    attention = d * (q + 2 * kv) + q * d + config.qkv_bias * (q + 2 * kv) + config.output_bias * d
-    mlp = 3 * d * f + config.mlp_bias * (2 * f + d)
-    per_layer = attention + mlp + 2 * d  # two norm scales
+    kernels = sum(inputs * outputs for inputs, outputs in projection_shapes(config).values())
+    biases = config.qkv_bias * (q + 2 * kv) + config.output_bias * d + config.mlp_bias * (2 * f + d)
+    per_layer = kernels + biases + 2 * d  # two norm scales
     embeddings = config.vocab_size * d * (1 if config.tie_embeddings else 2)
     return config.num_layers * per_layer + embeddings + d
 
